@@ -1,0 +1,388 @@
+//! The agent loop: the model proposes, the harness validates, budgets,
+//! executes and records.
+
+use std::future::Future;
+use std::num::{NonZeroU32, NonZeroUsize};
+use std::panic::AssertUnwindSafe;
+use std::pin::pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use futures_util::FutureExt;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::context::{self, ContextIndex, bound_tool_result};
+use super::events::{Emitter, EventKind, Observer, RunStatus};
+use super::message::{Message, ToolCall, UsageTotals};
+use super::model::{DeltaSink, Model, ModelError, ModelRequest};
+use super::registry::ToolRegistry;
+
+/// How long a tool may go on after the run's token fired before the harness
+/// stops waiting for it (and drops it). Cooperative tools stop well within it.
+pub const TOOL_CANCEL_GRACE: Duration = Duration::from_millis(250);
+
+/// The budgets of one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Model responses the run may receive.
+    pub max_steps: NonZeroU32,
+    /// Tool calls the run may request, unknown and invalid ones included.
+    pub max_tool_calls: u32,
+    /// Deadline of the whole run, from its start.
+    pub timeout: Option<Duration>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_steps: NonZeroU32::new(10).expect("nonzero"),
+            max_tool_calls: 30,
+            timeout: Some(Duration::from_secs(120)),
+        }
+    }
+}
+
+/// The context budgets of one run, in characters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContextLimits {
+    /// Bound of the serialised messages sent to the model at each step.
+    pub max_context_chars: NonZeroUsize,
+    /// Bound of every tool result before it enters the transcript.
+    pub max_tool_result_chars: NonZeroUsize,
+}
+
+impl Default for ContextLimits {
+    fn default() -> Self {
+        Self {
+            max_context_chars: NonZeroUsize::new(32_000).expect("nonzero"),
+            max_tool_result_chars: NonZeroUsize::new(8_000).expect("nonzero"),
+        }
+    }
+}
+
+/// Everything that defines one run, apart from its model and tools.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    pub run_id: Uuid,
+    pub prompt: String,
+    pub limits: Limits,
+    pub context: ContextLimits,
+}
+
+impl RunConfig {
+    /// A run with a fresh time-ordered id and the default budgets.
+    pub fn new(prompt: impl Into<String>) -> Self {
+        Self {
+            run_id: Uuid::now_v7(),
+            prompt: prompt.into(),
+            limits: Limits::default(),
+            context: ContextLimits::default(),
+        }
+    }
+}
+
+/// How a run ended and what it did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunResult {
+    pub run_id: Uuid,
+    pub status: RunStatus,
+    /// The final answer, when the run completed.
+    pub answer: Option<String>,
+    /// What went wrong, for `model_error` and `context_limit`.
+    pub error: Option<String>,
+    /// The whole transcript, tool results as bounded, nothing trimmed.
+    pub messages: Vec<Arc<Message>>,
+    /// Model responses accepted.
+    pub steps: u32,
+    /// Tool calls dispatched (unknown and invalid ones included).
+    pub tool_calls: u32,
+    pub usage: UsageTotals,
+}
+
+/// The inputs of a run that outlive it: the model, the tools, and who listens.
+pub struct Harness<'a> {
+    pub model: &'a dyn Model,
+    pub tools: &'a ToolRegistry,
+    pub observer: Option<&'a dyn Observer>,
+}
+
+/// How the loop ended, before it is turned into a status.
+enum End {
+    Completed(String),
+    StepLimit,
+    ToolLimit,
+    /// The run's token fired: a client cancel or the deadline.
+    Stopped,
+    ModelError(String),
+    ContextLimit(String),
+}
+
+impl Harness<'_> {
+    /// Runs the loop to its end. Never panics on anything a model or a tool
+    /// does, and emits `run_end` exactly once, whatever the path.
+    pub async fn run(&self, config: RunConfig, cancel: &CancellationToken) -> RunResult {
+        let token = cancel.child_token();
+        let timed_out = AtomicBool::new(false);
+        let mut run = Run {
+            harness: self,
+            config: &config,
+            emitter: Emitter::new(config.run_id, self.observer),
+            messages: Vec::new(),
+            index: ContextIndex::default(),
+            steps: 0,
+            tool_calls: 0,
+            usage: UsageTotals::default(),
+        };
+        run.emitter.emit(|| EventKind::RunStart);
+        let end = {
+            let body = run.drive(&token);
+            match config.limits.timeout {
+                Some(timeout) => {
+                    with_deadline(body, timeout, cancel, &token, &timed_out).await
+                }
+                None => body.await,
+            }
+        };
+        token.cancel();
+        run.finish(end, timed_out.load(Ordering::Acquire))
+    }
+}
+
+/// Drives `body`; when `timeout` passes first, marks the run timed out (unless
+/// the client cancelled first), fires the run's token, and keeps driving `body`
+/// so it ends through its ordinary cancellation path.
+async fn with_deadline<F: Future>(
+    body: F,
+    timeout: Duration,
+    external: &CancellationToken,
+    token: &CancellationToken,
+    timed_out: &AtomicBool,
+) -> F::Output {
+    let mut body = pin!(body);
+    tokio::select! {
+        biased;
+        end = &mut body => return end,
+        () = tokio::time::sleep(timeout) => {
+            if !external.is_cancelled() {
+                timed_out.store(true, Ordering::Release);
+            }
+            token.cancel();
+        }
+    }
+    body.await
+}
+
+struct Run<'h, 'c> {
+    harness: &'h Harness<'h>,
+    config: &'c RunConfig,
+    emitter: Emitter<'h>,
+    messages: Vec<Arc<Message>>,
+    index: ContextIndex,
+    steps: u32,
+    tool_calls: u32,
+    usage: UsageTotals,
+}
+
+impl Run<'_, '_> {
+    async fn drive(&mut self, token: &CancellationToken) -> End {
+        self.append(Message::user(self.config.prompt.clone()));
+        let limits = self.config.limits;
+        let tools = self.harness.tools;
+        for _ in 0..limits.max_steps.get() {
+            if token.is_cancelled() {
+                return End::Stopped;
+            }
+            let start = match self
+                .index
+                .select(self.config.context.max_context_chars.get())
+            {
+                Ok(start) => start,
+                Err(error) => return End::ContextLimit(error.to_string()),
+            };
+            self.emitter.emit(|| EventKind::ModelStart);
+            let began = Instant::now();
+            let deltas = Deltas(&self.emitter);
+            let request = ModelRequest {
+                messages: context::view(&self.messages, start),
+                tools: tools.definitions(),
+                cancel: token,
+                deltas: &deltas,
+            };
+            let outcome = tokio::select! {
+                biased;
+                () = token.cancelled() => return End::Stopped,
+                outcome = AssertUnwindSafe(self.harness.model.generate(request)).catch_unwind() => outcome,
+            };
+            let response = outcome
+                .unwrap_or_else(|panic| {
+                    Err(ModelError::Provider(format!(
+                        "Model panicked: {}",
+                        panic_message(&*panic)
+                    )))
+                })
+                .and_then(|response| response.validate().map(|()| response));
+            let response = match response {
+                Ok(response) => response,
+                Err(_) if token.is_cancelled() => return End::Stopped,
+                Err(error) => return self.model_failed(error.to_string()),
+            };
+            if let Some(usage) = &response.usage
+                && let Err(error) = self.usage.add(usage)
+            {
+                return self.model_failed(format!("Invalid model usage: {error}"));
+            }
+            let duration_ms = millis(began.elapsed());
+            let usage = response.usage;
+            self.emitter
+                .emit(|| EventKind::ModelEnd { duration_ms, usage });
+            self.steps += 1;
+
+            let batch = response.tool_calls.len();
+            if batch > (limits.max_tool_calls - self.tool_calls) as usize {
+                // Refused whole, before anything of it is recorded or run.
+                return End::ToolLimit;
+            }
+            if batch == 0 {
+                let answer = response.content.clone();
+                self.append(Message::assistant(response.content, Vec::new()));
+                return End::Completed(answer);
+            }
+            let assistant = self.append(Message::assistant(response.content, response.tool_calls));
+            for call in assistant.tool_calls() {
+                if token.is_cancelled() {
+                    return End::Stopped;
+                }
+                self.tool_calls += 1;
+                self.call_tool(call, token).await;
+            }
+        }
+        End::StepLimit
+    }
+
+    /// Dispatches one admitted call and records its result. Every failure here
+    /// is the model's to handle: it becomes an error result, never an end.
+    async fn call_tool(&mut self, call: &ToolCall, token: &CancellationToken) {
+        self.emitter.emit(|| EventKind::ToolStart {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+        });
+        let began = Instant::now();
+        let (content, is_error) = match self.harness.tools.check(&call.name, &call.arguments) {
+            _ if call.unparsable_arguments.is_some() => (
+                format!(
+                    "Invalid arguments: $: {}",
+                    call.unparsable_arguments.as_deref().unwrap_or_default()
+                ),
+                true,
+            ),
+            Ok(None) => (format!("Unknown tool: {}", call.name), true),
+            Err(errors) => (format!("Invalid arguments: {}", errors.join("; ")), true),
+            Ok(Some(tool)) => {
+                let execution = AssertUnwindSafe(tool.execute(&call.arguments, token)).catch_unwind();
+                let abandoned = async {
+                    token.cancelled().await;
+                    tokio::time::sleep(TOOL_CANCEL_GRACE).await;
+                };
+                tokio::select! {
+                    outcome = execution => match outcome {
+                        Ok(Ok(value)) => (serialize_result(&value), false),
+                        Ok(Err(error)) => (error.message().to_owned(), true),
+                        Err(panic) => (format!("Tool panicked: {}", panic_message(&*panic)), true),
+                    },
+                    () = abandoned => ("Tool call cancelled: the run was stopped".to_owned(), true),
+                }
+            }
+        };
+        let duration_ms = millis(began.elapsed());
+        self.emitter.emit(|| EventKind::ToolEnd {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            duration_ms,
+            is_error,
+        });
+        let limit = self.config.context.max_tool_result_chars.get();
+        self.append(Message::tool(
+            call.id.clone(),
+            bound_tool_result(&content, limit),
+            is_error,
+        ));
+    }
+
+    fn model_failed(&mut self, error: String) -> End {
+        self.emitter.emit(|| EventKind::ModelError {
+            error: error.clone(),
+        });
+        End::ModelError(error)
+    }
+
+    fn append(&mut self, message: Message) -> Arc<Message> {
+        let message = Arc::new(message);
+        self.index.push(&message, message.serialized_chars());
+        self.messages.push(Arc::clone(&message));
+        self.emitter.emit(|| EventKind::Message {
+            message: Arc::clone(&message),
+        });
+        message
+    }
+
+    fn finish(mut self, end: End, timed_out: bool) -> RunResult {
+        let (status, answer, error) = match end {
+            End::Completed(answer) => (RunStatus::Completed, Some(answer), None),
+            End::StepLimit => (RunStatus::StepLimit, None, None),
+            End::ToolLimit => (RunStatus::ToolLimit, None, None),
+            End::Stopped if timed_out => (RunStatus::Timeout, None, None),
+            End::Stopped => (RunStatus::Aborted, None, None),
+            End::ModelError(error) => (RunStatus::ModelError, None, Some(error)),
+            End::ContextLimit(error) => (RunStatus::ContextLimit, None, Some(error)),
+        };
+        let (steps, tool_calls, usage) = (self.steps, self.tool_calls, self.usage);
+        self.emitter.emit(|| EventKind::RunEnd {
+            status,
+            steps,
+            tool_calls,
+            usage,
+            answer: answer.clone(),
+            error: error.clone(),
+        });
+        RunResult {
+            run_id: self.config.run_id,
+            status,
+            answer,
+            error,
+            messages: self.messages,
+            steps,
+            tool_calls,
+            usage,
+        }
+    }
+}
+
+struct Deltas<'e, 'o>(&'e Emitter<'o>);
+
+impl DeltaSink for Deltas<'_, '_> {
+    fn delta(&self, text: &str) {
+        self.0.delta(text);
+    }
+}
+
+/// A tool's result as the model sees it: its JSON serialisation (a string
+/// result `Hello` becomes `"Hello"`).
+fn serialize_result(value: &Value) -> String {
+    // Serialising a `Value` cannot fail: its map keys are strings.
+    serde_json::to_string(value).unwrap_or_else(|_| "null".to_owned())
+}
+
+fn millis(duration: Duration) -> f64 {
+    (duration.as_nanos() as f64 / 1_000.0).round() / 1_000.0
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_owned())
+}

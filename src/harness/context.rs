@@ -1,0 +1,434 @@
+//! Context control: bounding tool results before they enter the transcript, and
+//! choosing which part of the transcript the model sees.
+//!
+//! Sizes are characters of the JSON serialisation of the message array, the
+//! same unit for every provider (not tokens).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use super::message::Message;
+use super::model::ContextView;
+
+/// Why no valid context could be selected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ContextError {
+    #[error("Conversation must start with a user message")]
+    NoLeadingUser,
+    #[error("Duplicate tool call IDs in assistant turn")]
+    DuplicateCallIds,
+    #[error("Orphan or duplicate tool result")]
+    OrphanResult,
+    #[error("Incomplete tool result batch")]
+    IncompleteBatch,
+    #[error("Context budget of {limit} characters is too small for the required messages ({required} characters)")]
+    TooSmall { limit: usize, required: usize },
+}
+
+/// Bounds a tool result to `limit` characters: head and tail are kept around a
+/// marker saying how much was left out. When even the marker does not fit, the
+/// marker itself is cut to the limit.
+pub fn bound_tool_result(content: &str, limit: usize) -> String {
+    // Fast path: a byte length within the limit is a char length within it.
+    if content.len() <= limit {
+        return content.to_owned();
+    }
+    let length = content.chars().count();
+    if length <= limit {
+        return content.to_owned();
+    }
+    let marker = format!("\n...[{} or more characters omitted]...\n", length - limit);
+    let marker_length = marker.chars().count();
+    if marker_length >= limit {
+        return marker.chars().take(limit).collect();
+    }
+    let remaining = limit - marker_length;
+    let front = remaining.div_ceil(2);
+    let back = remaining / 2;
+    let front_end = content
+        .char_indices()
+        .nth(front)
+        .map_or(content.len(), |(i, _)| i);
+    let back_start = if back == 0 {
+        content.len()
+    } else {
+        content
+            .char_indices()
+            .nth_back(back - 1)
+            .map_or(0, |(i, _)| i)
+    };
+    let mut bounded = String::with_capacity(front_end + marker.len() + content.len() - back_start);
+    bounded.push_str(&content[..front_end]);
+    bounded.push_str(&marker);
+    bounded.push_str(&content[back_start..]);
+    bounded
+}
+
+/// Size bookkeeping for a transcript, kept as messages are appended so that
+/// selecting a context costs in proportion to what is selected, not to the
+/// whole run. Each message is measured once, when appended.
+#[derive(Debug, Default, Clone)]
+pub struct ContextIndex {
+    /// Serialised size of the first message (the user prompt).
+    first_size: usize,
+    /// Groups after the first message: `(index of first message, total size)`.
+    /// An assistant message starts a group; its tool results join it.
+    groups: Vec<(usize, usize)>,
+    len: usize,
+}
+
+impl ContextIndex {
+    /// Records a message appended to the transcript. `size` is its serialised
+    /// length in characters.
+    pub fn push(&mut self, message: &Message, size: usize) {
+        let index = self.len;
+        self.len += 1;
+        if index == 0 {
+            self.first_size = size;
+            return;
+        }
+        match (message, self.groups.last_mut()) {
+            (Message::Tool { .. }, Some(group)) => group.1 += size,
+            _ => self.groups.push((index, size)),
+        }
+    }
+
+    /// Chooses the context: the first message, then as many of the most recent
+    /// groups as fit in `limit` characters (the JSON array's brackets and commas
+    /// included). Returns the index of the first message of the oldest group
+    /// kept (the transcript's length when none is), or `TooSmall` when the first
+    /// message and the latest group cannot both fit.
+    pub fn select(&self, limit: usize) -> Result<usize, ContextError> {
+        // "[" + first + "]"
+        let mut used = self.first_size + 2;
+        let mut start = self.len;
+        for (i, &(group_start, group_size)) in self.groups.iter().enumerate().rev() {
+            // Each message of the group is preceded by a comma.
+            let messages = self.messages_in(i);
+            let cost = group_size + messages;
+            if used + cost > limit {
+                if start == self.len {
+                    return Err(ContextError::TooSmall {
+                        limit,
+                        required: used + cost,
+                    });
+                }
+                break;
+            }
+            used += cost;
+            start = group_start;
+        }
+        if used > limit {
+            return Err(ContextError::TooSmall {
+                limit,
+                required: used,
+            });
+        }
+        Ok(start)
+    }
+
+    fn messages_in(&self, group: usize) -> usize {
+        let end = self.groups.get(group + 1).map_or(self.len, |g| g.0);
+        end - self.groups[group].0
+    }
+}
+
+/// The pure form of context selection, for a whole transcript at once: checks
+/// that it is a coherent conversation (a leading user message, every tool result
+/// answering a call of the assistant turn just before it, every call answered),
+/// then selects as [`ContextIndex::select`] does.
+pub fn select_context(messages: &[Message], limit: usize) -> Result<Vec<Message>, ContextError> {
+    if messages.is_empty() {
+        return Ok(Vec::new());
+    }
+    check_coherent(messages)?;
+    let mut index = ContextIndex::default();
+    for message in messages {
+        index.push(message, message.serialized_chars());
+    }
+    let start = index.select(limit)?;
+    let mut selected = Vec::with_capacity(1 + messages.len() - start);
+    selected.push(messages[0].clone());
+    selected.extend_from_slice(&messages[start..]);
+    Ok(selected)
+}
+
+/// The context for a harness transcript of shared messages.
+pub(crate) fn view<'a>(messages: &'a [Arc<Message>], start: usize) -> ContextView<'a> {
+    ContextView::new(&messages[..1], &messages[start.max(1)..])
+}
+
+fn check_coherent(messages: &[Message]) -> Result<(), ContextError> {
+    if !matches!(messages[0], Message::User { .. }) {
+        return Err(ContextError::NoLeadingUser);
+    }
+    let mut pending: HashSet<&str> = HashSet::new();
+    for message in messages {
+        match message {
+            Message::Tool { call_id, .. } => {
+                if !pending.remove(call_id.as_str()) {
+                    return Err(ContextError::OrphanResult);
+                }
+            }
+            other => {
+                if !pending.is_empty() {
+                    return Err(ContextError::IncompleteBatch);
+                }
+                for call in other.tool_calls() {
+                    if !pending.insert(call.id.as_str()) {
+                        return Err(ContextError::DuplicateCallIds);
+                    }
+                }
+            }
+        }
+    }
+    if pending.is_empty() {
+        Ok(())
+    } else {
+        Err(ContextError::IncompleteBatch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::harness::message::ToolCall;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn size(messages: &[Message]) -> usize {
+        serde_json::to_string(messages).unwrap().chars().count()
+    }
+
+    fn call(id: &str) -> ToolCall {
+        ToolCall::new(id, "t", json!({}))
+    }
+
+    #[test]
+    fn bound_keeps_short_results_whole() {
+        assert_eq!(bound_tool_result("hello", 5), "hello");
+        assert_eq!(bound_tool_result("", 1), "");
+        assert_eq!(bound_tool_result("ééé", 3), "ééé");
+    }
+
+    #[test]
+    fn bound_keeps_head_and_tail_around_a_marker() {
+        let content = "a".repeat(50) + &"b".repeat(50);
+        let bounded = bound_tool_result(&content, 60);
+        let marker = "\n...[40 or more characters omitted]...\n";
+        let remaining = 60 - marker.len();
+        assert_eq!(
+            bounded,
+            format!(
+                "{}{marker}{}",
+                "a".repeat(remaining.div_ceil(2)),
+                "b".repeat(remaining / 2)
+            )
+        );
+        assert_eq!(bounded.chars().count(), 60);
+    }
+
+    #[test]
+    fn bound_cuts_the_marker_when_the_limit_is_smaller() {
+        let content = "x".repeat(100);
+        assert_eq!(bound_tool_result(&content, 10), "\n...[90 or");
+        assert_eq!(bound_tool_result(&content, 1), "\n");
+        assert_eq!(bound_tool_result(&content, 0), "");
+    }
+
+    #[test]
+    fn bound_handles_a_zero_length_tail() {
+        let content = "y".repeat(200);
+        let marker = "\n...[159 or more characters omitted]...\n";
+        // One character left over: it goes to the head and the tail is empty.
+        let bounded = bound_tool_result(&content, 41);
+        assert_eq!(marker.len() + 1, 41);
+        assert_eq!(bounded, format!("y{marker}"));
+    }
+
+    #[test]
+    fn bound_never_splits_a_character() {
+        let content = "é".repeat(100) + &"✓".repeat(100);
+        let bounded = bound_tool_result(&content, 80);
+        assert_eq!(bounded.chars().count(), 80);
+        assert!(bounded.starts_with('é') && bounded.ends_with('✓'));
+    }
+
+    #[test]
+    fn selection_keeps_batches_whole() {
+        let messages = vec![
+            Message::user("task"),
+            Message::assistant("", vec![call("1"), call("2")]),
+            Message::tool("1", "x".repeat(40), false),
+            Message::tool("2", "y".repeat(40), false),
+            Message::assistant("", vec![call("3")]),
+            Message::tool("3", "z", false),
+        ];
+        let everything = select_context(&messages, size(&messages)).unwrap();
+        assert_eq!(everything, messages);
+        // One character short: the older batch goes as a whole.
+        let trimmed = select_context(&messages, size(&messages) - 1).unwrap();
+        assert_eq!(
+            trimmed,
+            vec![messages[0].clone(), messages[4].clone(), messages[5].clone()]
+        );
+    }
+
+    #[test]
+    fn selection_refuses_incoherent_transcripts() {
+        let user = Message::user("task");
+        assert_eq!(
+            select_context(&[Message::assistant("hi", vec![])], 1000),
+            Err(ContextError::NoLeadingUser)
+        );
+        assert_eq!(
+            select_context(&[user.clone(), Message::tool("1", "x", false)], 1000),
+            Err(ContextError::OrphanResult)
+        );
+        assert_eq!(
+            select_context(
+                &[
+                    user.clone(),
+                    Message::assistant("", vec![call("1"), call("2")]),
+                    Message::tool("1", "x", false),
+                ],
+                1000
+            ),
+            Err(ContextError::IncompleteBatch)
+        );
+        assert_eq!(
+            select_context(
+                &[
+                    user.clone(),
+                    Message::assistant("", vec![call("1"), call("2")]),
+                    Message::tool("1", "x", false),
+                    Message::assistant("", vec![]),
+                ],
+                1000
+            ),
+            Err(ContextError::IncompleteBatch)
+        );
+        assert_eq!(
+            select_context(
+                &[
+                    user.clone(),
+                    Message::assistant("", vec![call("1")]),
+                    Message::tool("1", "x", false),
+                    Message::tool("1", "x", false),
+                ],
+                1000
+            ),
+            Err(ContextError::OrphanResult)
+        );
+        assert_eq!(
+            select_context(
+                &[user, Message::assistant("", vec![call("1"), call("1")])],
+                1000
+            ),
+            Err(ContextError::DuplicateCallIds)
+        );
+        assert_eq!(select_context(&[], 1), Ok(vec![]));
+    }
+
+    #[test]
+    fn selection_fails_when_required_messages_do_not_fit() {
+        let messages = vec![
+            Message::user("task"),
+            Message::assistant("", vec![call("1")]),
+            Message::tool("1", "x".repeat(100), false),
+        ];
+        let first = size(&messages[..1]);
+        assert!(matches!(
+            select_context(&messages[..1], first - 1),
+            Err(ContextError::TooSmall { .. })
+        ));
+        assert_eq!(select_context(&messages[..1], first), Ok(messages[..1].to_vec()));
+        // The first message fits, but not with the latest group.
+        assert_eq!(
+            select_context(&messages, size(&messages) - 1),
+            Err(ContextError::TooSmall {
+                limit: size(&messages) - 1,
+                required: size(&messages)
+            })
+        );
+    }
+
+    fn arb_transcript() -> impl Strategy<Value = Vec<Message>> {
+        let text = "[a-zé\"\\\\\n]{0,30}";
+        let turn = (text, proptest::collection::vec(text, 0..4));
+        (text, proptest::collection::vec(turn, 0..12)).prop_map(|(prompt, turns)| {
+            let mut messages = vec![Message::user(prompt)];
+            let mut next_id = 0;
+            for (content, results) in turns {
+                let ids: Vec<String> = results
+                    .iter()
+                    .map(|_| {
+                        next_id += 1;
+                        format!("c{next_id}")
+                    })
+                    .collect();
+                messages.push(Message::assistant(
+                    content,
+                    ids.iter().map(|id| call(id)).collect(),
+                ));
+                for (id, result) in ids.iter().zip(results) {
+                    messages.push(Message::tool(id.clone(), result, false));
+                }
+            }
+            messages
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn bound_never_exceeds_the_limit(content in "\\PC{0,300}", limit in 0usize..400) {
+            let bounded = bound_tool_result(&content, limit);
+            prop_assert!(bounded.chars().count() <= limit.max(0));
+            if content.chars().count() <= limit {
+                prop_assert_eq!(bounded, content);
+            }
+        }
+
+        #[test]
+        fn selection_is_a_coherent_suffix_within_the_limit(
+            messages in arb_transcript(),
+            limit in 1usize..3000,
+        ) {
+            match select_context(&messages, limit) {
+                Ok(selected) => {
+                    prop_assert!(size(&selected) <= limit);
+                    prop_assert_eq!(&selected[0], &messages[0]);
+                    // The rest is a suffix of the transcript...
+                    let rest = &selected[1..];
+                    prop_assert_eq!(rest, &messages[messages.len() - rest.len()..]);
+                    // ...that is a coherent conversation with the prompt.
+                    prop_assert!(check_coherent(&selected).is_ok());
+                    // And no further group would have fitted.
+                    let taken = rest.len();
+                    if taken + 1 < messages.len() {
+                        let mut start = messages.len() - taken - 1;
+                        while start > 1 && matches!(messages[start], Message::Tool { .. }) {
+                            start -= 1;
+                        }
+                        let mut bigger = vec![messages[0].clone()];
+                        bigger.extend_from_slice(&messages[start..]);
+                        prop_assert!(size(&bigger) > limit);
+                    }
+                }
+                Err(ContextError::TooSmall { required, .. }) => {
+                    prop_assert!(required > limit);
+                    let last_group_start = messages
+                        .iter()
+                        .rposition(|m| matches!(m, Message::Assistant { .. }))
+                        .unwrap_or(0);
+                    let mut minimal = vec![messages[0].clone()];
+                    if last_group_start > 0 {
+                        minimal.extend_from_slice(&messages[last_group_start..]);
+                    }
+                    prop_assert_eq!(size(&minimal), required);
+                }
+                Err(other) => prop_assert!(false, "unexpected error {other}"),
+            }
+        }
+    }
+}

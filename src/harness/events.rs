@@ -1,0 +1,262 @@
+//! Run events: what the harness reports at every execution boundary, and the
+//! observer that receives them.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Deserialize, Serialize, Serializer};
+use uuid::Uuid;
+
+use super::message::{Message, Usage, UsageTotals};
+
+/// Every status a run can have. The harness ends runs with the first seven;
+/// the service adds `failed` and `interrupted`, and the live `queued` and
+/// `running`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Completed,
+    StepLimit,
+    ToolLimit,
+    Aborted,
+    Timeout,
+    ModelError,
+    ContextLimit,
+    /// An internal error of the service ended the run.
+    Failed,
+    /// The server stopped while the run was running.
+    Interrupted,
+    Queued,
+    Running,
+}
+
+impl RunStatus {
+    pub const ALL: [RunStatus; 11] = [
+        Self::Completed,
+        Self::StepLimit,
+        Self::ToolLimit,
+        Self::Aborted,
+        Self::Timeout,
+        Self::ModelError,
+        Self::ContextLimit,
+        Self::Failed,
+        Self::Interrupted,
+        Self::Queued,
+        Self::Running,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Completed => "completed",
+            Self::StepLimit => "step_limit",
+            Self::ToolLimit => "tool_limit",
+            Self::Aborted => "aborted",
+            Self::Timeout => "timeout",
+            Self::ModelError => "model_error",
+            Self::ContextLimit => "context_limit",
+            Self::Failed => "failed",
+            Self::Interrupted => "interrupted",
+            Self::Queued => "queued",
+            Self::Running => "running",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, Self::Queued | Self::Running)
+    }
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One event of a run. `sequence` starts at 1 and has no gaps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub run_id: Uuid,
+    pub sequence: u64,
+    #[serde(serialize_with = "rfc3339_micros")]
+    pub timestamp: DateTime<Utc>,
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum EventKind {
+    RunStart,
+    ModelStart,
+    ModelEnd {
+        duration_ms: f64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<Usage>,
+    },
+    ModelError {
+        error: String,
+    },
+    ToolStart {
+        call_id: String,
+        name: String,
+    },
+    ToolEnd {
+        call_id: String,
+        name: String,
+        duration_ms: f64,
+        is_error: bool,
+    },
+    /// A message just appended to the transcript.
+    Message {
+        message: Arc<Message>,
+    },
+    RunEnd {
+        status: RunStatus,
+        steps: u32,
+        tool_calls: u32,
+        usage: UsageTotals,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answer: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+}
+
+impl EventKind {
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Self::RunStart => "run_start",
+            Self::ModelStart => "model_start",
+            Self::ModelEnd { .. } => "model_end",
+            Self::ModelError { .. } => "model_error",
+            Self::ToolStart { .. } => "tool_start",
+            Self::ToolEnd { .. } => "tool_end",
+            Self::Message { .. } => "message",
+            Self::RunEnd { .. } => "run_end",
+        }
+    }
+}
+
+fn rfc3339_micros<S: Serializer>(time: &DateTime<Utc>, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&time.to_rfc3339_opts(SecondsFormat::Micros, true))
+}
+
+/// What an observer may fail with; logged, never acted on.
+pub type ObserverError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Receives a run's events as they happen.
+///
+/// Called synchronously on the run's task, so an observer must not block: one
+/// that persists or fans out events should hand them to a channel and return
+/// (the service's does). Whatever an observer does, error or panic, it cannot
+/// change the run.
+pub trait Observer: Send + Sync {
+    fn on_event(&self, event: &Event) -> Result<(), ObserverError>;
+
+    /// Text a streaming model produced, before its response is complete. Not a
+    /// sequenced event: it is for live display only.
+    fn on_delta(&self, _run_id: Uuid, _text: &str) {}
+}
+
+/// Stamps events with the run id, sequence and time, and shields the run from
+/// its observer.
+pub(crate) struct Emitter<'a> {
+    run_id: Uuid,
+    sequence: u64,
+    observer: Option<&'a dyn Observer>,
+}
+
+impl<'a> Emitter<'a> {
+    pub(crate) fn new(run_id: Uuid, observer: Option<&'a dyn Observer>) -> Self {
+        Self {
+            run_id,
+            sequence: 0,
+            observer,
+        }
+    }
+
+    /// Emits the event `kind` builds; `kind` runs only when someone listens.
+    pub(crate) fn emit(&mut self, kind: impl FnOnce() -> EventKind) {
+        self.sequence += 1;
+        let Some(observer) = self.observer else {
+            return;
+        };
+        let event = Event {
+            run_id: self.run_id,
+            sequence: self.sequence,
+            timestamp: Utc::now(),
+            kind: kind(),
+        };
+        match catch_unwind(AssertUnwindSafe(|| observer.on_event(&event))) {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                tracing::warn!(run_id = %self.run_id, sequence = event.sequence, %error, "run observer failed");
+            }
+            Err(_) => {
+                tracing::warn!(run_id = %self.run_id, sequence = event.sequence, "run observer panicked");
+            }
+        }
+    }
+
+    pub(crate) fn delta(&self, text: &str) {
+        if let Some(observer) = self.observer {
+            let _ = catch_unwind(AssertUnwindSafe(|| observer.on_delta(self.run_id, text)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn events_serialise_flat_with_their_type() {
+        let event = Event {
+            run_id: Uuid::nil(),
+            sequence: 3,
+            timestamp: DateTime::parse_from_rfc3339("2026-01-02T03:04:05.123456Z")
+                .unwrap()
+                .with_timezone(&Utc),
+            kind: EventKind::ToolEnd {
+                call_id: "1".into(),
+                name: "t".into(),
+                duration_ms: 1.5,
+                is_error: false,
+            },
+        };
+        let value = serde_json::to_value(&event).unwrap();
+        assert_eq!(
+            value,
+            json!({
+                "run_id": "00000000-0000-0000-0000-000000000000",
+                "sequence": 3,
+                "timestamp": "2026-01-02T03:04:05.123456Z",
+                "type": "tool_end",
+                "call_id": "1",
+                "name": "t",
+                "duration_ms": 1.5,
+                "is_error": false
+            })
+        );
+        let back: Event = serde_json::from_value(value).unwrap();
+        assert_eq!(back, event);
+    }
+
+    #[test]
+    fn statuses_round_trip_through_text() {
+        for status in RunStatus::ALL {
+            assert_eq!(RunStatus::parse(status.as_str()), Some(status));
+            assert_eq!(
+                serde_json::to_value(status).unwrap(),
+                json!(status.as_str())
+            );
+        }
+        assert_eq!(RunStatus::parse("done"), None);
+    }
+}

@@ -1,0 +1,229 @@
+//! The transcript's vocabulary: messages, tool calls and token usage.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// One message of a run's transcript, in the shape the API serves it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum Message {
+    User {
+        content: String,
+    },
+    Assistant {
+        content: String,
+        /// Absent when the model asked for no tool.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ToolCall>,
+    },
+    Tool {
+        call_id: String,
+        content: String,
+        is_error: bool,
+    },
+}
+
+impl Message {
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::User {
+            content: content.into(),
+        }
+    }
+
+    pub fn assistant(content: impl Into<String>, tool_calls: Vec<ToolCall>) -> Self {
+        Self::Assistant {
+            content: content.into(),
+            tool_calls,
+        }
+    }
+
+    pub fn tool(call_id: impl Into<String>, content: impl Into<String>, is_error: bool) -> Self {
+        Self::Tool {
+            call_id: call_id.into(),
+            content: content.into(),
+            is_error,
+        }
+    }
+
+    /// The tool calls of an assistant message; empty for every other role.
+    pub fn tool_calls(&self) -> &[ToolCall] {
+        match self {
+            Self::Assistant { tool_calls, .. } => tool_calls,
+            _ => &[],
+        }
+    }
+
+    /// Length of the message's JSON serialisation, in characters (Unicode scalar
+    /// values), computed without building the string. Context budgets are
+    /// measured in these units.
+    pub fn serialized_chars(&self) -> usize {
+        let mut counter = CharCounter(0);
+        // Writing to a counter cannot fail and a message always serialises.
+        let _ = serde_json::to_writer(&mut counter, self);
+        counter.0
+    }
+}
+
+/// Counts the characters of UTF-8 output: every byte that is not a continuation
+/// byte starts a character.
+struct CharCounter(usize);
+
+impl std::io::Write for CharCounter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.iter().filter(|&&b| (b as i8) >= -0x40).count();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A tool call proposed by a model. `arguments` is untrusted: it is validated
+/// against the tool's schema before anything runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: Value,
+    /// Set by a provider adapter when the model's arguments could not even be
+    /// parsed (OpenAI sends them as a JSON string). The call is then answered
+    /// with a recoverable `Invalid arguments` error and `arguments` keeps the
+    /// raw text the model sent.
+    #[serde(skip)]
+    pub unparsable_arguments: Option<String>,
+}
+
+impl ToolCall {
+    pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: Value) -> Self {
+        Self {
+            id: id.into(),
+            name: name.into(),
+            arguments,
+            unparsable_arguments: None,
+        }
+    }
+}
+
+/// Largest token count accepted, per response and in total: the largest integer
+/// a JSON client that reads numbers as doubles still holds exactly (2^53 - 1).
+pub const MAX_TOKEN_COUNT: u64 = (1 << 53) - 1;
+
+/// Token usage as a provider reported it for one response; either count may be
+/// missing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens: Option<u64>,
+}
+
+/// Usage accumulated over a run. `model_calls_with_usage` tells how many
+/// responses carried usage at all: zero means unknown, not free.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageTotals {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub model_calls_with_usage: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UsageError {
+    #[error("model usage counts must be nonnegative integers no larger than {MAX_TOKEN_COUNT}")]
+    InvalidCount,
+    #[error("accumulated model usage exceeds {MAX_TOKEN_COUNT}")]
+    Overflow,
+}
+
+impl UsageTotals {
+    /// Adds one response's usage, refusing counts that are out of range or
+    /// whose totals would be. On error the totals are left unchanged.
+    pub fn add(&mut self, usage: &Usage) -> Result<(), UsageError> {
+        let input = usage.input_tokens.unwrap_or(0);
+        let output = usage.output_tokens.unwrap_or(0);
+        if input > MAX_TOKEN_COUNT || output > MAX_TOKEN_COUNT {
+            return Err(UsageError::InvalidCount);
+        }
+        let input_total = self.input_tokens + input;
+        let output_total = self.output_tokens + output;
+        if input_total > MAX_TOKEN_COUNT || output_total > MAX_TOKEN_COUNT {
+            return Err(UsageError::Overflow);
+        }
+        self.input_tokens = input_total;
+        self.output_tokens = output_total;
+        self.model_calls_with_usage += 1;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn messages_serialise_in_the_transcript_shape() {
+        let call = ToolCall::new("1", "hello", json!({}));
+        assert_eq!(
+            serde_json::to_value(Message::assistant("", vec![call])).unwrap(),
+            json!({"role": "assistant", "content": "", "tool_calls": [{"id": "1", "name": "hello", "arguments": {}}]})
+        );
+        assert_eq!(
+            serde_json::to_value(Message::assistant("Done", vec![])).unwrap(),
+            json!({"role": "assistant", "content": "Done"})
+        );
+        assert_eq!(
+            serde_json::to_value(Message::tool("1", "\"Hello\"", false)).unwrap(),
+            json!({"role": "tool", "call_id": "1", "content": "\"Hello\"", "is_error": false})
+        );
+    }
+
+    #[test]
+    fn serialized_chars_counts_characters_not_bytes() {
+        for message in [
+            Message::user("héllo wörld ✓ 🎉"),
+            Message::tool("x", "line\nbreak \"quoted\" \u{1}", true),
+            Message::assistant("", vec![ToolCall::new("1", "t", json!({"k": "ü"}))]),
+        ] {
+            let text = serde_json::to_string(&message).unwrap();
+            assert_eq!(message.serialized_chars(), text.chars().count());
+        }
+    }
+
+    #[test]
+    fn usage_accumulates_and_refuses_overflow_without_change() {
+        let mut totals = UsageTotals::default();
+        totals
+            .add(&Usage {
+                input_tokens: Some(12),
+                output_tokens: None,
+            })
+            .unwrap();
+        totals.add(&Usage::default()).unwrap();
+        assert_eq!(
+            totals,
+            UsageTotals {
+                input_tokens: 12,
+                output_tokens: 0,
+                model_calls_with_usage: 2
+            }
+        );
+        let before = totals;
+        assert_eq!(
+            totals.add(&Usage {
+                input_tokens: Some(MAX_TOKEN_COUNT),
+                output_tokens: None
+            }),
+            Err(UsageError::Overflow)
+        );
+        assert_eq!(
+            totals.add(&Usage {
+                input_tokens: None,
+                output_tokens: Some(MAX_TOKEN_COUNT + 1)
+            }),
+            Err(UsageError::InvalidCount)
+        );
+        assert_eq!(totals, before);
+    }
+}

@@ -1,0 +1,19 @@
+//! The agent harness: a provider-agnostic loop in which the model only proposes
+//! tool calls and the harness validates, confines, budgets, executes and
+//! records them. Nothing here knows about HTTP or SQL.
+
+pub mod agent;
+pub mod context;
+pub mod events;
+pub mod message;
+pub mod model;
+pub mod registry;
+pub mod tool;
+
+pub use agent::{ContextLimits, Harness, Limits, RunConfig, RunResult, TOOL_CANCEL_GRACE};
+pub use context::{ContextError, ContextIndex, bound_tool_result, select_context};
+pub use events::{Event, EventKind, Observer, ObserverError, RunStatus};
+pub use message::{MAX_TOKEN_COUNT, Message, ToolCall, Usage, UsageError, UsageTotals};
+pub use model::{ContextView, DeltaSink, Model, ModelError, ModelRequest, ModelResponse, NoDeltas};
+pub use registry::{RegistryError, ToolRegistry, is_valid_tool_name};
+pub use tool::{Tool, ToolDefinition, ToolError};

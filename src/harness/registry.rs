@@ -1,0 +1,336 @@
+//! The tool registry: which tools a run may call, and the argument check that
+//! stands between a model's proposal and a tool's execution.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use jsonschema::error::{TypeKind, ValidationErrorKind};
+use jsonschema::paths::LocationSegment;
+use jsonschema::{ValidationError, Validator};
+use serde_json::Value;
+
+use super::tool::{Tool, ToolDefinition};
+
+/// Why a set of tools could not be registered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistryError {
+    #[error("Invalid tool name: {0:?} (expected ^[a-zA-Z][a-zA-Z0-9_-]*$)")]
+    InvalidName(String),
+    #[error("Duplicate tool name: {0}")]
+    Duplicate(String),
+    #[error("Invalid parameters schema for tool {name}: {reason}")]
+    InvalidSchema { name: String, reason: String },
+}
+
+struct Entry {
+    tool: Arc<dyn Tool>,
+    validator: Validator,
+}
+
+/// The tools of one run, with each one's compiled argument validator.
+/// Cheap to share: build it once per tool set and hand out `Arc`s.
+pub struct ToolRegistry {
+    entries: Vec<Entry>,
+    by_name: HashMap<String, usize>,
+    definitions: Vec<ToolDefinition>,
+}
+
+impl ToolRegistry {
+    /// Registers `tools`, refusing names outside `^[a-zA-Z][a-zA-Z0-9_-]*$`,
+    /// duplicate names, and parameter schemas that are not valid JSON Schema
+    /// objects (a tool's schema is checked here, once, not at each call).
+    pub fn new(tools: impl IntoIterator<Item = Arc<dyn Tool>>) -> Result<Self, RegistryError> {
+        let mut registry = Self {
+            entries: Vec::new(),
+            by_name: HashMap::new(),
+            definitions: Vec::new(),
+        };
+        for tool in tools {
+            let definition = tool.definition().clone();
+            let name = definition.name.clone();
+            if !is_valid_tool_name(&name) {
+                return Err(RegistryError::InvalidName(name));
+            }
+            if registry.by_name.contains_key(&name) {
+                return Err(RegistryError::Duplicate(name));
+            }
+            let invalid_schema = |reason: String| RegistryError::InvalidSchema {
+                name: name.clone(),
+                reason,
+            };
+            if definition.parameters.get("type") != Some(&Value::String("object".into())) {
+                return Err(invalid_schema(
+                    "the parameters schema must declare \"type\": \"object\"".into(),
+                ));
+            }
+            let validator = jsonschema::validator_for(&definition.parameters)
+                .map_err(|error| invalid_schema(error.to_string()))?;
+            registry.by_name.insert(name, registry.entries.len());
+            registry.entries.push(Entry { tool, validator });
+            registry.definitions.push(definition);
+        }
+        Ok(registry)
+    }
+
+    /// The definitions shown to the model, in registration order.
+    pub fn definitions(&self) -> &[ToolDefinition] {
+        &self.definitions
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.entry(name).map(|entry| &entry.tool)
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Validates `arguments` for the tool `name`. `Ok(None)` means no such
+    /// tool; `Ok(Some(tool))` means the arguments may be executed; `Err` lists
+    /// every problem in path style (`$.flags[0]: expected string`).
+    pub fn check(
+        &self,
+        name: &str,
+        arguments: &Value,
+    ) -> Result<Option<&Arc<dyn Tool>>, Vec<String>> {
+        let Some(entry) = self.entry(name) else {
+            return Ok(None);
+        };
+        if entry.validator.is_valid(arguments) {
+            return Ok(Some(&entry.tool));
+        }
+        Err(describe_errors(entry.validator.iter_errors(arguments)))
+    }
+
+    fn entry(&self, name: &str) -> Option<&Entry> {
+        self.by_name.get(name).map(|&index| &self.entries[index])
+    }
+}
+
+/// `^[a-zA-Z][a-zA-Z0-9_-]*$`
+pub fn is_valid_tool_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    bytes.next().is_some_and(|b| b.is_ascii_alphabetic())
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Turns schema violations into the path-style messages the model sees. A value
+/// of the wrong type reports only that (as a hand-written validator stops
+/// there); each missing and each unexpected property is its own message.
+fn describe_errors<'a>(errors: impl Iterator<Item = ValidationError<'a>>) -> Vec<String> {
+    let errors: Vec<_> = errors.collect();
+    let type_error_paths: Vec<String> = errors
+        .iter()
+        .filter(|e| matches!(e.kind(), ValidationErrorKind::Type { .. }))
+        .map(|e| json_path(e.instance_path().segments()))
+        .collect();
+    let mut messages = Vec::new();
+    for error in &errors {
+        let path = json_path(error.instance_path().segments());
+        match error.kind() {
+            ValidationErrorKind::Type { kind } => {
+                let expected = match kind {
+                    TypeKind::Single(single) => single.to_string(),
+                    TypeKind::Multiple(set) => set
+                        .iter()
+                        .map(|t| t.to_string())
+                        .collect::<Vec<_>>()
+                        .join(" or "),
+                };
+                messages.push(format!("{path}: expected {expected}"));
+            }
+            _ if type_error_paths.contains(&path) => {}
+            ValidationErrorKind::Required { property } => {
+                let key = property.as_str().map_or_else(|| property.to_string(), str::to_owned);
+                messages.push(format!("{}: required", child_path(&path, &key)));
+            }
+            ValidationErrorKind::AdditionalProperties { unexpected } => {
+                for key in unexpected {
+                    messages.push(format!("{}: unexpected property", child_path(&path, key)));
+                }
+            }
+            ValidationErrorKind::Enum { .. } | ValidationErrorKind::Constant { .. } => {
+                messages.push(format!("{path}: not an allowed value"));
+            }
+            _ => messages.push(format!("{path}: {}", error.masked())),
+        }
+    }
+    messages
+}
+
+fn json_path<'a>(segments: impl Iterator<Item = LocationSegment<'a>>) -> String {
+    let mut path = String::from("$");
+    for segment in segments {
+        match segment {
+            LocationSegment::Property(key) => path = child_path(&path, &key),
+            LocationSegment::Index(index) => {
+                let _ = write!(path, "[{index}]");
+            }
+        }
+    }
+    path
+}
+
+/// `$.key` for identifier-like keys, `$["odd key"]` for the rest, so a path
+/// is never ambiguous.
+fn child_path(parent: &str, key: &str) -> String {
+    let plain = key
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if plain {
+        format!("{parent}.{key}")
+    } else {
+        format!("{parent}[{}]", Value::String(key.to_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::harness::tool::ToolError;
+    use async_trait::async_trait;
+    use serde_json::json;
+    use tokio_util::sync::CancellationToken;
+
+    struct Fixed(ToolDefinition);
+
+    #[async_trait]
+    impl Tool for Fixed {
+        fn definition(&self) -> &ToolDefinition {
+            &self.0
+        }
+        async fn execute(&self, _: &Value, _: &CancellationToken) -> Result<Value, ToolError> {
+            Ok(Value::Null)
+        }
+    }
+
+    fn tool(name: &str, parameters: Value) -> Arc<dyn Tool> {
+        Arc::new(Fixed(ToolDefinition {
+            name: name.into(),
+            description: String::new(),
+            parameters,
+        }))
+    }
+
+    fn errors(schema: Value, arguments: Value) -> Vec<String> {
+        let registry = ToolRegistry::new([tool("t", schema)]).unwrap();
+        match registry.check("t", &arguments) {
+            Ok(_) => vec![],
+            Err(errors) => errors,
+        }
+    }
+
+    #[test]
+    fn refuses_bad_and_duplicate_names() {
+        for bad in ["", "1abc", "a b", "a.b", "ä", "_x"] {
+            assert_eq!(
+                ToolRegistry::new([tool(bad, json!({"type": "object"}))]).err(),
+                Some(RegistryError::InvalidName(bad.into()))
+            );
+        }
+        for good in ["a", "read_file", "x-1", "Z9"] {
+            assert!(ToolRegistry::new([tool(good, json!({"type": "object"}))]).is_ok());
+        }
+        assert_eq!(
+            ToolRegistry::new([
+                tool("a", json!({"type": "object"})),
+                tool("a", json!({"type": "object"}))
+            ])
+            .err(),
+            Some(RegistryError::Duplicate("a".into()))
+        );
+    }
+
+    #[test]
+    fn checks_schemas_at_registration() {
+        for schema in [
+            json!({"type": "string"}),
+            json!({}),
+            json!({"type": "object", "properties": {"a": {"type": "strin"}}}),
+            json!({"type": "object", "required": "a"}),
+        ] {
+            assert!(
+                matches!(
+                    ToolRegistry::new([tool("t", schema.clone())]),
+                    Err(RegistryError::InvalidSchema { .. })
+                ),
+                "{schema}"
+            );
+        }
+    }
+
+    #[test]
+    fn reports_errors_with_paths() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string"},
+                "flags": {"type": "array", "items": {"type": "string"}},
+                "mode": {"type": "string", "enum": ["r", "w"]},
+                "nested": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
+                "odd key": {"type": "boolean"}
+            },
+            "required": ["path"],
+            "additionalProperties": false
+        });
+        assert_eq!(errors(schema.clone(), json!({"path": "a"})), Vec::<String>::new());
+        assert_eq!(errors(schema.clone(), json!({})), ["$.path: required"]);
+        assert_eq!(
+            errors(schema.clone(), json!({"path": "a", "flags": ["x", 1]})),
+            ["$.flags[1]: expected string"]
+        );
+        assert_eq!(
+            errors(schema.clone(), json!({"path": "a", "x": 1, "y": 2})),
+            ["$.x: unexpected property", "$.y: unexpected property"]
+        );
+        assert_eq!(
+            errors(schema.clone(), json!({"path": "a", "mode": "x"})),
+            ["$.mode: not an allowed value"]
+        );
+        assert_eq!(
+            errors(schema.clone(), json!({"path": "a", "mode": 3})),
+            ["$.mode: expected string"]
+        );
+        assert_eq!(
+            errors(schema.clone(), json!({"path": "a", "nested": {"n": 1.5}})),
+            ["$.nested.n: expected integer"]
+        );
+        assert_eq!(
+            errors(schema.clone(), json!({"path": "a", "nested": {}})),
+            ["$.nested.n: required"]
+        );
+        assert_eq!(
+            errors(schema.clone(), json!({"path": "a", "odd key": 1})),
+            ["$[\"odd key\"]: expected boolean"]
+        );
+        assert_eq!(errors(schema.clone(), json!([])), ["$: expected object"]);
+        assert_eq!(errors(schema, json!(null)), ["$: expected object"]);
+    }
+
+    #[test]
+    fn supports_the_whole_of_json_schema() {
+        let schema = json!({
+            "type": "object",
+            "properties": {"n": {"type": "integer", "minimum": 1}, "s": {"type": "string", "maxLength": 2}}
+        });
+        assert_eq!(
+            errors(schema, json!({"n": 0, "s": "abc"})).len(),
+            2,
+            "keywords beyond the design's subset are enforced too"
+        );
+    }
+
+    #[test]
+    fn unknown_tools_are_not_errors_of_the_check() {
+        let registry = ToolRegistry::new([tool("t", json!({"type": "object"}))]).unwrap();
+        assert!(matches!(registry.check("nope", &json!({})), Ok(None)));
+        assert!(matches!(registry.check("t", &json!({})), Ok(Some(_))));
+    }
+}

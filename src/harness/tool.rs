@@ -1,0 +1,53 @@
+//! The contract every tool implements.
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+/// What the model is told about a tool: its name, what it does, and the JSON
+/// Schema its arguments must satisfy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolDefinition {
+    pub name: String,
+    pub description: String,
+    pub parameters: Value,
+}
+
+/// A tool's own failure. It is answered to the model as a recoverable tool
+/// message (`is_error: true`) carrying exactly this message, so write it for the
+/// model: say what was wrong and what would work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ToolError {
+    message: String,
+}
+
+impl ToolError {
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+        }
+    }
+
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+/// A capability the harness may execute on a model's behalf.
+///
+/// `execute` receives arguments that already satisfy the tool's schema, and the
+/// run's cancellation token, which fires on client cancel and on the run's
+/// deadline: a tool that waits on anything must stop promptly when it fires.
+/// A tool that ignores it is dropped by the harness shortly after.
+#[async_trait]
+pub trait Tool: Send + Sync {
+    fn definition(&self) -> &ToolDefinition;
+
+    async fn execute(
+        &self,
+        arguments: &Value,
+        cancel: &CancellationToken,
+    ) -> Result<Value, ToolError>;
+}

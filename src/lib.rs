@@ -1,0 +1,8 @@
+//! agent-runner: runs AI-agent loops on behalf of clients.
+//!
+//! - [`harness`]: the agent loop and its contracts (messages, models, tools,
+//!   budgets, context, events). No HTTP and no SQL.
+//! - [`models`]: models the harness can drive (the scripted model).
+
+pub mod harness;
+pub mod models;

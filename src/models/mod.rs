@@ -1,0 +1,5 @@
+//! Models the harness can drive.
+
+pub mod scripted;
+
+pub use scripted::ScriptedModel;
