@@ -125,6 +125,10 @@ impl Harness<'_> {
     /// does, and emits `run_end` exactly once, whatever the path.
     pub async fn run(&self, config: RunConfig, cancel: &CancellationToken) -> RunResult {
         let token = cancel.child_token();
+        let deadline = config
+            .limits
+            .timeout
+            .map(|timeout| tokio::time::Instant::now() + timeout);
         let timed_out = AtomicBool::new(false);
         let mut run = Run {
             harness: self,
@@ -138,11 +142,9 @@ impl Harness<'_> {
         };
         run.emitter.emit(|| EventKind::RunStart);
         let end = {
-            let body = run.drive(&token);
-            match config.limits.timeout {
-                Some(timeout) => {
-                    with_deadline(body, timeout, cancel, &token, &timed_out).await
-                }
+            let body = run.drive(&token, deadline);
+            match deadline {
+                Some(deadline) => with_deadline(body, deadline, cancel, &token, &timed_out).await,
                 None => body.await,
             }
         };
@@ -151,12 +153,12 @@ impl Harness<'_> {
     }
 }
 
-/// Drives `body`; when `timeout` passes first, marks the run timed out (unless
+/// Drives `body`; when `deadline` passes first, marks the run timed out (unless
 /// the client cancelled first), fires the run's token, and keeps driving `body`
 /// so it ends through its ordinary cancellation path.
 async fn with_deadline<F: Future>(
     body: F,
-    timeout: Duration,
+    deadline: tokio::time::Instant,
     external: &CancellationToken,
     token: &CancellationToken,
     timed_out: &AtomicBool,
@@ -165,7 +167,7 @@ async fn with_deadline<F: Future>(
     tokio::select! {
         biased;
         end = &mut body => return end,
-        () = tokio::time::sleep(timeout) => {
+        () = tokio::time::sleep_until(deadline) => {
             if !external.is_cancelled() {
                 timed_out.store(true, Ordering::Release);
             }
@@ -187,7 +189,11 @@ struct Run<'h, 'c> {
 }
 
 impl Run<'_, '_> {
-    async fn drive(&mut self, token: &CancellationToken) -> End {
+    async fn drive(
+        &mut self,
+        token: &CancellationToken,
+        deadline: Option<tokio::time::Instant>,
+    ) -> End {
         self.append(Message::user(self.config.prompt.clone()));
         let limits = self.config.limits;
         let tools = self.harness.tools;
@@ -209,6 +215,7 @@ impl Run<'_, '_> {
                 messages: context::view(&self.messages, start),
                 tools: tools.definitions(),
                 cancel: token,
+                deadline,
                 deltas: &deltas,
             };
             let outcome = tokio::select! {
@@ -281,7 +288,8 @@ impl Run<'_, '_> {
             Ok(None) => (format!("Unknown tool: {}", call.name), true),
             Err(errors) => (format!("Invalid arguments: {}", errors.join("; ")), true),
             Ok(Some(tool)) => {
-                let execution = AssertUnwindSafe(tool.execute(&call.arguments, token)).catch_unwind();
+                let execution =
+                    AssertUnwindSafe(tool.execute(&call.arguments, token)).catch_unwind();
                 let abandoned = async {
                     token.cancelled().await;
                     tokio::time::sleep(TOOL_CANCEL_GRACE).await;

@@ -21,7 +21,9 @@ pub enum ContextError {
     OrphanResult,
     #[error("Incomplete tool result batch")]
     IncompleteBatch,
-    #[error("Context budget of {limit} characters is too small for the required messages ({required} characters)")]
+    #[error(
+        "Context budget of {limit} characters is too small for the required messages ({required} characters)"
+    )]
     TooSmall { limit: usize, required: usize },
 }
 
@@ -270,7 +272,11 @@ mod tests {
         let trimmed = select_context(&messages, size(&messages) - 1).unwrap();
         assert_eq!(
             trimmed,
-            vec![messages[0].clone(), messages[4].clone(), messages[5].clone()]
+            vec![
+                messages[0].clone(),
+                messages[4].clone(),
+                messages[5].clone()
+            ]
         );
     }
 
@@ -342,7 +348,10 @@ mod tests {
             select_context(&messages[..1], first - 1),
             Err(ContextError::TooSmall { .. })
         ));
-        assert_eq!(select_context(&messages[..1], first), Ok(messages[..1].to_vec()));
+        assert_eq!(
+            select_context(&messages[..1], first),
+            Ok(messages[..1].to_vec())
+        );
         // The first message fits, but not with the latest group.
         assert_eq!(
             select_context(&messages, size(&messages) - 1),

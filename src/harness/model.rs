@@ -20,6 +20,9 @@ pub struct ModelRequest<'a> {
     /// waiting for the model when it fires, so an adapter that ignores it is
     /// merely dropped.
     pub cancel: &'a CancellationToken,
+    /// When the run's deadline passes, if it has one: an adapter that retries
+    /// must not start an attempt, or sleep a backoff, beyond it.
+    pub deadline: Option<tokio::time::Instant>,
     /// Where a streaming adapter sends text as it arrives (`model_delta`).
     pub deltas: &'a dyn DeltaSink,
 }
@@ -292,7 +295,10 @@ mod tests {
                 json!({"content": "", "usage": {"output_tokens": 9007199254740992u64}}),
                 "usage.output_tokens must be a nonnegative integer",
             ),
-            (json!({"content": "", "usage": 3}), "usage must be an object"),
+            (
+                json!({"content": "", "usage": 3}),
+                "usage must be an object",
+            ),
         ];
         for (value, expected) in cases {
             let message = error_of(value.clone());

@@ -146,7 +146,9 @@ fn describe_errors<'a>(errors: impl Iterator<Item = ValidationError<'a>>) -> Vec
             }
             _ if type_error_paths.contains(&path) => {}
             ValidationErrorKind::Required { property } => {
-                let key = property.as_str().map_or_else(|| property.to_string(), str::to_owned);
+                let key = property
+                    .as_str()
+                    .map_or_else(|| property.to_string(), str::to_owned);
                 messages.push(format!("{}: required", child_path(&path, &key)));
             }
             ValidationErrorKind::AdditionalProperties { unexpected } => {
@@ -280,7 +282,10 @@ mod tests {
             "required": ["path"],
             "additionalProperties": false
         });
-        assert_eq!(errors(schema.clone(), json!({"path": "a"})), Vec::<String>::new());
+        assert_eq!(
+            errors(schema.clone(), json!({"path": "a"})),
+            Vec::<String>::new()
+        );
         assert_eq!(errors(schema.clone(), json!({})), ["$.path: required"]);
         assert_eq!(
             errors(schema.clone(), json!({"path": "a", "flags": ["x", 1]})),
