@@ -121,7 +121,9 @@ pub fn is_valid_tool_name(name: &str) -> bool {
 
 /// Turns schema violations into the path-style messages the model sees. A value
 /// of the wrong type reports only that (as a hand-written validator stops
-/// there); each missing and each unexpected property is its own message.
+/// there); each missing and each unexpected property is its own message, and
+/// missing properties come first, so the model reads the most basic problem
+/// first and the order never depends on keyword order in the schema.
 fn describe_errors<'a>(errors: impl Iterator<Item = ValidationError<'a>>) -> Vec<String> {
     let errors: Vec<_> = errors.collect();
     let type_error_paths: Vec<String> = errors
@@ -129,6 +131,7 @@ fn describe_errors<'a>(errors: impl Iterator<Item = ValidationError<'a>>) -> Vec
         .filter(|e| matches!(e.kind(), ValidationErrorKind::Type { .. }))
         .map(|e| json_path(e.instance_path().segments()))
         .collect();
+    let mut required = Vec::new();
     let mut messages = Vec::new();
     for error in &errors {
         let path = json_path(error.instance_path().segments());
@@ -149,7 +152,7 @@ fn describe_errors<'a>(errors: impl Iterator<Item = ValidationError<'a>>) -> Vec
                 let key = property
                     .as_str()
                     .map_or_else(|| property.to_string(), str::to_owned);
-                messages.push(format!("{}: required", child_path(&path, &key)));
+                required.push(format!("{}: required", child_path(&path, &key)));
             }
             ValidationErrorKind::AdditionalProperties { unexpected } => {
                 for key in unexpected {
@@ -162,7 +165,8 @@ fn describe_errors<'a>(errors: impl Iterator<Item = ValidationError<'a>>) -> Vec
             _ => messages.push(format!("{path}: {}", error.masked())),
         }
     }
-    messages
+    required.append(&mut messages);
+    required
 }
 
 fn json_path<'a>(segments: impl Iterator<Item = LocationSegment<'a>>) -> String {

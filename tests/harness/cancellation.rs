@@ -1,0 +1,186 @@
+//! Cancellation and deadlines reach the model and the tools.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use agent_runner::harness::{Harness, Message, RunConfig, RunStatus, ToolRegistry};
+use agent_runner::models::ScriptedModel;
+
+use crate::support::*;
+
+#[tokio::test]
+async fn a_run_cancelled_before_it_starts_never_calls_the_model() {
+    let cancel = CancellationToken::new();
+    cancel.cancel();
+    let model = ScriptedModel::new(vec![answer("never")]);
+    let registry = ToolRegistry::new([]).unwrap();
+    let result = Harness {
+        model: &model,
+        tools: &registry,
+        observer: None,
+    }
+    .run(RunConfig::new("go"), &cancel)
+    .await;
+    assert_eq!(result.status, RunStatus::Aborted);
+    assert_eq!(result.steps, 0);
+    assert_eq!(model.remaining(), 1, "the model was not called");
+    assert_eq!(result.messages.len(), 1);
+}
+
+#[tokio::test]
+async fn cancel_during_a_model_call_aborts_promptly() {
+    let cancel = CancellationToken::new();
+    let trigger = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        trigger.cancel();
+    });
+    let started = Instant::now();
+    let noop = noop();
+    let result = run_with(
+        vec![json!({"delay_ms": 10_000, "content": "", "tool_calls": [call("1", "noop", json!({}))]})],
+        std::slice::from_ref(&noop),
+        RunConfig::new("go"),
+        &cancel,
+        None,
+    )
+    .await;
+    assert_eq!(result.status, RunStatus::Aborted);
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(noop.executions.load(Ordering::SeqCst), 0);
+    assert_eq!(result.steps, 0);
+}
+
+#[tokio::test]
+async fn cancel_during_a_tool_reaches_the_tool() {
+    let cancel = CancellationToken::new();
+    let trigger = cancel.clone();
+    let waiting = tool("wait", json!({"type": "object"}), move |_, token| {
+        let trigger = trigger.clone();
+        async move {
+            trigger.cancel();
+            token.cancelled().await;
+            Err(agent_runner::harness::ToolError::new(
+                "stopped by cancellation",
+            ))
+        }
+    });
+    let after = noop();
+    let result = run_with(
+        vec![
+            tool_turn(vec![
+                call("1", "wait", json!({})),
+                call("2", "noop", json!({})),
+            ]),
+            answer("never"),
+        ],
+        &[waiting, after.clone()],
+        RunConfig::new("go"),
+        &cancel,
+        None,
+    )
+    .await;
+    assert_eq!(result.status, RunStatus::Aborted);
+    assert_eq!(
+        after.executions.load(Ordering::SeqCst),
+        0,
+        "no call after the cancel"
+    );
+    assert_eq!(result.tool_calls, 1);
+    // What the cancelled tool said is kept: the transcript is honest.
+    assert_eq!(
+        *result.messages[2],
+        Message::tool("1", "stopped by cancellation", true)
+    );
+}
+
+#[tokio::test]
+async fn a_tool_that_ignores_cancellation_is_abandoned() {
+    let cancel = CancellationToken::new();
+    let trigger = cancel.clone();
+    let stubborn = tool("stubborn", json!({"type": "object"}), move |_, _| {
+        let trigger = trigger.clone();
+        async move {
+            trigger.cancel();
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            Ok(json!("too late"))
+        }
+    });
+    let started = Instant::now();
+    let result = run_with(
+        vec![
+            tool_turn(vec![call("1", "stubborn", json!({}))]),
+            answer("never"),
+        ],
+        &[stubborn],
+        RunConfig::new("go"),
+        &cancel,
+        None,
+    )
+    .await;
+    assert_eq!(result.status, RunStatus::Aborted);
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(
+        *result.messages[2],
+        Message::tool("1", "Tool call cancelled: the run was stopped", true)
+    );
+}
+
+#[tokio::test]
+async fn the_deadline_is_reached_inside_a_cooperative_model() {
+    let mut config = RunConfig::new("go");
+    config.limits.timeout = Some(Duration::from_millis(50));
+    let started = Instant::now();
+    let result = run_with(
+        vec![json!({"delay_ms": 10_000, "content": "late"})],
+        &[],
+        config,
+        &CancellationToken::new(),
+        None,
+    )
+    .await;
+    assert_eq!(result.status, RunStatus::Timeout);
+    assert_eq!(result.answer, None);
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn the_deadline_is_reached_inside_a_cooperative_tool() {
+    let waiting = tool("wait", json!({"type": "object"}), |_, token| async move {
+        token.cancelled().await;
+        Err(agent_runner::harness::ToolError::new("deadline reached"))
+    });
+    let mut config = RunConfig::new("go");
+    config.limits.timeout = Some(Duration::from_millis(50));
+    let result = run_with(
+        vec![
+            tool_turn(vec![call("1", "wait", json!({}))]),
+            answer("never"),
+        ],
+        &[waiting],
+        config,
+        &CancellationToken::new(),
+        None,
+    )
+    .await;
+    assert_eq!(result.status, RunStatus::Timeout);
+    assert_eq!(result.steps, 1);
+    assert_eq!(
+        *result.messages[2],
+        Message::tool("1", "deadline reached", true)
+    );
+}
+
+#[tokio::test]
+async fn a_client_cancel_is_not_reported_as_a_timeout() {
+    let cancel = CancellationToken::new();
+    cancel.cancel();
+    let mut config = RunConfig::new("go");
+    config.limits.timeout = Some(Duration::from_millis(1));
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let result = run_with(vec![answer("x")], &[], config, &cancel, None).await;
+    assert_eq!(result.status, RunStatus::Aborted);
+}
