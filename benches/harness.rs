@@ -16,8 +16,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use agent_runner::harness::{
-    Event, Harness, Observer, ObserverError, RunConfig, RunStatus, Tool, ToolDefinition,
-    ToolError, ToolRegistry,
+    Event, Harness, Observer, ObserverError, RunConfig, RunStatus, Tool, ToolDefinition, ToolError,
+    ToolRegistry,
 };
 use agent_runner::models::ScriptedModel;
 
@@ -65,7 +65,10 @@ fn script(steps: usize) -> Vec<Value> {
 
 fn config(steps: usize) -> RunConfig {
     let mut config = RunConfig::new("Benchmark the harness");
-    config.limits.max_steps = u32::try_from(steps).expect("small").try_into().expect("nonzero");
+    config.limits.max_steps = u32::try_from(steps)
+        .expect("small")
+        .try_into()
+        .expect("nonzero");
     config.limits.max_tool_calls = u32::try_from(steps).expect("small");
     // About a dozen groups fit: long runs must trim at every step.
     config.context.max_context_chars = NonZeroUsize::new(2_000).expect("nonzero");
