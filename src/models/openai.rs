@@ -196,7 +196,11 @@ pub fn tools_json(tools: &[ToolDefinition]) -> Value {
 /// A complete (non-streamed) Chat Completions response.
 pub fn parse_response(value: Value, http: &HttpClient) -> Result<ModelResponse, ProviderError> {
     let invalid = |why: &str| ProviderError::InvalidResponse(why.to_owned());
-    if let Some(detail) = value.get("error").and_then(|_| json_error_detail(&value)) {
+    if let Some(detail) = value
+        .get("error")
+        .filter(|error| !error.is_null())
+        .and_then(|_| json_error_detail(&value))
+    {
         return Err(ProviderError::Reported {
             detail: http.scrub(&detail),
             retryable: false,
@@ -336,7 +340,7 @@ async fn read_stream(
         }
         let chunk: Value = serde_json::from_str(&event.data)
             .map_err(|error| invalid(format!("a stream chunk is not valid JSON ({error})")))?;
-        if chunk.get("error").is_some() {
+        if chunk.get("error").is_some_and(|error| !error.is_null()) {
             let detail = json_error_detail(&chunk).unwrap_or_default();
             return Err(ProviderError::Reported {
                 detail: http.scrub(&detail),
@@ -489,6 +493,26 @@ mod tests {
         assert_eq!(response.tool_calls[1].arguments, json!({"k": 1}));
         assert_eq!(response.usage, None);
         response.validate().unwrap();
+    }
+
+    #[test]
+    fn a_null_error_field_is_no_error() {
+        let response = parse_response(
+            json!({"error": null, "choices": [{"message": {"content": "Hi"}, "finish_reason": "stop"}]}),
+            &client(),
+        )
+        .unwrap();
+        assert_eq!(response.content, "Hi");
+        assert_eq!(
+            parse_response(
+                json!({"error": {"message": "busy", "type": "server_error"}}),
+                &client()
+            ),
+            Err(ProviderError::Reported {
+                detail: "server_error: busy".into(),
+                retryable: false
+            })
+        );
     }
 
     #[test]
