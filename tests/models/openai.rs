@@ -358,3 +358,25 @@ async fn a_refusal_or_an_answer_with_usage_maps_to_the_response() {
         Some(true)
     );
 }
+
+#[tokio::test]
+async fn an_https_endpoint_that_does_not_speak_tls_is_a_connection_failure() {
+    // Exercises the TLS setup (crypto provider, trust store) without any
+    // network beyond loopback: the handshake meets a plain HTTP server.
+    let server = MockServer::start(vec![]).await;
+    let mut config = OpenAiConfig::new("gpt-4o-mini");
+    config.http = settings(
+        format!("{}/v1", server.base.replace("http://", "https://")),
+        None,
+    );
+    config.http.retry.max_attempts = 1;
+    let error = generate_simple(&OpenAiModel::new(config).unwrap(), &[Message::user("Hi")])
+        .await
+        .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .starts_with("openai provider: cannot connect"),
+        "{error}"
+    );
+}
