@@ -568,6 +568,37 @@ pub struct ProfileInfo {
 }
 
 /// Every profile of the server, validated and prepared at start-up.
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use agent_runner::models::{ModelProfile, ModelProfiles, ProfileKind, process_env};
+///
+/// #[derive(serde::Deserialize)]
+/// struct Config {
+///     #[serde(default)]
+///     models: BTreeMap<String, ModelProfile>,
+/// }
+///
+/// let config: Config = toml::from_str(
+///     r#"
+///     [models.local]
+///     kind = "openai"
+///     base_url = "http://127.0.0.1:11434/v1"
+///     model = "qwen2.5-coder"
+///     "#,
+/// )
+/// .expect("a valid configuration");
+/// let profiles = ModelProfiles::new(config.models, &process_env).expect("usable profiles");
+/// let names: Vec<(String, ProfileKind)> =
+///     profiles.list().into_iter().map(|p| (p.name, p.kind)).collect();
+/// assert_eq!(
+///     names,
+///     [("demo".into(), ProfileKind::Scripted), ("local".into(), ProfileKind::OpenAi)]
+/// );
+/// // One model per run; an HTTP profile's is shared, a scripted one's fresh.
+/// let model = profiles.instantiate("local").expect("a configured profile");
+/// # drop(model);
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct ModelProfiles {
     profiles: BTreeMap<String, PreparedProfile>,
