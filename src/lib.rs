@@ -2,7 +2,8 @@
 //!
 //! - [`harness`]: the agent loop and its contracts (messages, models, tools,
 //!   budgets, context, events). No HTTP and no SQL.
-//! - [`models`]: models the harness can drive (the scripted model).
+//! - [`models`]: models the harness can drive: scripted, OpenAI-compatible and
+//!   Anthropic adapters, and the profiles that configure them.
 
 pub mod harness;
 pub mod models;

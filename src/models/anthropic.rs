@@ -1,0 +1,533 @@
+//! An adapter for Anthropic's Messages API.
+//!
+//! Translation: an assistant message becomes a `text` block and one
+//! `tool_use` block per call (its `input` an object, its id kept); each tool
+//! result becomes a `tool_result` block of a `user` turn, with `is_error`,
+//! and consecutive results (or any consecutive messages of one role) share
+//! one turn, as the API requires turns to alternate. Tool definitions carry
+//! their schema as `input_schema`; `max_tokens` is always sent, since the API
+//! requires it.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use reqwest::header::HeaderName;
+use serde_json::{Map, Value, json};
+
+use super::http::{
+    CallContext, ConfigError, HttpClient, HttpSettings, ProviderError, SseStream,
+    json_error_detail, read_json, token_count, tool_call_from_text,
+};
+use crate::harness::{
+    DeltaSink, Message, Model, ModelError, ModelRequest, ModelResponse, ToolCall, ToolDefinition,
+    Usage,
+};
+
+/// Where Anthropic's API lives; `/v1/messages` is appended.
+pub const ANTHROPIC_DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+
+/// The API version sent in `anthropic-version` (a profile's `headers` may
+/// override it).
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// `max_tokens` when a profile does not set it: the API has no default.
+pub const ANTHROPIC_DEFAULT_MAX_TOKENS: u32 = 4096;
+
+/// The name this adapter gives itself in logs and errors.
+const PROVIDER: &str = "anthropic";
+
+/// Everything an Anthropic model needs.
+#[derive(Debug, Clone)]
+pub struct AnthropicConfig {
+    pub http: HttpSettings,
+    pub model: String,
+    pub max_tokens: u32,
+    pub temperature: Option<f64>,
+    /// Ask for a stream of server-sent events and forward text as it comes.
+    pub stream: bool,
+}
+
+impl AnthropicConfig {
+    pub fn new(model: impl Into<String>) -> Self {
+        Self {
+            http: HttpSettings::new(ANTHROPIC_DEFAULT_BASE_URL),
+            model: model.into(),
+            max_tokens: ANTHROPIC_DEFAULT_MAX_TOKENS,
+            temperature: None,
+            stream: false,
+        }
+    }
+}
+
+/// A model behind the Messages API. Holds no state between calls, so one
+/// instance (and its connection pool) serves every run of a profile.
+#[derive(Debug)]
+pub struct AnthropicModel {
+    http: HttpClient,
+    model: String,
+    max_tokens: u32,
+    temperature: Option<f64>,
+    stream: bool,
+}
+
+impl AnthropicModel {
+    pub fn new(config: AnthropicConfig) -> Result<Self, ConfigError> {
+        let http = HttpClient::new(
+            PROVIDER,
+            &config.http,
+            "/v1/messages",
+            |key| {
+                (
+                    HeaderName::from_static("x-api-key"),
+                    key.expose().to_owned(),
+                )
+            },
+            &[(
+                HeaderName::from_static("anthropic-version"),
+                ANTHROPIC_VERSION,
+            )],
+        )?;
+        Ok(Self {
+            http,
+            model: config.model,
+            max_tokens: config.max_tokens,
+            temperature: config.temperature,
+            stream: config.stream,
+        })
+    }
+
+    /// The request body for one step.
+    pub fn request_body(&self, request: &ModelRequest<'_>) -> Value {
+        let mut body = json!({
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "messages": messages_json(request.messages.iter()),
+        });
+        if !request.tools.is_empty() {
+            body["tools"] = tools_json(request.tools);
+        }
+        if let Some(temperature) = self.temperature {
+            body["temperature"] = json!(temperature);
+        }
+        if self.stream {
+            body["stream"] = json!(true);
+        }
+        body
+    }
+}
+
+#[async_trait]
+impl Model for AnthropicModel {
+    async fn generate(&self, request: ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
+        let body = self.request_body(&request);
+        let context = CallContext {
+            cancel: request.cancel,
+            deadline: request.deadline,
+        };
+        let deltas = request.deltas;
+        let stream = self.stream;
+        let http = &self.http;
+        self.http
+            .execute(&body, context, move |mut response| async move {
+                if stream {
+                    read_stream(SseStream::new(response), deltas, http).await
+                } else {
+                    parse_response(read_json(&mut response).await?, http)
+                }
+            })
+            .await
+    }
+}
+
+/// The transcript as Messages API turns.
+pub fn messages_json<'a>(messages: impl Iterator<Item = &'a Message>) -> Value {
+    let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    for message in messages {
+        let (role, blocks) = match message {
+            Message::User { content } => ("user", vec![json!({"type": "text", "text": content})]),
+            Message::Assistant {
+                content,
+                tool_calls,
+            } => {
+                let mut blocks = Vec::with_capacity(tool_calls.len() + 1);
+                if !content.is_empty() {
+                    blocks.push(json!({"type": "text", "text": content}));
+                }
+                blocks.extend(tool_calls.iter().map(tool_use_json));
+                ("assistant", blocks)
+            }
+            Message::Tool {
+                call_id,
+                content,
+                is_error,
+            } => (
+                "user",
+                vec![json!({
+                    "type": "tool_result",
+                    "tool_use_id": call_id,
+                    "content": content,
+                    "is_error": is_error,
+                })],
+            ),
+        };
+        // The API refuses an empty turn: an assistant message with neither
+        // text nor calls has nothing to say.
+        if blocks.is_empty() {
+            continue;
+        }
+        match turns.last_mut() {
+            Some((last, existing)) if *last == role => existing.extend(blocks),
+            _ => turns.push((role, blocks)),
+        }
+    }
+    turns
+        .into_iter()
+        .map(|(role, content)| json!({"role": role, "content": content}))
+        .collect()
+}
+
+fn tool_use_json(call: &ToolCall) -> Value {
+    // `input` must be an object; arguments that were not one were answered
+    // with an error, and `{}` stands for them here.
+    let input = match &call.arguments {
+        Value::Object(_) if call.unparsable_arguments.is_none() => call.arguments.clone(),
+        _ => Value::Object(Map::new()),
+    };
+    json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input})
+}
+
+/// Tool definitions in Messages API shape.
+pub fn tools_json(tools: &[ToolDefinition]) -> Value {
+    tools
+        .iter()
+        .map(|tool| {
+            json!({
+                "name": tool.name,
+                "description": tool.description,
+                "input_schema": tool.parameters,
+            })
+        })
+        .collect()
+}
+
+/// A complete (non-streamed) Messages API response.
+pub fn parse_response(value: Value, http: &HttpClient) -> Result<ModelResponse, ProviderError> {
+    let invalid = |why: &str| ProviderError::InvalidResponse(why.to_owned());
+    if value.get("type").and_then(Value::as_str) == Some("error") {
+        return Err(reported(&value, http, false));
+    }
+    check_stop_reason(value.get("stop_reason").and_then(Value::as_str))?;
+    let blocks = value
+        .get("content")
+        .and_then(Value::as_array)
+        .ok_or_else(|| invalid("the response has no content array"))?;
+    let mut content = String::new();
+    let mut tool_calls = Vec::new();
+    for block in blocks {
+        match block.get("type").and_then(Value::as_str) {
+            Some("text") => content.push_str(
+                block
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| invalid("a text block has no text"))?,
+            ),
+            Some("tool_use") => {
+                let text = |key: &str| {
+                    block
+                        .get(key)
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
+                        .ok_or_else(|| {
+                            ProviderError::InvalidResponse(format!("a tool_use block has no {key}"))
+                        })
+                };
+                let input = block.get("input").cloned().unwrap_or(json!({}));
+                tool_calls.push(ToolCall::new(text("id")?, text("name")?, input));
+            }
+            // Thinking and server-tool blocks are not part of the answer.
+            Some(_) => {}
+            None => return Err(invalid("a content block has no type")),
+        }
+    }
+    Ok(ModelResponse {
+        content,
+        tool_calls,
+        usage: parse_usage(value.get("usage"))?,
+    })
+}
+
+fn reported(value: &Value, http: &HttpClient, retryable: bool) -> ProviderError {
+    ProviderError::Reported {
+        detail: http.scrub(&json_error_detail(value).unwrap_or_else(|| value.to_string())),
+        retryable,
+    }
+}
+
+/// A response cut short is reported, not taken for an answer.
+fn check_stop_reason(reason: Option<&str>) -> Result<(), ProviderError> {
+    let why = match reason {
+        Some("max_tokens") => {
+            "the answer was cut off at the token limit (stop_reason `max_tokens`); raise max_tokens"
+        }
+        Some("model_context_window_exceeded") => {
+            "the answer was cut off by the model's context window (stop_reason `model_context_window_exceeded`)"
+        }
+        Some("refusal") => "the model declined to answer (stop_reason `refusal`)",
+        Some("pause_turn") => "the provider paused the turn (stop_reason `pause_turn`)",
+        _ => return Ok(()),
+    };
+    Err(ProviderError::Incomplete(why.into()))
+}
+
+/// Input tokens are the uncached ones plus those written to or read from the
+/// prompt cache: all of them were part of the prompt.
+fn parse_usage(usage: Option<&Value>) -> Result<Option<Usage>, ProviderError> {
+    let Some(usage) = usage.filter(|usage| !usage.is_null()) else {
+        return Ok(None);
+    };
+    if !usage.is_object() {
+        return Err(ProviderError::InvalidResponse(
+            "usage is not an object".into(),
+        ));
+    }
+    let mut input = None;
+    for key in [
+        "input_tokens",
+        "cache_creation_input_tokens",
+        "cache_read_input_tokens",
+    ] {
+        if let Some(count) = token_count(usage, key)? {
+            input = Some(input.unwrap_or(0u64).saturating_add(count));
+        }
+    }
+    Ok(Some(Usage {
+        input_tokens: input,
+        output_tokens: token_count(usage, "output_tokens")?,
+    }))
+}
+
+/// A content block being assembled from stream events.
+enum Block {
+    Text(String),
+    ToolUse {
+        id: String,
+        name: String,
+        /// The input given at the block's start (`{}` when it is streamed).
+        input: Value,
+        /// The `input_json_delta` fragments, concatenated.
+        json: String,
+    },
+    Other,
+}
+
+/// Reads a streamed answer, forwarding text as it arrives, and assembles the
+/// same response a non-streamed call would have given.
+async fn read_stream(
+    mut events: SseStream,
+    deltas: &dyn DeltaSink,
+    http: &HttpClient,
+) -> Result<ModelResponse, ProviderError> {
+    let invalid = |why: String| ProviderError::InvalidResponse(why);
+    let mut blocks: BTreeMap<u64, Block> = BTreeMap::new();
+    let mut usage: Option<Usage> = None;
+    let mut stop_reason: Option<String> = None;
+    let mut stopped = false;
+    let mut forwarded = false;
+    while let Some(event) = events.next(!forwarded).await? {
+        let data: Value = serde_json::from_str(&event.data)
+            .map_err(|error| invalid(format!("a stream event is not valid JSON ({error})")))?;
+        let kind = data
+            .get("type")
+            .and_then(Value::as_str)
+            .or(event.event.as_deref())
+            .unwrap_or_default();
+        let index = || {
+            data.get("index")
+                .and_then(Value::as_u64)
+                .ok_or_else(|| invalid(format!("a {kind} event has no index")))
+        };
+        match kind {
+            "message_start" => {
+                if let Some(found) = parse_usage(data.get("message").and_then(|m| m.get("usage")))?
+                {
+                    usage = Some(found);
+                }
+            }
+            "content_block_start" => {
+                let block = data.get("content_block").unwrap_or(&Value::Null);
+                let text = |key: &str| {
+                    block
+                        .get(key)
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned()
+                };
+                let started = match block.get("type").and_then(Value::as_str) {
+                    Some("text") => Block::Text(text("text")),
+                    Some("tool_use") => Block::ToolUse {
+                        id: text("id"),
+                        name: text("name"),
+                        input: block.get("input").cloned().unwrap_or(json!({})),
+                        json: String::new(),
+                    },
+                    _ => Block::Other,
+                };
+                blocks.insert(index()?, started);
+            }
+            "content_block_delta" => {
+                let delta = data.get("delta").unwrap_or(&Value::Null);
+                let block = blocks.get_mut(&index()?);
+                match (delta.get("type").and_then(Value::as_str), block) {
+                    (Some("text_delta"), Some(Block::Text(text))) => {
+                        let fragment = delta.get("text").and_then(Value::as_str).unwrap_or("");
+                        if !fragment.is_empty() {
+                            text.push_str(fragment);
+                            deltas.delta(fragment);
+                            forwarded = true;
+                        }
+                    }
+                    (Some("input_json_delta"), Some(Block::ToolUse { json, .. })) => {
+                        json.push_str(
+                            delta
+                                .get("partial_json")
+                                .and_then(Value::as_str)
+                                .unwrap_or(""),
+                        );
+                    }
+                    (Some("text_delta" | "input_json_delta"), _) => {
+                        return Err(invalid(format!("a {kind} event does not match its block")));
+                    }
+                    // Thinking, signatures and anything newer: not ours.
+                    _ => {}
+                }
+            }
+            "message_delta" => {
+                if let Some(reason) = data
+                    .get("delta")
+                    .and_then(|d| d.get("stop_reason"))
+                    .and_then(Value::as_str)
+                {
+                    stop_reason = Some(reason.to_owned());
+                }
+                // Counts here are cumulative: they replace those of
+                // message_start where present.
+                if let Some(found) = parse_usage(data.get("usage"))? {
+                    let mut merged = usage.unwrap_or_default();
+                    merged.input_tokens = found.input_tokens.or(merged.input_tokens);
+                    merged.output_tokens = found.output_tokens.or(merged.output_tokens);
+                    usage = Some(merged);
+                }
+            }
+            "message_stop" => {
+                stopped = true;
+                break;
+            }
+            "error" => {
+                let transient = matches!(
+                    data.get("error")
+                        .and_then(|e| e.get("type"))
+                        .and_then(Value::as_str),
+                    Some("overloaded_error" | "api_error" | "rate_limit_error")
+                );
+                return Err(reported(&data, http, transient && !forwarded));
+            }
+            // ping, content_block_stop and event types added later.
+            _ => {}
+        }
+    }
+    if !stopped {
+        return Err(ProviderError::Transport {
+            detail: "the stream ended before message_stop".into(),
+            retryable: !forwarded,
+        });
+    }
+    check_stop_reason(stop_reason.as_deref())?;
+    let mut content = String::new();
+    let mut tool_calls = Vec::new();
+    for block in blocks.into_values() {
+        match block {
+            Block::Text(text) => content.push_str(&text),
+            Block::ToolUse {
+                id,
+                name,
+                input,
+                json,
+            } => tool_calls.push(if json.trim().is_empty() {
+                ToolCall::new(id, name, input)
+            } else {
+                tool_call_from_text(id, name, &json)
+            }),
+            Block::Other => {}
+        }
+    }
+    Ok(ModelResponse {
+        content,
+        tool_calls,
+        usage,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn consecutive_turns_of_one_role_are_merged() {
+        let messages = [
+            Message::user("Inspect"),
+            Message::assistant(
+                "",
+                vec![
+                    ToolCall::new("toolu_1", "list_dir", json!({})),
+                    ToolCall::new("toolu_2", "read_file", json!({"path": "a"})),
+                ],
+            ),
+            Message::tool("toolu_1", "[]", false),
+            Message::tool("toolu_2", "No such file", true),
+            Message::assistant("Done", vec![]),
+        ];
+        assert_eq!(
+            messages_json(messages.iter()),
+            json!([
+                {"role": "user", "content": [{"type": "text", "text": "Inspect"}]},
+                {"role": "assistant", "content": [
+                    {"type": "tool_use", "id": "toolu_1", "name": "list_dir", "input": {}},
+                    {"type": "tool_use", "id": "toolu_2", "name": "read_file", "input": {"path": "a"}}
+                ]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": "[]", "is_error": false},
+                    {"type": "tool_result", "tool_use_id": "toolu_2", "content": "No such file", "is_error": true}
+                ]},
+                {"role": "assistant", "content": [{"type": "text", "text": "Done"}]}
+            ])
+        );
+    }
+
+    #[test]
+    fn inputs_that_are_not_objects_go_back_empty() {
+        let bad = tool_call_from_text("t".into(), "x".into(), "{oops");
+        assert_eq!(tool_use_json(&bad)["input"], json!({}));
+        let list = ToolCall::new("t", "x", json!([1]));
+        assert_eq!(tool_use_json(&list)["input"], json!({}));
+    }
+
+    #[test]
+    fn usage_counts_cached_input() {
+        assert_eq!(
+            parse_usage(Some(
+                &json!({"input_tokens": 10, "cache_read_input_tokens": 5, "cache_creation_input_tokens": null, "output_tokens": 2})
+            )),
+            Ok(Some(Usage {
+                input_tokens: Some(15),
+                output_tokens: Some(2)
+            }))
+        );
+        assert_eq!(
+            parse_usage(Some(&json!({"output_tokens": 2}))),
+            Ok(Some(Usage {
+                input_tokens: None,
+                output_tokens: Some(2)
+            }))
+        );
+    }
+}
