@@ -3,6 +3,8 @@
 //! - [`harness`]: the agent loop and its contracts (messages, models, tools,
 //!   budgets, context, events). No HTTP and no SQL.
 //! - [`models`]: models the harness can drive (the scripted model).
+//! - [`tools`]: the built-in workspace file tools and preset commands, confined.
 
 pub mod harness;
 pub mod models;
+pub mod tools;

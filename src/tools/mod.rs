@@ -1,0 +1,16 @@
+//! The built-in tools a run can use, and the confinement they work under.
+//!
+//! - [`workspace`]: a run's workspace directory, with race-free confined
+//!   reads, writes and listings.
+//! - [`path`]: workspace-relative paths, checked once at the edge.
+//! - [`error`]: why a workspace operation was refused.
+
+mod confine;
+pub mod error;
+pub mod path;
+pub mod workspace;
+
+pub use confine::Resolver;
+pub use error::WorkspaceError;
+pub use path::RelativePath;
+pub use workspace::{DirEntry, EntryKind, FileInfo, Workspace, WorkspaceOptions};
