@@ -4,4 +4,5 @@
 // Helpers outside `#[test]` functions unwrap too: a panic is the report.
 #![allow(clippy::unwrap_used)]
 
+mod files;
 mod race;
