@@ -4,5 +4,6 @@
 // Helpers outside `#[test]` functions unwrap too: a panic is the report.
 #![allow(clippy::unwrap_used)]
 
+mod commands;
 mod files;
 mod race;
