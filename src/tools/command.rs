@@ -44,6 +44,7 @@ use tokio::process::Command;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::SelectionError;
 use super::capture::Capture;
 use super::process_tree::Containment;
 use super::workspace::Workspace;
@@ -422,12 +423,12 @@ impl RunCommand {
         runner: Arc<CommandRunner>,
         workspace: Arc<Workspace>,
         allowed: impl IntoIterator<Item = impl Into<String>>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, SelectionError> {
         let mut allowed: Vec<String> = allowed.into_iter().map(Into::into).collect();
         allowed.sort();
         allowed.dedup();
         if let Some(unknown) = allowed.iter().find(|name| !runner.presets.contains(name)) {
-            return Err(unknown.clone());
+            return Err(SelectionError::UnknownCommand(unknown.clone()));
         }
         let listed: Vec<String> = allowed
             .iter()
@@ -593,7 +594,7 @@ mod tests {
         );
         assert_eq!(
             RunCommand::new(runner, workspace, ["test", "deploy"]).err(),
-            Some("deploy".to_owned())
+            Some(SelectionError::UnknownCommand("deploy".to_owned()))
         );
     }
 }

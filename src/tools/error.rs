@@ -14,7 +14,7 @@ use crate::harness::ToolError;
 pub enum WorkspaceError {
     #[error("Path is empty: give a path relative to the workspace root, such as \"notes.txt\"")]
     EmptyPath,
-    #[error("Path is too long: at most {limit} bytes")]
+    #[error("Path is too long: at most {limit} bytes, and 255 bytes per name")]
     PathTooLong { limit: usize },
     #[error("Invalid path {path:?}: {reason}")]
     InvalidPath { path: String, reason: &'static str },

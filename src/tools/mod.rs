@@ -81,14 +81,11 @@ pub fn builtin_tools(
             files::READ_FILE => Arc::new(ReadFile::new(workspace.clone())),
             files::WRITE_FILE => Arc::new(WriteFile::new(workspace.clone())),
             files::LIST_DIR => Arc::new(ListDir::new(workspace.clone())),
-            command::RUN_COMMAND => Arc::new(
-                RunCommand::new(
-                    runner.clone(),
-                    workspace.clone(),
-                    commands.iter().map(AsRef::as_ref),
-                )
-                .map_err(SelectionError::UnknownCommand)?,
-            ),
+            command::RUN_COMMAND => Arc::new(RunCommand::new(
+                runner.clone(),
+                workspace.clone(),
+                commands.iter().map(AsRef::as_ref),
+            )?),
             other => return Err(SelectionError::UnknownTool(other.to_owned())),
         };
         selected.push(tool);
