@@ -2,6 +2,8 @@
 //!
 //! - [`workspace`]: a run's workspace directory, with race-free confined
 //!   reads, writes and listings.
+//! - [`confine`]: how a path is opened beneath the root: `openat2` or an
+//!   `openat` walk, never following a symbolic link.
 //! - [`path`]: workspace-relative paths, checked once at the edge.
 //! - [`error`]: why a workspace operation was refused.
 //! - [`files`]: the `read_file`, `write_file` and `list_dir` tools.
@@ -15,7 +17,7 @@
 
 mod capture;
 pub mod command;
-mod confine;
+pub mod confine;
 pub mod error;
 pub mod files;
 pub mod path;

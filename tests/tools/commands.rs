@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 const GONE_WITHIN: Duration = Duration::from_secs(10);
 
 /// A grandchild that writes its pid to `gc.pid` and sleeps; with `setsid`, it
-/// first leaves the command's session and process group.
+/// first calls `setsid`, leaving the command's process group.
 const FORKS_A_SLEEPER: &str = r#"sh -c 'echo $$ > gc.pid; exec sleep 300' & wait"#;
 const FORKS_A_SETSID_SLEEPER: &str = r#"setsid sh -c 'echo $$ > gc.pid; exec sleep 300' & wait"#;
 
@@ -122,8 +122,9 @@ fn is_alive(pid: i32) -> bool {
     !matches!(state, Some('Z' | 'X') | None)
 }
 
-/// Field 6 of `/proc/PID/stat`: the session id.
-fn session_of(pid: i32) -> i32 {
+/// Field 6 of `/proc/PID/stat`: the id `setsid` sets (the process's own
+/// pid once it has called it).
+fn sid_of(pid: i32) -> i32 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     let (_, rest) = stat.rsplit_once(") ").unwrap();
     rest.split(' ').nth(3).unwrap().parse().unwrap()
@@ -277,8 +278,9 @@ async fn cancellation_kills_the_whole_tree_within_500_ms() {
     };
     let canceller = async {
         let grandchild = f.grandchild().await;
-        // It really left the command's session and process group.
-        assert_eq!(session_of(grandchild), grandchild);
+        // It really called setsid, so its process group is no longer the
+        // command's.
+        assert_eq!(sid_of(grandchild), grandchild);
         assert!(is_alive(grandchild));
         let cancelled_at = Instant::now();
         cancel.cancel();
