@@ -1,0 +1,152 @@
+//! The built-in tools a run can use, and the confinement they work under.
+//!
+//! - [`workspace`]: a run's workspace directory, with race-free confined
+//!   reads, writes and listings.
+//! - [`confine`]: how a path is opened beneath the root: `openat2` or an
+//!   `openat` walk, never following a symbolic link.
+//! - [`path`]: workspace-relative paths, checked once at the edge.
+//! - [`error`]: why a workspace operation was refused.
+//! - [`files`]: the `read_file`, `write_file` and `list_dir` tools.
+//! - [`command`]: command presets and the `run_command` tool.
+//! - [`process_tree`]: a cgroup v2 and a process group per command, so the
+//!   whole tree can be killed.
+//!
+//! The service builds one [`CommandRunner`] (with [`Containment::detect`]) at
+//! start, opens a [`Workspace`] per run, and hands the run
+//! [`builtin_tools`].
+
+mod capture;
+pub mod command;
+pub mod confine;
+pub mod error;
+pub mod files;
+pub mod path;
+pub mod process_tree;
+pub mod workspace;
+
+use std::sync::Arc;
+
+pub use command::{
+    CommandError, CommandOutput, CommandPreset, CommandPresets, CommandRunner, RunCommand,
+};
+pub use confine::Resolver;
+pub use error::WorkspaceError;
+pub use files::{ListDir, ReadFile, WriteFile};
+pub use path::RelativePath;
+pub use process_tree::{Containment, ContainmentKind};
+pub use workspace::{DirEntry, EntryKind, FileInfo, Workspace, WorkspaceOptions};
+
+use crate::harness::Tool;
+
+/// Every built-in tool, in the order they are offered.
+pub const BUILTIN_TOOL_NAMES: [&str; 4] = [
+    files::READ_FILE,
+    files::WRITE_FILE,
+    files::LIST_DIR,
+    command::RUN_COMMAND,
+];
+
+/// A run asked for something the server does not have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SelectionError {
+    #[error("Unknown tool: {0} (built-in tools: read_file, write_file, list_dir, run_command)")]
+    UnknownTool(String),
+    #[error("Unknown command: {0} (not a preset configured on the server)")]
+    UnknownCommand(String),
+}
+
+/// The tools of one run: the built-ins named in `tools` (in the order given,
+/// each once) over `workspace`, with `run_command` offering exactly the
+/// presets named in `commands`. Every name is checked, whether or not
+/// `run_command` is selected.
+pub fn builtin_tools(
+    workspace: Arc<Workspace>,
+    runner: Arc<CommandRunner>,
+    tools: &[impl AsRef<str>],
+    commands: &[impl AsRef<str>],
+) -> Result<Vec<Arc<dyn Tool>>, SelectionError> {
+    if let Some(unknown) = commands
+        .iter()
+        .map(AsRef::as_ref)
+        .find(|name| !runner.presets().contains(name))
+    {
+        return Err(SelectionError::UnknownCommand(unknown.to_owned()));
+    }
+    let mut selected: Vec<Arc<dyn Tool>> = Vec::new();
+    let mut seen: Vec<&str> = Vec::new();
+    for name in tools.iter().map(AsRef::as_ref) {
+        if seen.contains(&name) {
+            continue;
+        }
+        seen.push(name);
+        let tool: Arc<dyn Tool> = match name {
+            files::READ_FILE => Arc::new(ReadFile::new(workspace.clone())),
+            files::WRITE_FILE => Arc::new(WriteFile::new(workspace.clone())),
+            files::LIST_DIR => Arc::new(ListDir::new(workspace.clone())),
+            command::RUN_COMMAND => Arc::new(RunCommand::new(
+                runner.clone(),
+                workspace.clone(),
+                commands.iter().map(AsRef::as_ref),
+            )?),
+            other => return Err(SelectionError::UnknownTool(other.to_owned())),
+        };
+        selected.push(tool);
+    }
+    Ok(selected)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::harness::ToolRegistry;
+
+    fn runner() -> Arc<CommandRunner> {
+        let presets = [("test", CommandPreset::new("true", Vec::<String>::new()))]
+            .into_iter()
+            .collect();
+        Arc::new(CommandRunner::new(
+            presets,
+            Arc::new(Containment::process_group_only()),
+        ))
+    }
+
+    #[test]
+    fn all_builtins_register_with_valid_schemas() {
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = Arc::new(Workspace::open(dir.path()).unwrap());
+        for commands in [vec!["test"], vec![]] {
+            let tools =
+                builtin_tools(workspace.clone(), runner(), &BUILTIN_TOOL_NAMES, &commands).unwrap();
+            let registry = ToolRegistry::new(tools).unwrap();
+            let names: Vec<_> = registry
+                .definitions()
+                .iter()
+                .map(|d| d.name.as_str())
+                .collect();
+            assert_eq!(names, BUILTIN_TOOL_NAMES);
+        }
+    }
+
+    #[test]
+    fn a_subset_is_given_in_order_and_unknown_names_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = Arc::new(Workspace::open(dir.path()).unwrap());
+        let tools = builtin_tools(
+            workspace.clone(),
+            runner(),
+            &["list_dir", "read_file", "list_dir"],
+            &[] as &[&str],
+        )
+        .unwrap();
+        let names: Vec<_> = tools.iter().map(|t| t.definition().name.clone()).collect();
+        assert_eq!(names, ["list_dir", "read_file"]);
+        assert_eq!(
+            builtin_tools(workspace.clone(), runner(), &["shell"], &[] as &[&str]).err(),
+            Some(SelectionError::UnknownTool("shell".into()))
+        );
+        assert_eq!(
+            builtin_tools(workspace, runner(), &["read_file"], &["deploy"]).err(),
+            Some(SelectionError::UnknownCommand("deploy".into()))
+        );
+    }
+}

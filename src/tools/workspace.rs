@@ -1,0 +1,590 @@
+//! A run's workspace: the one directory its file tools may touch.
+//!
+//! The root is canonicalised and opened once; every later operation resolves
+//! its path from that directory descriptor (see [`super::confine`]), never from
+//! a path string, so neither `..` nor a symbolic link swapped in at any moment
+//! can take a read or a write outside. Writes land atomically: the content goes
+//! to a fresh temporary file in the target's directory, which is then renamed
+//! over the target, so a reader sees the old file or the new one, never half
+//! of one.
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::Once;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rustix::fs::{
+    AtFlags, Dir, FileType, Mode, OFlags, fchmod, fstat, openat, renameat, statat, unlinkat,
+};
+use rustix::io::Errno;
+use serde::Serialize;
+
+use super::confine::{self, Resolver};
+use super::error::WorkspaceError;
+use super::path::{RelativePath, Step};
+
+/// The default read limit: 1 MiB.
+pub const DEFAULT_MAX_READ_BYTES: u64 = 1024 * 1024;
+
+/// [`Workspace::list_files`] does not descend deeper than this: it holds one
+/// descriptor per level.
+pub const MAX_LIST_DEPTH: usize = 128;
+
+/// Mode of a file created by a write (less the umask); an overwrite keeps the
+/// mode of the file it replaces.
+const NEW_FILE_MODE: u32 = 0o644;
+
+/// How a [`Workspace`] is opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkspaceOptions {
+    /// Files larger than this are refused by reads, with their size in the
+    /// message, rather than cut.
+    pub max_read_bytes: u64,
+    /// `None` detects the best resolver this kernel offers. Tests force the
+    /// walk to exercise the fallback.
+    pub resolver: Option<Resolver>,
+}
+
+impl Default for WorkspaceOptions {
+    fn default() -> Self {
+        Self {
+            max_read_bytes: DEFAULT_MAX_READ_BYTES,
+            resolver: None,
+        }
+    }
+}
+
+/// What a directory entry is. Symbolic links are reported, never followed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EntryKind {
+    File,
+    Dir,
+    Symlink,
+    /// A FIFO, socket or device.
+    Other,
+}
+
+/// One entry of [`Workspace::list_dir`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DirEntry {
+    /// The entry's name (lossily decoded if it is not UTF-8).
+    pub name: String,
+    pub kind: EntryKind,
+}
+
+/// One regular file of [`Workspace::list_files`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FileInfo {
+    /// Relative to the root, `/`-separated.
+    pub path: String,
+    /// In bytes.
+    pub size: u64,
+}
+
+/// A directory that reads, writes and listings are confined to.
+#[derive(Debug)]
+pub struct Workspace {
+    /// Canonical, so it names the same directory as `root_fd` for as long as
+    /// nobody moves it; commands use it as their working directory.
+    root: PathBuf,
+    root_fd: OwnedFd,
+    max_read_bytes: u64,
+    resolver: Resolver,
+}
+
+impl Workspace {
+    /// Opens the existing directory `root` with the default options.
+    pub fn open(root: impl AsRef<Path>) -> io::Result<Self> {
+        Self::open_with(root, WorkspaceOptions::default())
+    }
+
+    /// Opens the existing directory `root`: canonicalises it once and keeps a
+    /// descriptor of it that every later operation starts from.
+    pub fn open_with(root: impl AsRef<Path>, options: WorkspaceOptions) -> io::Result<Self> {
+        let root = std::fs::canonicalize(root)?;
+        let root_fd = rustix::fs::open(
+            &root,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let resolver = options.resolver.unwrap_or_else(|| {
+            let detected = Resolver::detect(root_fd.as_fd());
+            if detected == Resolver::Walk {
+                static WARN: Once = Once::new();
+                WARN.call_once(|| {
+                    tracing::warn!(
+                        "openat2 with RESOLVE_BENEATH is not available; workspace paths are \
+                         resolved by an openat walk with O_NOFOLLOW instead"
+                    );
+                });
+            }
+            detected
+        });
+        Ok(Self {
+            root,
+            root_fd,
+            max_read_bytes: options.max_read_bytes,
+            resolver,
+        })
+    }
+
+    /// The canonical root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// How this workspace resolves paths.
+    pub fn resolver(&self) -> Resolver {
+        self.resolver
+    }
+
+    pub fn max_read_bytes(&self) -> u64 {
+        self.max_read_bytes
+    }
+
+    /// A file's text. Refused when it is larger than the read limit or not
+    /// UTF-8: a model is told so rather than handed mangled bytes.
+    pub fn read_file(&self, path: &str) -> Result<String, WorkspaceError> {
+        let bytes = self.read_bytes(path)?;
+        String::from_utf8(bytes).map_err(|_| WorkspaceError::NotUtf8(path.to_owned()))
+    }
+
+    /// A regular file's bytes, up to the read limit (a larger file is refused,
+    /// not cut).
+    pub fn read_bytes(&self, path: &str) -> Result<Vec<u8>, WorkspaceError> {
+        let path = RelativePath::parse(path)?;
+        if path.is_root() {
+            return Err(WorkspaceError::Root);
+        }
+        let fd = confine::open(
+            self.root_dir(),
+            self.resolver,
+            path.steps(),
+            // O_NONBLOCK so that a FIFO does not block the open; it is refused
+            // just below, and it changes nothing for regular files.
+            OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY,
+        )
+        .map_err(|errno| refusal(errno, &path, Purpose::Read))?;
+        let stat = fstat(&fd).map_err(|errno| refusal(errno, &path, Purpose::Read))?;
+        match FileType::from_raw_mode(stat.st_mode) {
+            FileType::RegularFile => {}
+            FileType::Directory => return Err(WorkspaceError::IsADirectory(path.to_string())),
+            _ => return Err(WorkspaceError::NotRegularFile(path.to_string())),
+        }
+        let size = u64::try_from(stat.st_size).unwrap_or(0);
+        let too_large = |size| WorkspaceError::TooLarge {
+            path: path.to_string(),
+            size,
+            limit: self.max_read_bytes,
+        };
+        if size > self.max_read_bytes {
+            return Err(too_large(size));
+        }
+        // The file may grow after the fstat: read one byte past the limit to
+        // notice.
+        let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+        File::from(fd)
+            .take(self.max_read_bytes.saturating_add(1))
+            .read_to_end(&mut bytes)
+            .map_err(|source| io_error(&path, source))?;
+        let read = bytes.len() as u64;
+        if read > self.max_read_bytes {
+            return Err(too_large(read));
+        }
+        Ok(bytes)
+    }
+
+    /// Writes `content` to a file whose parent directory must exist, replacing
+    /// the file atomically if it exists. Returns the bytes written.
+    pub fn write_file(&self, path: &str, content: &[u8]) -> Result<u64, WorkspaceError> {
+        let path = RelativePath::parse(path)?;
+        let (parent, name) = split_for_write(&path)?;
+        let dir = confine::open_dir(self.root_dir(), self.resolver, parent)
+            .map_err(|errno| refusal(errno, &path, Purpose::WriteParent))?;
+        write_atomically(dir.as_fd(), name, content, &path)
+    }
+
+    /// Like [`Workspace::write_file`], but creates missing parent directories
+    /// (inside the root, still refusing symbolic links): for seeding a run's
+    /// workspace from its request.
+    pub fn write_seed(&self, path: &str, content: &[u8]) -> Result<u64, WorkspaceError> {
+        let path = RelativePath::parse(path)?;
+        let (parent, name) = split_for_write(&path)?;
+        let dir = confine::open_dir_creating(self.root_dir(), parent)
+            .map_err(|errno| refusal(errno, &path, Purpose::WriteParent))?;
+        write_atomically(dir.as_fd(), name, content, &path)
+    }
+
+    /// The entries of a directory, sorted by name, without `.` and `..`.
+    /// `""` and `"."` list the root.
+    pub fn list_dir(&self, path: &str) -> Result<Vec<DirEntry>, WorkspaceError> {
+        let path = RelativePath::parse(if path.is_empty() { "." } else { path })?;
+        let dir = confine::open_dir(self.root_dir(), self.resolver, path.steps())
+            .map_err(|errno| refusal(errno, &path, Purpose::List))?;
+        let mut entries: Vec<DirEntry> = read_entries(dir)
+            .map_err(|errno| refusal(errno, &path, Purpose::List))?
+            .into_iter()
+            .map(|(name, kind)| DirEntry { name, kind })
+            .collect();
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(entries)
+    }
+
+    /// Every regular file under the root with its size, sorted by path.
+    /// Symbolic links are neither listed nor followed; directories deeper
+    /// than [`MAX_LIST_DEPTH`] are an error rather than silently skipped.
+    pub fn list_files(&self) -> Result<Vec<FileInfo>, WorkspaceError> {
+        let root = confine::open_dir(self.root_dir(), self.resolver, &[]).map_err(|errno| {
+            WorkspaceError::Io {
+                path: ".".to_owned(),
+                source: errno.into(),
+            }
+        })?;
+        let mut files = Vec::new();
+        collect_files(root, String::new(), 0, &mut files)?;
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(files)
+    }
+
+    fn root_dir(&self) -> BorrowedFd<'_> {
+        self.root_fd.as_fd()
+    }
+}
+
+/// What an operation was doing when the kernel refused it: the same `ENOENT`
+/// means a missing file to a read and a missing parent to a write.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    Read,
+    WriteParent,
+    Write,
+    List,
+}
+
+/// Turns a refusal from the kernel into the message a model can act on.
+fn refusal(errno: Errno, path: &RelativePath, purpose: Purpose) -> WorkspaceError {
+    let text = path.to_string();
+    match errno {
+        Errno::LOOP => WorkspaceError::Symlink(text),
+        Errno::XDEV => WorkspaceError::Outside(text),
+        Errno::NOENT if purpose == Purpose::WriteParent => WorkspaceError::ParentMissing(text),
+        Errno::NOENT => WorkspaceError::NotFound(text),
+        Errno::NOTDIR => WorkspaceError::NotADirectory(text),
+        Errno::ISDIR => WorkspaceError::IsADirectory(text),
+        Errno::ACCESS | Errno::PERM => WorkspaceError::PermissionDenied(text),
+        Errno::NAMETOOLONG => WorkspaceError::PathTooLong {
+            limit: super::path::MAX_PATH_BYTES,
+        },
+        Errno::NXIO => WorkspaceError::NotRegularFile(text),
+        other => io_error(path, other.into()),
+    }
+}
+
+fn io_error(path: &RelativePath, source: io::Error) -> WorkspaceError {
+    WorkspaceError::Io {
+        path: path.to_string(),
+        source,
+    }
+}
+
+fn split_for_write(path: &RelativePath) -> Result<(&[Step], &str), WorkspaceError> {
+    if path.is_root() {
+        return Err(WorkspaceError::Root);
+    }
+    path.split_last()
+        .ok_or_else(|| WorkspaceError::IsADirectory(path.to_string()))
+}
+
+/// Writes `content` to a new temporary file in `dir`, then renames it over
+/// `name`. The temporary file is created with `O_CREAT | O_EXCL | O_NOFOLLOW`,
+/// so it is always a new inode in `dir`; the rename replaces the directory
+/// entry `name` itself and never follows it, so even a symbolic link planted
+/// at `name` after the check below is replaced rather than written through.
+fn write_atomically(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    content: &[u8],
+    path: &RelativePath,
+) -> Result<u64, WorkspaceError> {
+    let existing_mode = match statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(stat) => match FileType::from_raw_mode(stat.st_mode) {
+            FileType::RegularFile => Some(Mode::from_raw_mode(stat.st_mode & 0o7777)),
+            FileType::Symlink => return Err(WorkspaceError::Symlink(path.to_string())),
+            FileType::Directory => return Err(WorkspaceError::IsADirectory(path.to_string())),
+            _ => return Err(WorkspaceError::NotRegularFile(path.to_string())),
+        },
+        Err(Errno::NOENT) => None,
+        Err(errno) => return Err(refusal(errno, path, Purpose::Write)),
+    };
+    let (temp_name, temp) = create_temporary(dir).map_err(|e| refusal(e, path, Purpose::Write))?;
+    let written = (|| -> Result<(), Errno> {
+        if let Some(mode) = existing_mode {
+            fchmod(&temp, mode)?;
+        }
+        let mut file = File::from(temp);
+        file.write_all(content)
+            .map_err(|error| Errno::from_io_error(&error).unwrap_or(Errno::IO))?;
+        renameat(dir, temp_name.as_str(), dir, name)
+    })();
+    if let Err(errno) = written {
+        let _ = unlinkat(dir, temp_name.as_str(), AtFlags::empty());
+        return Err(refusal(errno, path, Purpose::Write));
+    }
+    Ok(content.len() as u64)
+}
+
+/// A new file in `dir` whose name no one else uses: hidden, and unique per
+/// process and call, retried if it exists anyway.
+fn create_temporary(dir: BorrowedFd<'_>) -> Result<(String, OwnedFd), Errno> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    loop {
+        let name = format!(
+            ".write-{}-{}.tmp",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        match openat(
+            dir,
+            name.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(NEW_FILE_MODE),
+        ) {
+            Err(Errno::EXIST) => continue,
+            Ok(fd) => return Ok((name, fd)),
+            Err(errno) => return Err(errno),
+        }
+    }
+}
+
+/// A directory's entries, with the kind from the directory itself when the
+/// filesystem reports it and from an `fstatat` that does not follow links
+/// otherwise.
+fn read_entries(dir: OwnedFd) -> Result<Vec<(String, EntryKind)>, Errno> {
+    let mut stream = Dir::new(dir)?;
+    let mut entries = Vec::new();
+    while let Some(entry) = stream.read() {
+        let entry = entry?;
+        let raw = entry.file_name().to_bytes();
+        if raw == b"." || raw == b".." {
+            continue;
+        }
+        let file_type = match entry.file_type() {
+            FileType::Unknown => {
+                let fd = stream.fd()?;
+                match statat(fd, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(stat) => FileType::from_raw_mode(stat.st_mode),
+                    // Removed since the directory was read.
+                    Err(Errno::NOENT) => continue,
+                    Err(errno) => return Err(errno),
+                }
+            }
+            known => known,
+        };
+        let kind = match file_type {
+            FileType::RegularFile => EntryKind::File,
+            FileType::Directory => EntryKind::Dir,
+            FileType::Symlink => EntryKind::Symlink,
+            _ => EntryKind::Other,
+        };
+        entries.push((String::from_utf8_lossy(raw).into_owned(), kind));
+    }
+    Ok(entries)
+}
+
+/// Depth-first over `dir`, holding one descriptor per level and opening each
+/// subdirectory from its parent with `O_NOFOLLOW`.
+fn collect_files(
+    dir: OwnedFd,
+    prefix: String,
+    depth: usize,
+    files: &mut Vec<FileInfo>,
+) -> Result<(), WorkspaceError> {
+    if depth > MAX_LIST_DEPTH {
+        return Err(WorkspaceError::TooDeep {
+            limit: MAX_LIST_DEPTH,
+        });
+    }
+    let here = if prefix.is_empty() { "." } else { &prefix };
+    let failed = |errno: Errno| WorkspaceError::Io {
+        path: here.to_owned(),
+        source: errno.into(),
+    };
+    let base = rustix::io::dup(&dir).map_err(failed)?;
+    for (name, kind) in read_entries(dir).map_err(failed)? {
+        let path = if prefix.is_empty() {
+            name.clone()
+        } else {
+            format!("{prefix}/{name}")
+        };
+        match kind {
+            EntryKind::File => match statat(&base, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(stat) if FileType::from_raw_mode(stat.st_mode) == FileType::RegularFile => {
+                    files.push(FileInfo {
+                        path,
+                        size: u64::try_from(stat.st_size).unwrap_or(0),
+                    });
+                }
+                // Replaced or removed since the directory was read.
+                Ok(_) | Err(Errno::NOENT) => {}
+                Err(errno) => return Err(failed(errno)),
+            },
+            EntryKind::Dir => {
+                let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+                match openat(&base, name.as_str(), flags, Mode::empty()) {
+                    Ok(sub) => collect_files(sub, path, depth + 1, files)?,
+                    // Replaced by a link or removed since the directory was read.
+                    Err(Errno::NOTDIR | Errno::LOOP | Errno::NOENT) => {}
+                    Err(errno) => return Err(failed(errno)),
+                }
+            }
+            EntryKind::Symlink | EntryKind::Other => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn both_resolvers() -> [Resolver; 2] {
+        [Resolver::Openat2, Resolver::Walk]
+    }
+
+    fn workspace(resolver: Resolver) -> (tempfile::TempDir, Workspace) {
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = Workspace::open_with(
+            dir.path(),
+            WorkspaceOptions {
+                max_read_bytes: 64,
+                resolver: Some(resolver),
+            },
+        )
+        .unwrap();
+        (dir, workspace)
+    }
+
+    #[test]
+    fn this_kernel_offers_openat2() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(
+            Workspace::open(dir.path()).unwrap().resolver(),
+            Resolver::Openat2
+        );
+    }
+
+    #[test]
+    fn a_path_ending_in_dot_dot_names_a_directory() {
+        for resolver in both_resolvers() {
+            let (_dir, ws) = workspace(resolver);
+            std::fs::create_dir_all(ws.root().join("a/b")).unwrap();
+            assert_eq!(
+                ws.read_file("a/b/.."),
+                Err(WorkspaceError::IsADirectory("a/b/..".into()))
+            );
+            assert_eq!(
+                ws.write_file("a/b/..", b"x"),
+                Err(WorkspaceError::IsADirectory("a/b/..".into()))
+            );
+            assert_eq!(ws.list_dir("a/b/..").unwrap().len(), 1);
+        }
+    }
+
+    #[test]
+    fn dot_dot_through_a_real_directory_stays_usable() {
+        for resolver in both_resolvers() {
+            let (_dir, ws) = workspace(resolver);
+            std::fs::create_dir(ws.root().join("a")).unwrap();
+            ws.write_file("a/../top.txt", b"top").unwrap();
+            assert_eq!(ws.read_file("top.txt").unwrap(), "top");
+            assert_eq!(
+                ws.read_file("missing/../top.txt"),
+                Err(WorkspaceError::NotFound("missing/../top.txt".into()))
+            );
+        }
+    }
+
+    #[test]
+    fn dot_dot_after_a_symlink_is_refused() {
+        for resolver in both_resolvers() {
+            let (_dir, ws) = workspace(resolver);
+            std::fs::create_dir(ws.root().join("a")).unwrap();
+            std::os::unix::fs::symlink("a", ws.root().join("link")).unwrap();
+            std::fs::write(ws.root().join("top.txt"), "top").unwrap();
+            assert_eq!(
+                ws.read_file("link/../top.txt"),
+                Err(WorkspaceError::Symlink("link/../top.txt".into()))
+            );
+        }
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        for resolver in both_resolvers() {
+            let (_dir, ws) = workspace(resolver);
+            rustix::fs::mknodat(
+                rustix::fs::CWD,
+                ws.root().join("pipe"),
+                FileType::Fifo,
+                Mode::from_raw_mode(0o644),
+                0,
+            )
+            .unwrap();
+            assert_eq!(
+                ws.read_file("pipe"),
+                Err(WorkspaceError::NotRegularFile("pipe".into()))
+            );
+            assert_eq!(
+                ws.write_file("pipe", b"x"),
+                Err(WorkspaceError::NotRegularFile("pipe".into()))
+            );
+            assert_eq!(
+                ws.list_dir(".").unwrap(),
+                vec![DirEntry {
+                    name: "pipe".into(),
+                    kind: EntryKind::Other
+                }]
+            );
+        }
+    }
+
+    #[test]
+    fn an_overwrite_keeps_the_file_mode_and_leaves_no_temporary_file() {
+        use std::os::unix::fs::PermissionsExt;
+        let (_dir, ws) = workspace(Resolver::Openat2);
+        let target = ws.root().join("run.sh");
+        std::fs::write(&target, "old").unwrap();
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o751)).unwrap();
+        ws.write_file("run.sh", b"new").unwrap();
+        let mode = std::fs::metadata(&target).unwrap().permissions().mode();
+        assert_eq!(mode & 0o7777, 0o751);
+        let names: Vec<_> = ws
+            .list_dir(".")
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        assert_eq!(names, ["run.sh"]);
+    }
+
+    #[test]
+    fn a_file_that_grew_past_the_limit_is_still_refused() {
+        // The limit is checked on the bytes actually read, not only on the
+        // size fstat saw; here both see it, which is the common case.
+        let (_dir, ws) = workspace(Resolver::Walk);
+        std::fs::write(ws.root().join("big"), vec![b'x'; 65]).unwrap();
+        assert_eq!(
+            ws.read_bytes("big"),
+            Err(WorkspaceError::TooLarge {
+                path: "big".into(),
+                size: 65,
+                limit: 64
+            })
+        );
+        std::fs::write(ws.root().join("fits"), vec![b'x'; 64]).unwrap();
+        assert_eq!(ws.read_bytes("fits").unwrap().len(), 64);
+    }
+}

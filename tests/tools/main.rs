@@ -1,0 +1,9 @@
+//! The built-in tools, tested on their own against real directories and real
+//! child processes.
+
+// Helpers outside `#[test]` functions unwrap too: a panic is the report.
+#![allow(clippy::unwrap_used)]
+
+mod commands;
+mod files;
+mod race;
