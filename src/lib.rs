@@ -1,11 +1,25 @@
-//! agent-runner: runs AI-agent loops on behalf of clients.
+//! agent-runner: an HTTP service that runs AI-agent loops on behalf of clients.
 //!
 //! - [`harness`]: the agent loop and its contracts (messages, models, tools,
 //!   budgets, context, events). No HTTP and no SQL.
-//! - [`models`]: models the harness can drive: scripted, OpenAI-compatible and
-//!   Anthropic adapters, and the profiles that configure them.
-//! - [`tools`]: the built-in workspace file tools and preset commands, confined.
+//! - [`models`]: models the harness can drive: scripted, OpenAI-compatible,
+//!   Anthropic; and the configured profiles.
+//! - [`tools`]: the built-in tools: a confined workspace and preset commands.
+//! - [`run`]: the service's vocabulary for a run (request and run object).
+//! - [`runner`]: spawns runs: tokens, queue, workspaces, event fan-out.
+//! - [`store`]: SQLite through sqlx: the one place that knows the schema.
+//! - [`api`]: the axum routers, errors and the event stream.
+//! - [`config`]: the TOML configuration and its environment overrides.
+//! - [`metrics`]: counters for `/metrics`.
+//! - [`app`]: builds and runs the whole service (what `main` and tests call).
 
+pub mod api;
+pub mod app;
+pub mod config;
 pub mod harness;
+pub mod metrics;
 pub mod models;
+pub mod run;
+pub mod runner;
+pub mod store;
 pub mod tools;

@@ -1,0 +1,78 @@
+//! Bearer-token authentication: each token names a tenant. Tokens are kept as
+//! SHA-256 digests and compared in constant time.
+
+use axum::extract::{Request, State};
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::Response;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use super::AppState;
+use super::error::ApiError;
+use crate::config::TokenConfig;
+use crate::run::Tenant;
+
+/// The configured tokens, as digests.
+#[derive(Clone, Default)]
+pub struct Auth {
+    tokens: Vec<(Tenant, [u8; 32])>,
+}
+
+impl Auth {
+    pub fn new(tokens: &[TokenConfig]) -> Self {
+        let tokens = tokens
+            .iter()
+            .filter_map(|token| {
+                let digest: [u8; 32] = match (&token.token, &token.token_sha256) {
+                    (Some(plain), _) => Sha256::digest(plain.as_bytes()).into(),
+                    (None, Some(hex_digest)) => hex::decode(hex_digest).ok()?.try_into().ok()?,
+                    (None, None) => return None,
+                };
+                Some((Tenant(token.tenant.clone()), digest))
+            })
+            .collect();
+        Self { tokens }
+    }
+
+    pub fn is_enabled(&self) -> bool {
+        !self.tokens.is_empty()
+    }
+
+    /// The tenant `presented` authenticates, checking every token whatever
+    /// matches, so that timing tells nothing.
+    fn tenant(&self, presented: &str) -> Option<Tenant> {
+        let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
+        let mut found = None;
+        for (tenant, expected) in &self.tokens {
+            if bool::from(expected.ct_eq(&digest)) && found.is_none() {
+                found = Some(tenant.clone());
+            }
+        }
+        found
+    }
+}
+
+/// Puts the request's [`Tenant`] in its extensions, or answers 401.
+pub async fn authenticate(
+    State(state): State<AppState>,
+    mut request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let tenant = if state.auth.is_enabled() {
+        let presented = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                let (scheme, token) = v.split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+            })
+            .ok_or(ApiError::Unauthorized)?;
+        state.auth.tenant(presented).ok_or(ApiError::Unauthorized)?
+    } else {
+        Tenant::anonymous()
+    };
+    request.extensions_mut().insert(tenant);
+    Ok(next.run(request).await)
+}

@@ -1,0 +1,334 @@
+//! `POST /v1/runs`: the request body and its validation into a [`RunSpec`].
+//! Every refusal names the field; nothing is created on a refusal.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::error::ApiError;
+use crate::config::LimitsConfig;
+use crate::models::ModelProfiles;
+use crate::run::{ModelInfo, ModelSpec, RunContext, RunLimits, RunSpec};
+use crate::tools::command::RUN_COMMAND;
+use crate::tools::{BUILTIN_TOOL_NAMES, CommandPresets, RelativePath};
+
+/// Defaults of a run that says nothing of its budgets (capped by the server's
+/// ceilings).
+pub const DEFAULT_LIMITS: RunLimits = RunLimits {
+    max_steps: 10,
+    max_tool_calls: 30,
+    timeout_ms: 120_000,
+};
+pub const DEFAULT_CONTEXT: RunContext = RunContext {
+    max_context_chars: 32_000,
+    max_tool_result_chars: 8_000,
+};
+
+/// Largest serialised `metadata` accepted.
+pub const MAX_METADATA_BYTES: usize = 16 * 1024;
+/// Most files a request may seed its workspace with.
+pub const MAX_WORKSPACE_FILES: usize = 1000;
+/// Longest workspace path accepted, in bytes.
+pub const MAX_PATH_BYTES: usize = 1024;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateRunRequest {
+    pub prompt: String,
+    #[serde(default)]
+    pub model: Option<ModelChoice>,
+    #[serde(default)]
+    pub tools: Option<Vec<String>>,
+    #[serde(default)]
+    pub commands: Option<Vec<String>>,
+    #[serde(default)]
+    pub workspace: Option<WorkspaceRequest>,
+    #[serde(default)]
+    pub limits: Option<LimitsRequest>,
+    #[serde(default)]
+    pub context: Option<ContextRequest>,
+    #[serde(default)]
+    pub metadata: Option<Map<String, Value>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub enum ModelChoice {
+    Profile(String),
+    Scripted(Vec<Value>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkspaceRequest {
+    #[serde(default)]
+    pub files: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsRequest {
+    pub max_steps: Option<u64>,
+    pub max_tool_calls: Option<u64>,
+    pub timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContextRequest {
+    pub max_context_chars: Option<u64>,
+    pub max_tool_result_chars: Option<u64>,
+}
+
+/// What validation needs to know of the server.
+pub struct Ceilings<'a> {
+    pub limits: &'a LimitsConfig,
+    pub profiles: &'a ModelProfiles,
+    pub presets: &'a CommandPresets,
+    pub default_model: &'a str,
+}
+
+impl CreateRunRequest {
+    pub fn validate(self, server: &Ceilings<'_>) -> Result<RunSpec, ApiError> {
+        let invalid = |message: String| Err(ApiError::Validation(message));
+        if self.prompt.trim().is_empty() {
+            return invalid("prompt must not be empty".into());
+        }
+        let (model, model_info) = match self.model {
+            None => profile(server, server.default_model, "runs.default_model")?,
+            Some(ModelChoice::Profile(name)) => profile(server, &name, "model.profile")?,
+            Some(ModelChoice::Scripted(script)) => {
+                check_script(&script)?;
+                (
+                    ModelSpec::Scripted(script),
+                    ModelInfo {
+                        provider: "scripted".into(),
+                        profile: None,
+                        name: None,
+                    },
+                )
+            }
+        };
+
+        let commands = match self.commands {
+            None => preset_names(server.presets),
+            Some(commands) => {
+                check_unique("commands", &commands)?;
+                if let Some(unknown) = commands.iter().find(|c| !server.presets.contains(c)) {
+                    return invalid(format!(
+                        "commands: unknown command {unknown:?} (configured: {})",
+                        list_or_none(&preset_names(server.presets))
+                    ));
+                }
+                commands
+            }
+        };
+        let tools = match self.tools {
+            // By default every built-in tool, but `run_command` only when there
+            // is a command to run.
+            None => BUILTIN_TOOL_NAMES
+                .iter()
+                .filter(|&&t| t != RUN_COMMAND || !commands.is_empty())
+                .map(|t| (*t).to_owned())
+                .collect(),
+            Some(tools) => {
+                check_unique("tools", &tools)?;
+                if let Some(unknown) = tools
+                    .iter()
+                    .find(|t| !BUILTIN_TOOL_NAMES.contains(&t.as_str()))
+                {
+                    return invalid(format!(
+                        "tools: unknown tool {unknown:?} (available: {})",
+                        BUILTIN_TOOL_NAMES.join(", ")
+                    ));
+                }
+                if tools.iter().any(|t| t == RUN_COMMAND) && commands.is_empty() {
+                    return invalid(
+                        "tools: run_command needs at least one command in commands (none is configured or allowed)"
+                            .into(),
+                    );
+                }
+                tools
+            }
+        };
+
+        let ceilings = server.limits;
+        let requested = self.limits.unwrap_or_default();
+        let limits = RunLimits {
+            max_steps: bounded(
+                "limits.max_steps",
+                requested.max_steps,
+                DEFAULT_LIMITS.max_steps.into(),
+                1,
+                ceilings.max_steps.into(),
+            )? as u32,
+            max_tool_calls: bounded(
+                "limits.max_tool_calls",
+                requested.max_tool_calls,
+                DEFAULT_LIMITS.max_tool_calls.into(),
+                0,
+                ceilings.max_tool_calls.into(),
+            )? as u32,
+            timeout_ms: bounded(
+                "limits.timeout_ms",
+                requested.timeout_ms,
+                DEFAULT_LIMITS.timeout_ms,
+                1,
+                ceilings.timeout_ms,
+            )?,
+        };
+        let requested = self.context.unwrap_or_default();
+        let context = RunContext {
+            max_context_chars: bounded(
+                "context.max_context_chars",
+                requested.max_context_chars,
+                DEFAULT_CONTEXT.max_context_chars as u64,
+                1,
+                ceilings.max_context_chars as u64,
+            )? as usize,
+            max_tool_result_chars: bounded(
+                "context.max_tool_result_chars",
+                requested.max_tool_result_chars,
+                DEFAULT_CONTEXT.max_tool_result_chars as u64,
+                1,
+                ceilings.max_tool_result_chars as u64,
+            )? as usize,
+        };
+
+        let files = self.workspace.map(|w| w.files).unwrap_or_default();
+        if files.len() > MAX_WORKSPACE_FILES {
+            return invalid(format!(
+                "workspace.files: at most {MAX_WORKSPACE_FILES} files may be given"
+            ));
+        }
+        for path in files.keys() {
+            check_workspace_path(path)
+                .map_err(|why| ApiError::Validation(format!("workspace.files.{path}: {why}")))?;
+        }
+
+        let metadata = self.metadata.unwrap_or_default();
+        let size = serde_json::to_string(&metadata).map_or(usize::MAX, |s| s.len());
+        if size > MAX_METADATA_BYTES {
+            return invalid(format!(
+                "metadata: at most {MAX_METADATA_BYTES} bytes of JSON are kept (got {size})"
+            ));
+        }
+
+        Ok(RunSpec {
+            prompt: self.prompt,
+            model,
+            model_info,
+            tools,
+            commands,
+            files,
+            limits,
+            context,
+            metadata,
+        })
+    }
+}
+
+fn profile(
+    server: &Ceilings<'_>,
+    name: &str,
+    field: &str,
+) -> Result<(ModelSpec, ModelInfo), ApiError> {
+    let Some(info) = model_info(server.profiles, name) else {
+        let names: Vec<String> = server.profiles.list().into_iter().map(|p| p.name).collect();
+        return Err(ApiError::Validation(format!(
+            "{field}: unknown model profile {name:?} (configured: {})",
+            list_or_none(&names)
+        )));
+    };
+    Ok((ModelSpec::Profile(name.to_owned()), info))
+}
+
+/// A script's elements are checked as a model's responses are, when the run
+/// gets to them; here only what the request itself can get wrong is refused.
+fn check_script(script: &[Value]) -> Result<(), ApiError> {
+    for (i, element) in script.iter().enumerate() {
+        if let Some(delay) = element.get("delay_ms")
+            && delay.as_u64().is_none()
+        {
+            return Err(ApiError::Validation(format!(
+                "model.scripted[{i}].delay_ms must be a nonnegative integer"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn bounded(
+    field: &str,
+    value: Option<u64>,
+    default: u64,
+    min: u64,
+    max: u64,
+) -> Result<u64, ApiError> {
+    match value {
+        None => Ok(default.clamp(min, max)),
+        Some(value) if (min..=max).contains(&value) => Ok(value),
+        Some(value) => Err(ApiError::Validation(format!(
+            "{field} must be between {min} and {max} (got {value})"
+        ))),
+    }
+}
+
+fn check_unique(field: &str, names: &[String]) -> Result<(), ApiError> {
+    for (i, name) in names.iter().enumerate() {
+        if names[..i].contains(name) {
+            return Err(ApiError::Validation(format!(
+                "{field}: {name:?} is listed twice"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// What the run object says of a profile's model.
+pub fn model_info(profiles: &ModelProfiles, name: &str) -> Option<ModelInfo> {
+    let profile = profiles.get(name)?;
+    Some(ModelInfo {
+        provider: profile.kind().as_str().to_owned(),
+        profile: Some(name.to_owned()),
+        name: profile.model().map(str::to_owned),
+    })
+}
+
+fn preset_names(presets: &CommandPresets) -> Vec<String> {
+    presets.names().map(str::to_owned).collect()
+}
+
+fn list_or_none(names: &[String]) -> String {
+    if names.is_empty() {
+        "none".into()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// A workspace path must stay inside the workspace: relative, no `.` or `..`
+/// or empty components, no NUL, not too long.
+pub fn check_workspace_path(path: &str) -> Result<(), &'static str> {
+    if path.is_empty() {
+        return Err("the path is empty");
+    }
+    if path.len() > MAX_PATH_BYTES {
+        return Err("the path is too long");
+    }
+    if path.starts_with('/') {
+        return Err("the path must be relative to the workspace");
+    }
+    if path.contains('\0') || path.contains('\\') {
+        return Err("the path contains a forbidden character");
+    }
+    if path
+        .split('/')
+        .any(|part| part.is_empty() || part == "." || part == "..")
+    {
+        return Err("the path must not contain empty, '.' or '..' components");
+    }
+    RelativePath::parse(path).map_err(|_| "the path is not a valid workspace path")?;
+    Ok(())
+}

@@ -1,0 +1,98 @@
+//! A JSON body extractor whose every rejection is an [`ApiError`]: wrong
+//! content type (415), oversized (413), not JSON (400), and JSON of the wrong
+//! shape (422, naming the field).
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use axum::http::{StatusCode, header};
+use serde::de::DeserializeOwned;
+
+use super::AppState;
+use super::error::ApiError;
+
+pub struct ApiJson<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let content_type = request
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default();
+        if !is_json(content_type) {
+            return Err(ApiError::UnsupportedMediaType(
+                "expected a body with Content-Type: application/json".into(),
+            ));
+        }
+        let limit = state.max_body_bytes;
+        let bytes = Bytes::from_request(request, state)
+            .await
+            .map_err(|rejection| {
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::PayloadTooLarge(limit)
+                } else {
+                    ApiError::InvalidJson(format!("cannot read the body: {rejection}"))
+                }
+            })?;
+        parse(&bytes).map(ApiJson)
+    }
+}
+
+/// Parses a JSON document, telling syntax errors (400) from shape errors (422).
+pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::InvalidJson(
+            "the body is empty; expected a JSON object".into(),
+        ));
+    }
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
+        let path = error.path().to_string();
+        let inner = error.into_inner();
+        if inner.is_syntax() || inner.is_eof() {
+            ApiError::InvalidJson(format!("the body is not valid JSON: {inner}"))
+        } else if path == "." {
+            ApiError::Validation(strip_position(&inner.to_string()))
+        } else {
+            ApiError::Validation(format!("{path}: {}", strip_position(&inner.to_string())))
+        }
+    })?;
+    deserializer
+        .end()
+        .map_err(|e| ApiError::InvalidJson(format!("the body is not valid JSON: {e}")))?;
+    Ok(value)
+}
+
+/// Reads an already parsed JSON document into `T` (422 naming the field).
+pub fn from_value<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(value).map_err(|error| {
+        let path = error.path().to_string();
+        let inner = strip_position(&error.into_inner().to_string());
+        if path == "." {
+            ApiError::Validation(inner)
+        } else {
+            ApiError::Validation(format!("{path}: {inner}"))
+        }
+    })
+}
+
+/// serde_json appends " at line L column C", which means little in a 422.
+fn strip_position(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(i) => message[..i].to_owned(),
+        None => message.to_owned(),
+    }
+}
+
+fn is_json(content_type: &str) -> bool {
+    let essence = content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
+}

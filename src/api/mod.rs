@@ -1,0 +1,114 @@
+//! The HTTP API (SPEC section 4): one router per resource, merged; every
+//! error is JSON. The API knows the runner and the store's read side, never
+//! SQL.
+
+pub mod auth;
+pub mod create;
+pub mod error;
+pub mod events;
+pub mod json;
+pub mod runs;
+pub mod system;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::to_bytes;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{Method, Uri, header};
+use axum::middleware::{from_fn_with_state, map_response};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+
+use crate::config::LimitsConfig;
+use crate::runner::Runner;
+use error::ApiError;
+
+/// What every handler may reach.
+#[derive(Clone)]
+pub struct AppState {
+    pub runner: Runner,
+    pub auth: Arc<auth::Auth>,
+    pub limits: LimitsConfig,
+    pub default_model: Arc<str>,
+    pub max_body_bytes: usize,
+    /// Interval of keep-alive comments on idle event streams.
+    pub keep_alive: Duration,
+}
+
+pub fn router(state: AppState) -> Router {
+    let runs = Router::new()
+        .route("/v1/runs", get(runs::list).post(runs::create))
+        .route("/v1/runs/{id}", get(runs::get).delete(runs::cancel))
+        .route("/v1/runs/{id}/messages", get(runs::messages))
+        .route("/v1/runs/{id}/events", get(events::stream))
+        .route("/v1/runs/{id}/workspace", get(runs::workspace))
+        .route("/v1/runs/{id}/workspace/{*path}", get(runs::workspace_file))
+        .route("/v1/models", get(system::models))
+        .route_layer(from_fn_with_state(state.clone(), auth::authenticate));
+    let system = Router::new()
+        .route("/healthz", get(system::healthz))
+        .route("/readyz", get(system::readyz))
+        .route("/metrics", get(system::metrics));
+    Router::new()
+        .merge(runs)
+        .merge(system)
+        .fallback(no_route)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(state.max_body_bytes))
+        .layer(map_response(json_errors))
+        .with_state(state)
+}
+
+async fn no_route(method: Method, uri: Uri) -> ApiError {
+    ApiError::NoRoute(format!("{method} {}", uri.path()))
+}
+
+async fn method_not_allowed(method: Method) -> ApiError {
+    ApiError::MethodNotAllowed(method.to_string())
+}
+
+/// The net under every extractor: an error response that is not JSON (one of
+/// axum's own rejections) is rewritten into the JSON error shape.
+async fn json_errors(response: Response) -> Response {
+    let status = response.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if is_json {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text = to_bytes(body, 4096)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    let message = if text.trim().is_empty() {
+        status.canonical_reason().unwrap_or("error").to_owned()
+    } else {
+        text
+    };
+    let error = match status.as_u16() {
+        400 => ApiError::InvalidQuery(message),
+        404 => ApiError::NoRoute(message),
+        405 => ApiError::MethodNotAllowed(message),
+        413 => ApiError::PayloadTooLarge(0),
+        415 => ApiError::UnsupportedMediaType(message),
+        422 => ApiError::Validation(message),
+        _ => ApiError::Internal(message),
+    };
+    let mut rewritten = error.into_response();
+    *rewritten.status_mut() = parts.status;
+    for (name, value) in &parts.headers {
+        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+            rewritten.headers_mut().insert(name, value.clone());
+        }
+    }
+    rewritten
+}

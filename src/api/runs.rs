@@ -1,0 +1,342 @@
+//! The runs resource: create, read, list, transcript, cancel, workspace.
+
+use std::collections::HashMap;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Extension, Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use super::AppState;
+use super::create::{Ceilings, CreateRunRequest, check_workspace_path};
+use super::error::ApiError;
+use super::json::ApiJson;
+use crate::harness::RunStatus;
+use crate::run::{Run, Tenant};
+use crate::runner::SubmitError;
+use crate::tools::Workspace;
+
+/// Longest `Idempotency-Key` accepted.
+pub const MAX_IDEMPOTENCY_KEY: usize = 255;
+pub const DEFAULT_PAGE: u32 = 20;
+pub const MAX_PAGE: u32 = 100;
+
+/// `POST /v1/runs`
+pub async fn create(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<Value>,
+) -> Result<Response, ApiError> {
+    let wait = match query.get("wait").map(String::as_str) {
+        None | Some("false") | Some("0") => false,
+        Some("true") | Some("1") | Some("") => true,
+        Some(other) => {
+            return Err(ApiError::InvalidQuery(format!(
+                "wait must be true or false (got {other:?})"
+            )));
+        }
+    };
+    let key = idempotency_key(&headers)?;
+    let hash = key.as_ref().map(|_| request_hash(&body));
+    let request: CreateRunRequest = super::json::from_value(body)?;
+    let spec = request.validate(&Ceilings {
+        limits: &state.limits,
+        profiles: state.runner.profiles(),
+        presets: state.runner.presets(),
+        default_model: &state.default_model,
+    })?;
+
+    if let (Some(key), Some(hash)) = (&key, &hash)
+        && let Some(existing) = replay(&state, &tenant, key, hash).await?
+    {
+        return Ok(existing);
+    }
+    if state.runner.is_closing() {
+        return Err(ApiError::ShuttingDown);
+    }
+    let idempotency = key.as_deref().zip(hash.as_deref());
+    let run = match state.runner.submit(&tenant, spec, idempotency).await {
+        Ok(run) => run,
+        Err(SubmitError::QueueFull) => return Err(ApiError::QueueFull),
+        Err(SubmitError::ShuttingDown) => return Err(ApiError::ShuttingDown),
+        Err(SubmitError::Workspace(message)) => return Err(ApiError::Validation(message)),
+        Err(SubmitError::Store(error)) => {
+            // Two requests raced with one key: the other one won.
+            if let (Some(key), Some(hash)) = (&key, &hash)
+                && let Some(existing) = replay(&state, &tenant, key, hash).await?
+            {
+                return Ok(existing);
+            }
+            return Err(ApiError::internal("storing a new run", error));
+        }
+    };
+    let run = if wait {
+        if let Some(live) = state.runner.live(run.id) {
+            live.finished().await;
+        }
+        fetch(&state, &tenant, run.id).await?
+    } else {
+        run
+    };
+    let location = format!("/v1/runs/{}", run.id);
+    let mut response = (StatusCode::CREATED, Json(run)).into_response();
+    if let Ok(value) = HeaderValue::from_str(&location) {
+        response.headers_mut().insert(header::LOCATION, value);
+    }
+    Ok(response)
+}
+
+/// The answer to a repeated `Idempotency-Key`: the first run (200) for the
+/// same body, 409 for another.
+async fn replay(
+    state: &AppState,
+    tenant: &Tenant,
+    key: &str,
+    hash: &str,
+) -> Result<Option<Response>, ApiError> {
+    let found = state
+        .runner
+        .store()
+        .find_idempotent(tenant, key)
+        .await
+        .map_err(|e| ApiError::internal("looking up an idempotency key", e))?;
+    match found {
+        None => Ok(None),
+        Some(found) if found.request_hash == hash => {
+            let location = format!("/v1/runs/{}", found.run.id);
+            let mut response = (StatusCode::OK, Json(found.run)).into_response();
+            if let Ok(value) = HeaderValue::from_str(&location) {
+                response.headers_mut().insert(header::LOCATION, value);
+            }
+            Ok(Some(response))
+        }
+        Some(_) => Err(ApiError::Conflict {
+            code: "idempotency_key_reused",
+            message: "this Idempotency-Key was used with a different request body".into(),
+        }),
+    }
+}
+
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let key = value
+        .to_str()
+        .ok()
+        .filter(|k| !k.is_empty() && k.len() <= MAX_IDEMPOTENCY_KEY)
+        .filter(|k| k.bytes().all(|b| b.is_ascii_graphic()))
+        .ok_or_else(|| {
+            ApiError::Validation(format!(
+                "Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters"
+            ))
+        })?;
+    Ok(Some(key.to_owned()))
+}
+
+/// A digest of the request body that does not depend on key order.
+fn request_hash(body: &Value) -> String {
+    fn canonical(value: &Value, out: &mut String) {
+        match value {
+            Value::Object(map) => {
+                let mut keys: Vec<_> = map.keys().collect();
+                keys.sort();
+                out.push('{');
+                for (i, key) in keys.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&Value::String(key.clone()).to_string());
+                    out.push(':');
+                    canonical(&map[key], out);
+                }
+                out.push('}');
+            }
+            Value::Array(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    canonical(item, out);
+                }
+                out.push(']');
+            }
+            other => out.push_str(&other.to_string()),
+        }
+    }
+    let mut text = String::new();
+    canonical(body, &mut text);
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+/// `GET /v1/runs/{id}`
+pub async fn get(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<Json<Run>, ApiError> {
+    Ok(Json(fetch(&state, &tenant, parse_id(&id)?).await?))
+}
+
+/// `GET /v1/runs`
+pub async fn list(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    let status = query
+        .get("status")
+        .map(|s| {
+            RunStatus::parse(s).ok_or_else(|| {
+                ApiError::InvalidQuery(format!(
+                    "status must be one of {} (got {s:?})",
+                    RunStatus::ALL.map(RunStatus::as_str).join(", ")
+                ))
+            })
+        })
+        .transpose()?;
+    let limit = match query.get("limit") {
+        None => DEFAULT_PAGE,
+        Some(text) => text
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=MAX_PAGE).contains(n))
+            .ok_or_else(|| {
+                ApiError::InvalidQuery(format!(
+                    "limit must be an integer from 1 to {MAX_PAGE} (got {text:?})"
+                ))
+            })?,
+    };
+    let cursor = query
+        .get("cursor")
+        .map(|c| {
+            Uuid::parse_str(c)
+                .map_err(|_| ApiError::InvalidQuery(format!("cursor {c:?} is not a valid cursor")))
+        })
+        .transpose()?;
+    let mut runs = state
+        .runner
+        .store()
+        .list_runs(&tenant, status, cursor, limit + 1)
+        .await
+        .map_err(|e| ApiError::internal("listing runs", e))?;
+    let next_cursor = if runs.len() > limit as usize {
+        runs.truncate(limit as usize);
+        runs.last().map(|run| run.id.to_string())
+    } else {
+        None
+    };
+    Ok(Json(json!({"runs": runs, "next_cursor": next_cursor})))
+}
+
+/// `GET /v1/runs/{id}/messages`
+pub async fn messages(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let run = fetch(&state, &tenant, parse_id(&id)?).await?;
+    let messages = state
+        .runner
+        .store()
+        .messages(run.id)
+        .await
+        .map_err(|e| ApiError::internal("reading a transcript", e))?;
+    // The messages are stored as JSON already: splice them in.
+    let mut body = String::with_capacity(16 + messages.iter().map(|m| m.len() + 1).sum::<usize>());
+    body.push_str("{\"messages\":[");
+    for (i, message) in messages.iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        body.push_str(message);
+    }
+    body.push_str("]}");
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+/// `DELETE /v1/runs/{id}`
+pub async fn cancel(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = parse_id(&id)?;
+    let run = fetch(&state, &tenant, id).await?;
+    if run.status.is_terminal() || state.runner.cancel(&tenant, id).is_none() {
+        // Terminal, or it ended between the read and the cancel.
+        let run = fetch(&state, &tenant, id).await?;
+        return Err(ApiError::Conflict {
+            code: "run_not_live",
+            message: format!("the run has already ended with status {}", run.status),
+        });
+    }
+    Ok((StatusCode::ACCEPTED, Json(run)).into_response())
+}
+
+/// `GET /v1/runs/{id}/workspace`
+pub async fn workspace(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let run = fetch(&state, &tenant, parse_id(&id)?).await?;
+    let directory = state.runner.workspace_dir(run.id);
+    let files = tokio::task::spawn_blocking(move || {
+        let workspace = Workspace::open(&directory).map_err(|e| e.to_string())?;
+        workspace.list_files().map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| ApiError::internal("listing a workspace", e))?
+    .map_err(|e| ApiError::internal("listing a workspace", e))?;
+    let files: Vec<Value> = files
+        .into_iter()
+        .map(|file| json!({"path": file.path, "size": file.size}))
+        .collect();
+    Ok(Json(json!({"files": files})))
+}
+
+/// `GET /v1/runs/{id}/workspace/{*path}`
+pub async fn workspace_file(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path((id, path)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let run = fetch(&state, &tenant, parse_id(&id)?).await?;
+    check_workspace_path(&path)
+        .map_err(|why| ApiError::InvalidQuery(format!("path {path:?}: {why}")))?;
+    let directory = state.runner.workspace_dir(run.id);
+    let bytes = tokio::task::spawn_blocking(move || {
+        let workspace = Workspace::open(&directory).map_err(|e| e.to_string())?;
+        workspace.read_bytes(&path).map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| ApiError::internal("reading a workspace file", e))?
+    .map_err(|_| ApiError::NotFound("file"))?;
+    Ok((
+        [(header::CONTENT_TYPE, "application/octet-stream")],
+        Body::from(bytes),
+    )
+        .into_response())
+}
+
+pub(super) fn parse_id(id: &str) -> Result<Uuid, ApiError> {
+    Uuid::parse_str(id).map_err(|_| ApiError::NotFound("run"))
+}
+
+pub(super) async fn fetch(state: &AppState, tenant: &Tenant, id: Uuid) -> Result<Run, ApiError> {
+    state
+        .runner
+        .store()
+        .get_run(tenant, id)
+        .await
+        .map_err(|e| ApiError::internal("reading a run", e))?
+        .ok_or(ApiError::NotFound("run"))
+}

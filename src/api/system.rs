@@ -1,0 +1,48 @@
+//! Liveness, readiness, metrics and the model catalogue.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use serde_json::{Value, json};
+
+use super::AppState;
+use super::error::ApiError;
+
+pub async fn healthz() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+/// Ready when the database answers and the server still takes runs.
+pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    if state.runner.is_closing() {
+        return Err(ApiError::ShuttingDown);
+    }
+    state
+        .runner
+        .store()
+        .ping()
+        .await
+        .map_err(|e| ApiError::Unavailable(format!("the database is not reachable: {e}")))?;
+    Ok(Json(json!({"status": "ready"})))
+}
+
+pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    let stats = state.runner.store().writer().stats();
+    let text = state.runner.metrics().render(
+        stats.batches.load(std::sync::atomic::Ordering::Relaxed),
+        stats.operations.load(std::sync::atomic::Ordering::Relaxed),
+    );
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+}
+
+/// The configured model profiles: names and kinds, never a key.
+pub async fn models(State(state): State<AppState>) -> Json<Value> {
+    Json(json!({"models": state.runner.profiles().list()}))
+}

@@ -1,0 +1,139 @@
+//! Building and running the service: what `main` calls, and what the tests
+//! call, so that both run the same server.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+
+use crate::api::{self, AppState};
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::models::{ModelProfiles, process_env};
+use crate::runner::Runner;
+use crate::store::Store;
+
+/// How long open connections may take to finish once every run is stored.
+const CONNECTION_DRAIN: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0}")]
+    Config(String),
+    #[error("cannot open the database: {0}")]
+    Store(#[from] crate::store::StoreError),
+    #[error("cannot bind {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot create the workspaces directory {path}: {source}")]
+    Workspaces {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+pub struct Application {
+    listener: TcpListener,
+    router: axum::Router,
+    runner: Runner,
+    grace: Duration,
+}
+
+impl Application {
+    /// Opens storage (recovering what a previous process left), binds the
+    /// listener and builds the router. Nothing is served until
+    /// [`run_until_stopped`](Self::run_until_stopped).
+    pub async fn build(config: Config) -> Result<Self, StartError> {
+        let profiles = ModelProfiles::new(config.models.clone(), &process_env)
+            .map_err(|e| StartError::Config(e.to_string()))?;
+        if !profiles.contains(&config.runs.default_model) {
+            return Err(StartError::Config(format!(
+                "runs.default_model: no model profile is named {:?}",
+                config.runs.default_model
+            )));
+        }
+        let workspaces = &config.storage.workspaces_dir;
+        std::fs::create_dir_all(workspaces).map_err(|source| StartError::Workspaces {
+            path: workspaces.display().to_string(),
+            source,
+        })?;
+        let (store, recovered) = Store::open(&config.storage.database_url).await?;
+        if !recovered.interrupted.is_empty() || !recovered.queued.is_empty() {
+            tracing::info!(
+                interrupted = recovered.interrupted.len(),
+                requeued = recovered.queued.len(),
+                "recovered the previous process's runs"
+            );
+        }
+        let metrics = Arc::new(Metrics::default());
+        let runner = Runner::new(&config, store, metrics, Arc::new(profiles));
+        runner.resume(recovered.queued);
+        let addr = config.server.bind;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| StartError::Bind { addr, source })?;
+        let state = AppState {
+            runner: runner.clone(),
+            auth: Arc::new(api::auth::Auth::new(&config.auth.tokens)),
+            limits: config.limits,
+            default_model: config.runs.default_model.as_str().into(),
+            max_body_bytes: config.server.max_body_bytes,
+            keep_alive: config
+                .server
+                .sse_keep_alive_ms
+                .map_or(api::events::DEFAULT_KEEP_ALIVE, Duration::from_millis),
+        };
+        Ok(Self {
+            listener,
+            router: api::router(state),
+            runner,
+            grace: Duration::from_millis(config.runs.shutdown_grace_ms),
+        })
+    }
+
+    /// The address actually bound (port 0 resolved).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    /// Serves until `shutdown` resolves; then takes no new run (503), gives
+    /// running runs their grace, interrupts the rest, stores everything, and
+    /// lets open connections finish.
+    pub async fn run_until_stopped(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let (stopped, runs_stored) = tokio::sync::oneshot::channel::<()>();
+        let runner = self.runner.clone();
+        let grace = self.grace;
+        let mut stopper = tokio::spawn(async move {
+            shutdown.await;
+            tracing::info!(grace_ms = grace.as_millis() as u64, "shutting down");
+            runner.shutdown(grace).await;
+            let _ = stopped.send(());
+        });
+        let serve = axum::serve(self.listener, self.router).with_graceful_shutdown(async move {
+            let _ = runs_stored.await;
+        });
+        let mut server = tokio::spawn(serve.into_future());
+        tokio::select! {
+            _ = &mut stopper => {}
+            result = &mut server => {
+                return result.map_err(std::io::Error::other)?;
+            }
+        }
+        // Every run is stored; event streams have sent their ends.
+        match tokio::time::timeout(CONNECTION_DRAIN, server).await {
+            Ok(result) => result.map_err(std::io::Error::other)??,
+            Err(_) => tracing::warn!("connections still open after the drain period; closing"),
+        }
+        tracing::info!("stopped");
+        Ok(())
+    }
+}

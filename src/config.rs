@@ -1,0 +1,360 @@
+//! Configuration: the TOML file of SPEC section 5, environment overrides
+//! (`AGENT_RUNNER_SECTION__KEY`), and defaults that work with no file at all.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::models::ModelProfile;
+use crate::tools::CommandPreset;
+
+/// Prefix of environment overrides; `__` separates the levels of a key, so
+/// `AGENT_RUNNER_RUNS__MAX_CONCURRENT=8` sets `runs.max_concurrent`.
+pub const ENV_PREFIX: &str = "AGENT_RUNNER_";
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub storage: StorageConfig,
+    pub runs: RunsConfig,
+    pub limits: LimitsConfig,
+    pub commands: BTreeMap<String, CommandPreset>,
+    pub models: BTreeMap<String, ModelProfile>,
+    pub auth: AuthConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    pub bind: SocketAddr,
+    /// Largest request body accepted (413 beyond).
+    pub max_body_bytes: usize,
+    /// Interval of keep-alive comments on idle event streams (default 15 s).
+    pub sse_keep_alive_ms: Option<u64>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            bind: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            max_body_bytes: 1024 * 1024,
+            sse_keep_alive_ms: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StorageConfig {
+    pub database_url: String,
+    pub workspaces_dir: PathBuf,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        Self {
+            database_url: "sqlite://data/agent-runner.db".into(),
+            workspaces_dir: PathBuf::from("data/workspaces"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunsConfig {
+    /// Runs executing at once; more wait, FIFO, as `queued`.
+    pub max_concurrent: usize,
+    /// Runs allowed to wait; beyond, 429.
+    pub max_queued: usize,
+    /// The profile a run uses when it names none.
+    pub default_model: String,
+    /// On SIGTERM, how long running runs may go on before they are interrupted.
+    pub shutdown_grace_ms: u64,
+}
+
+impl Default for RunsConfig {
+    fn default() -> Self {
+        Self {
+            max_concurrent: 32,
+            max_queued: 1000,
+            default_model: "demo".into(),
+            shutdown_grace_ms: 10_000,
+        }
+    }
+}
+
+/// Ceilings a request may not exceed (422 if it does).
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    pub max_steps: u32,
+    pub max_tool_calls: u32,
+    pub timeout_ms: u64,
+    pub max_context_chars: usize,
+    pub max_tool_result_chars: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            max_steps: 100,
+            max_tool_calls: 500,
+            timeout_ms: 3_600_000,
+            max_context_chars: 1_000_000,
+            max_tool_result_chars: 1_000_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    pub tokens: Vec<TokenConfig>,
+}
+
+/// One bearer token and the tenant it authenticates. Give the token itself or,
+/// better, its SHA-256 in hex so the file holds no secret.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenConfig {
+    pub tenant: String,
+    #[serde(default)]
+    pub token: Option<String>,
+    #[serde(default)]
+    pub token_sha256: Option<String>,
+}
+
+impl std::fmt::Debug for TokenConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenConfig")
+            .field("tenant", &self.tenant)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field(
+                "token_sha256",
+                &self.token_sha256.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid config: {0}")]
+    Parse(String),
+    #[error("invalid config: {0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Reads `path` (if given), applies the environment's overrides, and checks
+    /// the result.
+    pub fn load(
+        path: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let text = match path {
+            Some(path) => std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: path.to_owned(),
+                source,
+            })?,
+            None => String::new(),
+        };
+        Self::from_toml(&text, env)
+    }
+
+    pub fn from_toml(
+        text: &str,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let mut table: toml::Table =
+            toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        let mut overrides: Vec<_> = env
+            .into_iter()
+            .filter_map(|(key, value)| Some((key.strip_prefix(ENV_PREFIX)?.to_owned(), value)))
+            .collect();
+        overrides.sort();
+        for (key, value) in overrides {
+            apply_override(&mut table, &key, &value)?;
+        }
+        let config: Config = serde_path_to_error::deserialize(toml::Value::Table(table))
+            .map_err(|e| ConfigError::Parse(format!("{}: {}", e.path(), e.inner())))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |message: String| Err(ConfigError::Invalid(message));
+        if self.runs.max_concurrent == 0 {
+            return invalid("runs.max_concurrent must be at least 1".into());
+        }
+        let limits = &self.limits;
+        if limits.max_steps == 0
+            || limits.timeout_ms == 0
+            || limits.max_context_chars == 0
+            || limits.max_tool_result_chars == 0
+        {
+            return invalid(
+                "limits.max_steps, timeout_ms, max_context_chars and max_tool_result_chars must be at least 1"
+                    .into(),
+            );
+        }
+        for (name, preset) in &self.commands {
+            if !crate::harness::is_valid_tool_name(name) {
+                return invalid(format!(
+                    "commands.{name}: a preset name must match ^[a-zA-Z][a-zA-Z0-9_-]*$"
+                ));
+            }
+            if preset.program.trim().is_empty() {
+                return invalid(format!("commands.{name}.program must not be empty"));
+            }
+            if preset.timeout_ms == 0 {
+                return invalid(format!("commands.{name}.timeout_ms must be at least 1"));
+            }
+        }
+        for (i, token) in self.auth.tokens.iter().enumerate() {
+            if token.tenant.trim().is_empty() {
+                return invalid(format!("auth.tokens[{i}].tenant must not be empty"));
+            }
+            match (&token.token, &token.token_sha256) {
+                (Some(t), None) if !t.is_empty() => {}
+                (None, Some(h)) if h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()) => {}
+                (None, Some(_)) => {
+                    return invalid(format!(
+                        "auth.tokens[{i}].token_sha256 must be 64 hexadecimal characters"
+                    ));
+                }
+                _ => {
+                    return invalid(format!(
+                        "auth.tokens[{i}] needs exactly one of token or token_sha256"
+                    ));
+                }
+            }
+        }
+        if self.auth.tokens.is_empty() && !self.server.bind.ip().is_loopback() {
+            return invalid(format!(
+                "server.bind is {}, but no auth.tokens are configured: without tokens the server only binds a loopback address",
+                self.server.bind
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Sets `a__b__c` (lower-cased) to `value`, read as a TOML value when it is
+/// one (`8`, `true`, `["x"]`, `{tenant = "a", token = "t"}`) and as a string
+/// otherwise.
+fn apply_override(table: &mut toml::Table, key: &str, value: &str) -> Result<(), ConfigError> {
+    let path: Vec<String> = key.split("__").map(str::to_ascii_lowercase).collect();
+    if path.iter().any(String::is_empty) {
+        return Err(ConfigError::Parse(format!(
+            "environment override {ENV_PREFIX}{key}: empty key segment"
+        )));
+    }
+    let parsed = toml::from_str::<toml::Table>(&format!("v = {value}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(value.to_owned()));
+    let (last, parents) = path.split_last().expect("split yields one segment");
+    let mut current = table;
+    for segment in parents {
+        let entry = current
+            .entry(segment.clone())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        current = entry.as_table_mut().ok_or_else(|| {
+            ConfigError::Parse(format!(
+                "environment override {ENV_PREFIX}{key}: {segment} is not a table"
+            ))
+        })?;
+    }
+    current.insert(last.clone(), parsed);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn no_file_gives_working_defaults() {
+        let config = Config::from_toml("", env(&[])).unwrap();
+        assert_eq!(config.server.bind.to_string(), "127.0.0.1:8080");
+        assert_eq!(config.runs.default_model, "demo");
+        assert_eq!(config.storage.database_url, "sqlite://data/agent-runner.db");
+        assert_eq!(config.limits.max_steps, 100);
+    }
+
+    #[test]
+    fn reads_the_spec_example() {
+        let config = Config::from_toml(
+            r#"
+            [server]
+            bind = "127.0.0.1:0"
+            max_body_bytes = 2048
+            [runs]
+            max_concurrent = 2
+            [commands.test]
+            program = "cargo"
+            args = ["test", "--quiet"]
+            timeout_ms = 60000
+            [[auth.tokens]]
+            tenant = "team-a"
+            token = "secret"
+            "#,
+            env(&[]),
+        )
+        .unwrap();
+        assert_eq!(config.server.max_body_bytes, 2048);
+        assert_eq!(config.runs.max_concurrent, 2);
+        assert_eq!(config.commands["test"].args, ["test", "--quiet"]);
+        assert_eq!(config.auth.tokens[0].tenant, "team-a");
+        assert!(!format!("{config:?}").contains("secret"));
+    }
+
+    #[test]
+    fn environment_overrides_win() {
+        let config = Config::from_toml(
+            "[runs]\nmax_concurrent = 2\n",
+            env(&[
+                ("AGENT_RUNNER_RUNS__MAX_CONCURRENT", "7"),
+                ("AGENT_RUNNER_SERVER__BIND", "127.0.0.1:9999"),
+                (
+                    "AGENT_RUNNER_AUTH__TOKENS",
+                    r#"[{tenant = "t", token = "x"}]"#,
+                ),
+                ("AGENT_RUNNER_COMMANDS__LS__PROGRAM", "ls"),
+                ("UNRELATED", "1"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(config.runs.max_concurrent, 7);
+        assert_eq!(config.server.bind.port(), 9999);
+        assert_eq!(config.auth.tokens.len(), 1);
+        assert_eq!(config.commands["ls"].program, "ls");
+    }
+
+    #[test]
+    fn refuses_bad_configs_with_clear_errors() {
+        let error = |text: &str| Config::from_toml(text, env(&[])).unwrap_err().to_string();
+        assert!(error("[server]\nbnd = 1").contains("bnd"));
+        assert!(error("[runs]\nmax_concurrent = \"x\"").contains("runs.max_concurrent"));
+        assert!(error("[runs]\nmax_concurrent = 0").contains("max_concurrent"));
+        assert!(error("[server]\nbind = \"0.0.0.0:8080\"").contains("loopback"));
+        assert!(error("[[auth.tokens]]\ntenant = \"a\"").contains("exactly one"));
+        assert!(error("[commands.\"bad name\"]\nprogram = \"x\"").contains("preset name"));
+    }
+}

@@ -1,0 +1,140 @@
+//! The service's vocabulary for a run: what a client asked for (`RunSpec`) and
+//! what the API shows of it (`Run`). Shared by the API, the runner and the
+//! store, and free of all three.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+use crate::harness::{RunStatus, UsageTotals};
+
+/// The tenant a request authenticated as; every run belongs to one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Tenant(pub String);
+
+impl Tenant {
+    /// The tenant of a server with no tokens configured (loopback only).
+    pub fn anonymous() -> Self {
+        Self("default".into())
+    }
+}
+
+/// Budgets of a run as the API shows them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunLimits {
+    pub max_steps: u32,
+    pub max_tool_calls: u32,
+    pub timeout_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunContext {
+    pub max_context_chars: usize,
+    pub max_tool_result_chars: usize,
+}
+
+/// Which model drives a run. Kept (privately) so that a run queued when the
+/// server stopped can start again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelSpec {
+    Profile(String),
+    Scripted(Vec<Value>),
+}
+
+/// What the run object says of its model: never a secret, never the script.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelInfo {
+    pub provider: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// A validated, accepted request for a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunSpec {
+    pub prompt: String,
+    pub model: ModelSpec,
+    pub model_info: ModelInfo,
+    pub tools: Vec<String>,
+    pub commands: Vec<String>,
+    pub files: BTreeMap<String, String>,
+    pub limits: RunLimits,
+    pub context: RunContext,
+    pub metadata: Map<String, Value>,
+}
+
+/// The run object of the API.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Run {
+    pub id: Uuid,
+    pub status: RunStatus,
+    pub prompt: String,
+    pub answer: Option<String>,
+    pub error: Option<String>,
+    pub steps: u32,
+    pub tool_calls: u32,
+    pub usage: UsageTotals,
+    pub limits: RunLimits,
+    pub context: RunContext,
+    pub tools: Vec<String>,
+    pub commands: Vec<String>,
+    pub model: ModelInfo,
+    pub metadata: Map<String, Value>,
+    #[serde(serialize_with = "rfc3339")]
+    pub created_at: DateTime<Utc>,
+    #[serde(serialize_with = "rfc3339_opt")]
+    pub started_at: Option<DateTime<Utc>>,
+    #[serde(serialize_with = "rfc3339_opt")]
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+impl Run {
+    /// A run just accepted: queued, nothing done yet.
+    pub fn queued(id: Uuid, spec: &RunSpec, created_at: DateTime<Utc>) -> Self {
+        Self {
+            id,
+            status: RunStatus::Queued,
+            prompt: spec.prompt.clone(),
+            answer: None,
+            error: None,
+            steps: 0,
+            tool_calls: 0,
+            usage: UsageTotals::default(),
+            limits: spec.limits,
+            context: spec.context,
+            tools: spec.tools.clone(),
+            commands: spec.commands.clone(),
+            model: spec.model_info.clone(),
+            metadata: spec.metadata.clone(),
+            created_at,
+            started_at: None,
+            finished_at: None,
+        }
+    }
+}
+
+/// RFC 3339 UTC with millisecond precision, the form every timestamp of the
+/// API takes.
+pub fn format_time(time: &DateTime<Utc>) -> String {
+    time.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+fn rfc3339<S: Serializer>(time: &DateTime<Utc>, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&format_time(time))
+}
+
+fn rfc3339_opt<S: Serializer>(
+    time: &Option<DateTime<Utc>>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match time {
+        Some(time) => rfc3339(time, serializer),
+        None => serializer.serialize_none(),
+    }
+}

@@ -1,0 +1,461 @@
+//! The runner: accepts runs, queues them FIFO behind a concurrency limit, runs
+//! each as its own task with its own cancellation token and workspace, and
+//! fans its events out to live subscribers.
+
+mod observer;
+
+use std::collections::HashMap;
+use std::num::{NonZeroU32, NonZeroUsize};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use futures_util::FutureExt;
+use tokio::sync::{Semaphore, broadcast};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+use uuid::Uuid;
+
+use crate::config::Config;
+use crate::harness::{
+    ContextLimits, Harness, Limits, Model, RunConfig, RunStatus, Tool, ToolRegistry,
+};
+use crate::metrics::Metrics;
+use crate::models::ModelProfiles;
+use crate::models::ScriptedModel;
+use crate::run::{ModelSpec, Run, RunSpec, Tenant, format_time};
+use crate::store::writer::RunRow;
+use crate::store::{NewRun, Store, StoreError, Unfinished};
+use crate::tools::{CommandPresets, CommandRunner, Containment, Workspace, builtin_tools};
+
+pub use observer::INTERRUPTED;
+
+/// Events buffered per live run for subscribers; one that falls further
+/// behind catches up from storage.
+const LIVE_BUFFER: usize = 64;
+
+/// An event on its way to live subscribers. Sequenced events are already
+/// stored; `model_delta` ones (no sequence) are live only.
+#[derive(Debug)]
+pub struct LiveEvent {
+    pub sequence: Option<u64>,
+    pub kind: &'static str,
+    pub body: String,
+}
+
+/// A run that is queued or running.
+pub struct LiveRun {
+    pub id: Uuid,
+    pub tenant: Tenant,
+    cancel: CancellationToken,
+    /// Set when the server stops the run: it ends `interrupted`, not `aborted`.
+    interrupted: AtomicBool,
+    events: broadcast::Sender<Arc<LiveEvent>>,
+    /// Fires once the run's end is committed.
+    done: CancellationToken,
+}
+
+impl LiveRun {
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<LiveEvent>> {
+        self.events.subscribe()
+    }
+
+    /// Resolves once the run's final state is in storage.
+    pub async fn finished(&self) {
+        self.done.cancelled().await;
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    #[error("the server is shutting down")]
+    ShuttingDown,
+    #[error("the queue is full")]
+    QueueFull,
+    #[error("{0}")]
+    Workspace(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// State every run task shares.
+pub(crate) struct Shared {
+    store: Store,
+    metrics: Arc<Metrics>,
+    profiles: Arc<ModelProfiles>,
+    commands: Arc<CommandRunner>,
+    workspaces: PathBuf,
+    live: Mutex<HashMap<Uuid, Arc<LiveRun>>>,
+}
+
+impl Shared {
+    fn forget(&self, id: Uuid) {
+        if let Ok(mut live) = self.live.lock() {
+            live.remove(&id);
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Runner {
+    shared: Arc<Shared>,
+    slots: Arc<Semaphore>,
+    max_queued: usize,
+    tasks: TaskTracker,
+    /// Fires when the server stops taking runs.
+    closing: CancellationToken,
+    /// Fires when waiting runs must stop waiting (they stay `queued`).
+    stop_queue: CancellationToken,
+}
+
+impl Runner {
+    pub fn new(
+        config: &Config,
+        store: Store,
+        metrics: Arc<Metrics>,
+        profiles: Arc<ModelProfiles>,
+    ) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                store,
+                metrics,
+                profiles,
+                commands: Arc::new(CommandRunner::new(
+                    config.commands.clone().into_iter().collect(),
+                    Arc::new(Containment::detect()),
+                )),
+                workspaces: config.storage.workspaces_dir.clone(),
+                live: Mutex::new(HashMap::new()),
+            }),
+            slots: Arc::new(Semaphore::new(config.runs.max_concurrent)),
+            max_queued: config.runs.max_queued,
+            tasks: TaskTracker::new(),
+            closing: CancellationToken::new(),
+            stop_queue: CancellationToken::new(),
+        }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.shared.store
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.shared.metrics
+    }
+
+    pub fn profiles(&self) -> &ModelProfiles {
+        &self.shared.profiles
+    }
+
+    pub fn presets(&self) -> &CommandPresets {
+        self.shared.commands.presets()
+    }
+
+    pub fn is_closing(&self) -> bool {
+        self.closing.is_cancelled()
+    }
+
+    /// Fires when the server begins to stop; open event streams end then.
+    pub fn closing(&self) -> &CancellationToken {
+        &self.closing
+    }
+
+    pub fn live(&self, id: Uuid) -> Option<Arc<LiveRun>> {
+        self.shared.live.lock().ok()?.get(&id).cloned()
+    }
+
+    /// The directory of a run's workspace.
+    pub fn workspace_dir(&self, id: Uuid) -> PathBuf {
+        self.shared.workspaces.join(id.to_string())
+    }
+
+    /// Accepts a run: seeds its workspace, stores it, and starts it or queues
+    /// it. Nothing is left behind when this fails.
+    pub async fn submit(
+        &self,
+        tenant: &Tenant,
+        spec: RunSpec,
+        idempotency: Option<(&str, &str)>,
+    ) -> Result<Run, SubmitError> {
+        if self.is_closing() {
+            return Err(SubmitError::ShuttingDown);
+        }
+        let metrics = &self.shared.metrics;
+        // A free slot starts the run now; otherwise it waits, if there is room.
+        let slot = match Arc::clone(&self.slots).try_acquire_owned() {
+            Ok(permit) => Some(permit),
+            Err(_) => {
+                let waiting = metrics.queued_runs.fetch_add(1, Ordering::AcqRel);
+                if waiting as usize >= self.max_queued {
+                    metrics.queued_runs.fetch_sub(1, Ordering::AcqRel);
+                    metrics.rejected_queue_full.fetch_add(1, Ordering::Relaxed);
+                    return Err(SubmitError::QueueFull);
+                }
+                None
+            }
+        };
+        let unqueue = || {
+            if slot.is_none() {
+                metrics.queued_runs.fetch_sub(1, Ordering::AcqRel);
+            }
+        };
+        let id = Uuid::now_v7();
+        let run = Run::queued(id, &spec, Utc::now());
+        let directory = self.workspace_dir(id);
+        if let Err(error) = seed_workspace(&directory, &spec).await {
+            unqueue();
+            let _ = tokio::fs::remove_dir_all(&directory).await;
+            return Err(error);
+        }
+        let row = RunRow::new(NewRun {
+            run: &run,
+            tenant,
+            spec: &spec,
+            idempotency,
+        });
+        let inserted = match row {
+            Ok(row) => self.shared.store.writer().insert_run(row).await,
+            Err(error) => Err(error),
+        };
+        if let Err(error) = inserted {
+            unqueue();
+            let _ = tokio::fs::remove_dir_all(&directory).await;
+            return Err(error.into());
+        }
+        metrics.runs_created.fetch_add(1, Ordering::Relaxed);
+        self.start(run.clone(), tenant.clone(), spec.model.clone(), spec, slot);
+        Ok(run)
+    }
+
+    /// Starts again the runs a previous process left queued, oldest first.
+    pub fn resume(&self, unfinished: Vec<Unfinished>) {
+        for Unfinished { run, tenant, model } in unfinished {
+            self.shared
+                .metrics
+                .queued_runs
+                .fetch_add(1, Ordering::AcqRel);
+            let spec = RunSpec {
+                prompt: run.prompt.clone(),
+                model: model.clone(),
+                model_info: run.model.clone(),
+                tools: run.tools.clone(),
+                commands: run.commands.clone(),
+                files: Default::default(),
+                limits: run.limits,
+                context: run.context,
+                metadata: run.metadata.clone(),
+            };
+            self.start(run, tenant, model, spec, None);
+        }
+    }
+
+    fn start(
+        &self,
+        run: Run,
+        tenant: Tenant,
+        _model: ModelSpec,
+        spec: RunSpec,
+        slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) {
+        let (events, _) = broadcast::channel(LIVE_BUFFER);
+        let live = Arc::new(LiveRun {
+            id: run.id,
+            tenant,
+            cancel: CancellationToken::new(),
+            interrupted: AtomicBool::new(false),
+            events,
+            done: CancellationToken::new(),
+        });
+        if let Ok(mut registry) = self.shared.live.lock() {
+            registry.insert(run.id, Arc::clone(&live));
+        }
+        let span = tracing::info_span!("run", run_id = %run.id);
+        let task = RunTask {
+            runner: self.clone(),
+            live,
+            spec,
+        };
+        self.tasks.spawn(task.execute(slot).instrument(span));
+    }
+
+    /// Cancels a live run. `None` when it is not live (terminal or unknown).
+    pub fn cancel(&self, tenant: &Tenant, id: Uuid) -> Option<Arc<LiveRun>> {
+        let live = self.live(id).filter(|live| &live.tenant == tenant)?;
+        live.cancel.cancel();
+        Some(live)
+    }
+
+    /// Stops the service's runs: no new run is accepted; running runs get
+    /// `grace` to finish, then end `interrupted`; queued runs stay queued, to
+    /// start again with the next process. Returns once everything is stored.
+    pub async fn shutdown(&self, grace: Duration) {
+        self.closing.cancel();
+        self.tasks.close();
+        let deadline = Instant::now() + grace;
+        // Waiting runs must not start now.
+        self.stop_queue.cancel();
+        loop {
+            let running = self.shared.metrics.active_runs.load(Ordering::Acquire);
+            if running == 0 || Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let live: Vec<_> = self
+            .shared
+            .live
+            .lock()
+            .map(|live| live.values().cloned().collect())
+            .unwrap_or_default();
+        for run in live {
+            run.interrupted.store(true, Ordering::Release);
+            run.cancel.cancel();
+        }
+        self.tasks.wait().await;
+        self.shared.store.close().await;
+    }
+}
+
+/// Creates the run's workspace directory and the request's files in it.
+async fn seed_workspace(directory: &std::path::Path, spec: &RunSpec) -> Result<(), SubmitError> {
+    tokio::fs::create_dir_all(directory)
+        .await
+        .map_err(|e| SubmitError::Workspace(format!("cannot create the workspace: {e}")))?;
+    if spec.files.is_empty() {
+        return Ok(());
+    }
+    let directory = directory.to_owned();
+    let files = spec.files.clone();
+    tokio::task::spawn_blocking(move || {
+        let workspace = Workspace::open(&directory)
+            .map_err(|e| SubmitError::Workspace(format!("cannot open the workspace: {e}")))?;
+        for (path, content) in &files {
+            workspace
+                .write_seed(path, content.as_bytes())
+                .map_err(|e| SubmitError::Workspace(format!("workspace.files.{path}: {e}")))?;
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|e| SubmitError::Workspace(format!("seeding the workspace failed: {e}")))?
+}
+
+struct RunTask {
+    runner: Runner,
+    live: Arc<LiveRun>,
+    spec: RunSpec,
+}
+
+impl RunTask {
+    async fn execute(self, slot: Option<tokio::sync::OwnedSemaphorePermit>) {
+        let shared = Arc::clone(&self.runner.shared);
+        let observer = observer::RunObserver::new(Arc::clone(&shared), Arc::clone(&self.live));
+        let _slot = match slot {
+            Some(slot) => slot,
+            None => {
+                let acquired = tokio::select! {
+                    biased;
+                    () = self.live.cancel.cancelled() => None,
+                    () = self.runner.stop_queue.cancelled() => {
+                        // Stays queued in storage; the next process starts it.
+                        shared.metrics.queued_runs.fetch_sub(1, Ordering::AcqRel);
+                        shared.forget(self.live.id);
+                        self.live.done.cancel();
+                        return;
+                    }
+                    permit = Arc::clone(&self.runner.slots).acquire_owned() => permit.ok(),
+                };
+                shared.metrics.queued_runs.fetch_sub(1, Ordering::AcqRel);
+                match acquired {
+                    Some(permit) if !self.runner.stop_queue.is_cancelled() => permit,
+                    Some(_) => {
+                        shared.forget(self.live.id);
+                        self.live.done.cancel();
+                        return;
+                    }
+                    None => {
+                        tracing::info!("cancelled while queued");
+                        observer.end_without_harness(RunStatus::Aborted, None);
+                        return;
+                    }
+                }
+            }
+        };
+        shared
+            .store
+            .writer()
+            .started(self.live.id, format_time(&Utc::now()));
+        shared.metrics.active_runs.fetch_add(1, Ordering::AcqRel);
+        let began = Instant::now();
+        tracing::info!("run started");
+        let outcome = std::panic::AssertUnwindSafe(self.run_harness(&observer))
+            .catch_unwind()
+            .await;
+        let failure = match outcome {
+            Ok(Ok(())) => None,
+            Ok(Err(error)) => Some(error),
+            Err(_) => Some("the run's task panicked".to_owned()),
+        };
+        if let Some(error) = failure
+            && !observer.has_ended()
+        {
+            tracing::error!(%error, "run failed");
+            observer.end_without_harness(RunStatus::Failed, Some(error));
+        }
+        shared.metrics.run_duration.record(began.elapsed());
+        shared.metrics.active_runs.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Builds the run's model and tools and runs the harness. An error is the
+    /// service's own failure (the run ends `failed`).
+    async fn run_harness(&self, observer: &observer::RunObserver) -> Result<(), String> {
+        let shared = &self.runner.shared;
+        let spec = &self.spec;
+        let model: Arc<dyn Model> = match &spec.model {
+            ModelSpec::Scripted(script) => Arc::new(ScriptedModel::new(script.clone())),
+            ModelSpec::Profile(name) => shared
+                .profiles
+                .instantiate(name)
+                .ok_or_else(|| format!("model profile {name:?} is not configured"))?,
+        };
+        let directory = self.runner.workspace_dir(self.live.id);
+        let workspace = Workspace::open(&directory)
+            .map(Arc::new)
+            .map_err(|e| format!("cannot open the workspace: {e}"))?;
+        let tools: Vec<Arc<dyn Tool>> = builtin_tools(
+            workspace,
+            Arc::clone(&shared.commands),
+            &spec.tools,
+            &spec.commands,
+        )
+        .map_err(|e| e.to_string())?;
+        let registry = ToolRegistry::new(tools).map_err(|e| e.to_string())?;
+        let config = RunConfig {
+            run_id: self.live.id,
+            prompt: spec.prompt.clone(),
+            limits: Limits {
+                max_steps: NonZeroU32::new(spec.limits.max_steps).ok_or("max_steps is zero")?,
+                max_tool_calls: spec.limits.max_tool_calls,
+                timeout: Some(Duration::from_millis(spec.limits.timeout_ms)),
+            },
+            context: ContextLimits {
+                max_context_chars: NonZeroUsize::new(spec.context.max_context_chars)
+                    .ok_or("max_context_chars is zero")?,
+                max_tool_result_chars: NonZeroUsize::new(spec.context.max_tool_result_chars)
+                    .ok_or("max_tool_result_chars is zero")?,
+            },
+        };
+        let result = Harness {
+            model: &*model,
+            tools: &registry,
+            observer: Some(observer),
+        }
+        .run(config, &self.live.cancel)
+        .await;
+        tracing::info!(status = %result.status, steps = result.steps, tool_calls = result.tool_calls, "run ended");
+        Ok(())
+    }
+}

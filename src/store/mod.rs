@@ -1,0 +1,289 @@
+//! Storage: SQLite through sqlx, the one place that knows the schema.
+//!
+//! Writes go through a single writer connection that batches them into
+//! `BEGIN IMMEDIATE` transactions ([`writer`]); reads go through a separate
+//! pool. With one writer there is never a lock to wait for, and WAL lets the
+//! readers go on while it writes.
+
+mod rows;
+pub mod writer;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteSynchronous,
+};
+use sqlx::{ConnectOptions, Connection, Row};
+use uuid::Uuid;
+
+use crate::harness::RunStatus;
+use crate::run::{ModelSpec, Run, RunSpec, Tenant, format_time};
+
+pub use writer::{Writer, WriterStats};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+    #[error("the store is closed")]
+    Closed,
+}
+
+/// A stored event, as served on the event stream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEvent {
+    pub sequence: u64,
+    pub kind: String,
+    /// The event object's JSON.
+    pub body: String,
+}
+
+/// A run that was live when the previous process stopped.
+#[derive(Debug, Clone)]
+pub struct Unfinished {
+    pub run: Run,
+    pub tenant: Tenant,
+    pub model: ModelSpec,
+}
+
+/// A run found by its idempotency key.
+#[derive(Debug, Clone)]
+pub struct IdempotentRun {
+    pub run: Run,
+    pub request_hash: String,
+}
+
+#[derive(Clone)]
+pub struct Store {
+    read: SqlitePool,
+    writer: Writer,
+}
+
+impl Store {
+    /// Opens (creating if needed) the database at `url`, applies the
+    /// migrations, brings the previous process's live runs to rest (see
+    /// [`recover`]), and starts the writer.
+    pub async fn open(url: &str) -> Result<(Self, Recovered), StoreError> {
+        let options = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(10))
+            .disable_statement_logging();
+        if let Some(dir) = options.get_filename().parent()
+            && !dir.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(dir).map_err(|e| StoreError::Database(e.into()))?;
+        }
+        let mut connection = options.connect().await?;
+        sqlx::migrate!("./migrations").run(&mut connection).await?;
+        let read = SqlitePoolOptions::new()
+            .max_connections(8)
+            .min_connections(1)
+            .connect_with(options.read_only(true))
+            .await?;
+        let recovered = recover(&mut connection, Utc::now()).await?;
+        let writer = Writer::start(connection);
+        Ok((Self { read, writer }, recovered))
+    }
+
+    pub fn writer(&self) -> &Writer {
+        &self.writer
+    }
+
+    /// Waits for every queued write to be committed, then closes.
+    pub async fn close(&self) {
+        self.writer.close().await;
+        self.read.close().await;
+    }
+
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.read).await?;
+        Ok(())
+    }
+
+    pub async fn get_run(&self, tenant: &Tenant, id: Uuid) -> Result<Option<Run>, StoreError> {
+        let row = sqlx::query(rows::SELECT_RUN_BY_ID)
+            .bind(id.to_string())
+            .bind(&tenant.0)
+            .fetch_optional(&self.read)
+            .await?;
+        row.map(|row| rows::run_from_row(&row)).transpose()
+    }
+
+    /// Runs newest first, after `cursor` (an id) when given.
+    pub async fn list_runs(
+        &self,
+        tenant: &Tenant,
+        status: Option<RunStatus>,
+        cursor: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<Run>, StoreError> {
+        let rows = sqlx::query(rows::SELECT_RUNS_PAGE)
+            .bind(&tenant.0)
+            .bind(status.map(RunStatus::as_str))
+            .bind(cursor.map(|c| c.to_string()))
+            .bind(i64::from(limit))
+            .fetch_all(&self.read)
+            .await?;
+        rows.iter().map(rows::run_from_row).collect()
+    }
+
+    /// The transcript's messages, each as its JSON text, in order.
+    pub async fn messages(&self, run_id: Uuid) -> Result<Vec<String>, StoreError> {
+        let rows = sqlx::query("SELECT body FROM messages WHERE run_id = ? ORDER BY position")
+            .bind(run_id.to_string())
+            .fetch_all(&self.read)
+            .await?;
+        Ok(rows.iter().map(|row| row.get::<String, _>(0)).collect())
+    }
+
+    /// Stored events with a sequence greater than `after`, in order.
+    pub async fn events_after(
+        &self,
+        run_id: Uuid,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT sequence, type, body FROM events WHERE run_id = ? AND sequence > ? ORDER BY sequence LIMIT ?",
+        )
+        .bind(run_id.to_string())
+        .bind(i64::try_from(after).unwrap_or(i64::MAX))
+        .bind(i64::from(limit))
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(StoredEvent {
+                    sequence: u64::try_from(row.get::<i64, _>(0))
+                        .map_err(|_| StoreError::Corrupt("negative event sequence".into()))?,
+                    kind: row.get(1),
+                    body: row.get(2),
+                })
+            })
+            .collect()
+    }
+
+    pub async fn find_idempotent(
+        &self,
+        tenant: &Tenant,
+        key: &str,
+    ) -> Result<Option<IdempotentRun>, StoreError> {
+        let row = sqlx::query(rows::SELECT_RUN_BY_IDEMPOTENCY_KEY)
+            .bind(&tenant.0)
+            .bind(key)
+            .fetch_optional(&self.read)
+            .await?;
+        row.map(|row| {
+            Ok(IdempotentRun {
+                run: rows::run_from_row(&row)?,
+                request_hash: row
+                    .get::<Option<String>, _>("request_hash")
+                    .unwrap_or_default(),
+            })
+        })
+        .transpose()
+    }
+
+    pub async fn count_by_status(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        let rows = sqlx::query("SELECT status, COUNT(*) FROM runs GROUP BY status")
+            .fetch_all(&self.read)
+            .await?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+}
+
+/// Inserts for a new run, in the order the writer applies them.
+pub(crate) struct NewRun<'a> {
+    pub run: &'a Run,
+    pub tenant: &'a Tenant,
+    pub spec: &'a RunSpec,
+    pub idempotency: Option<(&'a str, &'a str)>,
+}
+
+/// What [`recover`] found.
+#[derive(Debug, Default)]
+pub struct Recovered {
+    /// Runs that were running: now `interrupted`.
+    pub interrupted: Vec<Uuid>,
+    /// Runs that were waiting, oldest first: to be started again.
+    pub queued: Vec<Unfinished>,
+}
+
+/// Brings the previous process's live runs to rest: `running` ones become
+/// `interrupted` with a `run_end` event after their last one; `queued` ones
+/// are returned, oldest first, to be started again.
+async fn recover(
+    connection: &mut SqliteConnection,
+    now: DateTime<Utc>,
+) -> Result<Recovered, StoreError> {
+    let mut tx = connection.begin().await?;
+    let running = sqlx::query(rows::SELECT_LIVE_RUNS)
+        .bind(RunStatus::Running.as_str())
+        .fetch_all(&mut *tx)
+        .await?;
+    let mut interrupted = Vec::new();
+    for row in &running {
+        let run = rows::run_from_row(row)?;
+        let sequence: i64 = sqlx::query_scalar(
+            "SELECT COALESCE(MAX(sequence), 0) + 1 FROM events WHERE run_id = ?",
+        )
+        .bind(run.id.to_string())
+        .fetch_one(&mut *tx)
+        .await?;
+        let error = "The server stopped while the run was running".to_owned();
+        let event = crate::harness::Event {
+            run_id: run.id,
+            sequence: u64::try_from(sequence).unwrap_or(1),
+            timestamp: now,
+            kind: crate::harness::EventKind::RunEnd {
+                status: RunStatus::Interrupted,
+                steps: run.steps,
+                tool_calls: run.tool_calls,
+                usage: run.usage,
+                answer: None,
+                error: Some(error.clone()),
+            },
+        };
+        let body = serde_json::to_string(&event)
+            .map_err(|e| StoreError::Corrupt(format!("cannot serialise an event: {e}")))?;
+        sqlx::query(
+            "INSERT INTO events (run_id, sequence, type, body) VALUES (?, ?, 'run_end', ?)",
+        )
+        .bind(run.id.to_string())
+        .bind(sequence)
+        .bind(body)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("UPDATE runs SET status = ?, error = ?, finished_at = ? WHERE id = ?")
+            .bind(RunStatus::Interrupted.as_str())
+            .bind(&error)
+            .bind(format_time(&now))
+            .bind(run.id.to_string())
+            .execute(&mut *tx)
+            .await?;
+        interrupted.push(run.id);
+    }
+    let queued = sqlx::query(rows::SELECT_LIVE_RUNS)
+        .bind(RunStatus::Queued.as_str())
+        .fetch_all(&mut *tx)
+        .await?;
+    let queued = queued
+        .iter()
+        .map(rows::unfinished_from_row)
+        .collect::<Result<Vec<_>, _>>()?;
+    tx.commit().await?;
+    Ok(Recovered {
+        interrupted,
+        queued,
+    })
+}

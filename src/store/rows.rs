@@ -1,0 +1,96 @@
+//! The `runs` table's rows and their conversion to the domain's types.
+
+use chrono::{DateTime, Utc};
+use serde::de::DeserializeOwned;
+use sqlx::Row;
+use sqlx::sqlite::SqliteRow;
+use uuid::Uuid;
+
+use super::{StoreError, Unfinished};
+use crate::harness::{RunStatus, UsageTotals};
+use crate::run::{Run, Tenant};
+
+/// A `SELECT` of every column of `runs`, with the given filter appended.
+macro_rules! select_runs {
+    ($filter:literal) => {
+        concat!(
+            "SELECT id, tenant, status, prompt, answer, error, steps, tool_calls, ",
+            "input_tokens, output_tokens, model_calls_with_usage, limits, context, tools, ",
+            "commands, model, metadata, model_spec, request_hash, created_at, started_at, ",
+            "finished_at FROM runs ",
+            $filter
+        )
+    };
+}
+
+pub(super) const SELECT_RUN_BY_ID: &str = select_runs!("WHERE id = ? AND tenant = ?");
+pub(super) const SELECT_RUN_BY_IDEMPOTENCY_KEY: &str =
+    select_runs!("WHERE tenant = ? AND idempotency_key = ?");
+pub(super) const SELECT_LIVE_RUNS: &str = select_runs!("WHERE status = ? ORDER BY id");
+/// Newest first; the status and cursor filters apply only when bound non-null.
+pub(super) const SELECT_RUNS_PAGE: &str = select_runs!(
+    "WHERE tenant = ?1 AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR id < ?3) ORDER BY id DESC LIMIT ?4"
+);
+
+pub(super) fn run_from_row(row: &SqliteRow) -> Result<Run, StoreError> {
+    Ok(Run {
+        id: parse_uuid(&row.get::<String, _>("id"))?,
+        status: RunStatus::parse(&row.get::<String, _>("status"))
+            .ok_or_else(|| StoreError::Corrupt("unknown run status".into()))?,
+        prompt: row.get("prompt"),
+        answer: row.get("answer"),
+        error: row.get("error"),
+        steps: count(row, "steps")?,
+        tool_calls: count(row, "tool_calls")?,
+        usage: UsageTotals {
+            input_tokens: count(row, "input_tokens")?,
+            output_tokens: count(row, "output_tokens")?,
+            model_calls_with_usage: count(row, "model_calls_with_usage")?,
+        },
+        limits: json(row, "limits")?,
+        context: json(row, "context")?,
+        tools: json(row, "tools")?,
+        commands: json(row, "commands")?,
+        model: json(row, "model")?,
+        metadata: json(row, "metadata")?,
+        created_at: time(&row.get::<String, _>("created_at"))?,
+        started_at: row
+            .get::<Option<String>, _>("started_at")
+            .as_deref()
+            .map(time)
+            .transpose()?,
+        finished_at: row
+            .get::<Option<String>, _>("finished_at")
+            .as_deref()
+            .map(time)
+            .transpose()?,
+    })
+}
+
+pub(super) fn unfinished_from_row(row: &SqliteRow) -> Result<Unfinished, StoreError> {
+    Ok(Unfinished {
+        run: run_from_row(row)?,
+        tenant: Tenant(row.get("tenant")),
+        model: json(row, "model_spec")?,
+    })
+}
+
+fn parse_uuid(text: &str) -> Result<Uuid, StoreError> {
+    Uuid::parse_str(text).map_err(|_| StoreError::Corrupt(format!("bad run id {text:?}")))
+}
+
+fn count<T: TryFrom<i64>>(row: &SqliteRow, column: &str) -> Result<T, StoreError> {
+    T::try_from(row.get::<i64, _>(column))
+        .map_err(|_| StoreError::Corrupt(format!("{column} out of range")))
+}
+
+fn json<T: DeserializeOwned>(row: &SqliteRow, column: &str) -> Result<T, StoreError> {
+    serde_json::from_str(&row.get::<String, _>(column))
+        .map_err(|e| StoreError::Corrupt(format!("{column}: {e}")))
+}
+
+fn time(text: &str) -> Result<DateTime<Utc>, StoreError> {
+    DateTime::parse_from_rfc3339(text)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|_| StoreError::Corrupt(format!("bad timestamp {text:?}")))
+}

@@ -1,0 +1,311 @@
+//! Starting the real server on a free port with a fresh data directory, and
+//! talking to it over real HTTP.
+
+use std::time::Duration;
+
+use agent_runner::app::Application;
+use agent_runner::config::Config;
+use futures_util::StreamExt;
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub struct TestApp {
+    pub address: String,
+    pub client: reqwest::Client,
+    pub token: Option<String>,
+    /// Holds the database and the workspaces; removed on drop.
+    pub dir: TempDir,
+    shutdown: Option<oneshot::Sender<()>>,
+    server: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+/// A config for a test server: port 0, storage in `dir`, short keep-alives.
+pub fn test_config(dir: &TempDir) -> Config {
+    let mut config = Config::default();
+    config.server.bind = "127.0.0.1:0".parse().unwrap();
+    config.server.sse_keep_alive_ms = Some(200);
+    config.storage.database_url = format!("sqlite://{}/runs.db", dir.path().display());
+    config.storage.workspaces_dir = dir.path().join("workspaces");
+    config.runs.shutdown_grace_ms = 2_000;
+    config
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn_with(|_| {}).await
+}
+
+pub async fn spawn_with(configure: impl FnOnce(&mut Config)) -> TestApp {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(&dir);
+    configure(&mut config);
+    spawn_in(dir, config).await
+}
+
+/// Starts a server on an existing data directory (to test restarts).
+pub async fn spawn_in(dir: TempDir, config: Config) -> TestApp {
+    let token = config.auth.tokens.first().and_then(|t| t.token.clone());
+    let app = Application::build(config).await.expect("the server builds");
+    let address = format!("http://{}", app.local_addr());
+    let (shutdown, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(app.run_until_stopped(async {
+        let _ = stopped.await;
+    }));
+    TestApp {
+        address,
+        client: http_client(),
+        token,
+        dir,
+        shutdown: Some(shutdown),
+        server: Some(server),
+    }
+}
+
+/// An HTTP client for tests (loopback only, but reqwest wants a TLS
+/// provider installed before any client is built).
+pub fn http_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
+/// A response, read whole.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: Value,
+    pub text: String,
+}
+
+impl Reply {
+    /// Asserts the JSON error shape and returns its code.
+    pub fn error_code(&self) -> &str {
+        let error = &self.body["error"];
+        assert!(
+            error["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "not the error shape: {}",
+            self.text
+        );
+        error["code"].as_str().expect("an error code")
+    }
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.address)
+    }
+
+    pub fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
+        let builder = self.client.request(method, self.url(path));
+        match &self.token {
+            Some(token) => builder.bearer_auth(token),
+            None => builder,
+        }
+    }
+
+    pub async fn send(&self, builder: reqwest::RequestBuilder) -> Reply {
+        let response = builder.send().await.expect("the server answers");
+        let status = response.status();
+        let headers = response.headers().clone();
+        let text = response.text().await.unwrap();
+        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Reply {
+            status,
+            headers,
+            body,
+            text,
+        }
+    }
+
+    pub async fn get(&self, path: &str) -> Reply {
+        self.send(self.request(Method::GET, path)).await
+    }
+
+    pub async fn delete(&self, path: &str) -> Reply {
+        self.send(self.request(Method::DELETE, path)).await
+    }
+
+    pub async fn post_run(&self, body: Value) -> Reply {
+        self.send(self.request(Method::POST, "/v1/runs").json(&body))
+            .await
+    }
+
+    /// Creates a run and returns its object (asserting 201).
+    pub async fn create_run(&self, body: Value) -> Value {
+        let reply = self.post_run(body).await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+        reply.body
+    }
+
+    /// Creates a run with `?wait=true` and returns its final object.
+    pub async fn run_to_end(&self, body: Value) -> Value {
+        let reply = self
+            .send(self.request(Method::POST, "/v1/runs?wait=true").json(&body))
+            .await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+        assert!(
+            !matches!(reply.body["status"].as_str(), Some("queued" | "running")),
+            "{}",
+            reply.text
+        );
+        reply.body
+    }
+
+    /// Polls a run until it leaves `queued`/`running`.
+    pub async fn wait_terminal(&self, id: &str) -> Value {
+        for _ in 0..500 {
+            let run = self.get(&format!("/v1/runs/{id}")).await.body;
+            if !matches!(run["status"].as_str(), Some("queued" | "running")) {
+                return run;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("run {id} did not end");
+    }
+
+    /// Polls a run until it has the given status.
+    pub async fn wait_status(&self, id: &str, status: &str) -> Value {
+        for _ in 0..500 {
+            let run = self.get(&format!("/v1/runs/{id}")).await.body;
+            if run["status"] == status {
+                return run;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("run {id} never reached {status}");
+    }
+
+    pub async fn messages(&self, id: &str) -> Vec<Value> {
+        let reply = self.get(&format!("/v1/runs/{id}/messages")).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+        reply.body["messages"].as_array().unwrap().clone()
+    }
+
+    /// Reads a run's whole event stream, until the server closes it.
+    pub async fn events(&self, id: &str) -> Vec<SseEvent> {
+        self.events_from(id, None).await.0
+    }
+
+    pub async fn events_from(
+        &self,
+        id: &str,
+        last_event_id: Option<u64>,
+    ) -> (Vec<SseEvent>, usize) {
+        let mut request = self.request(Method::GET, &format!("/v1/runs/{id}/events"));
+        if let Some(last) = last_event_id {
+            request = request.header("Last-Event-ID", last.to_string());
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert!(
+            response.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/event-stream")
+        );
+        read_sse(response).await
+    }
+
+    /// Signals the server to stop, without waiting.
+    pub fn begin_stop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+    }
+
+    /// Stops the server the way SIGTERM does, and waits for it.
+    pub async fn stop(mut self) -> TempDir {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        if let Some(server) = self.server.take() {
+            server.await.unwrap().unwrap();
+        }
+        std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap())
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(server) = self.server.take() {
+            server.abort();
+        }
+    }
+}
+
+/// One event of a stream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SseEvent {
+    pub id: Option<u64>,
+    pub event: String,
+    pub data: Value,
+}
+
+/// Reads events until the stream ends; also counts keep-alive comments.
+pub async fn read_sse(response: reqwest::Response) -> (Vec<SseEvent>, usize) {
+    let mut stream = response.bytes_stream();
+    let mut buffer = String::new();
+    let mut events = Vec::new();
+    let mut comments = 0;
+    while let Some(chunk) = tokio::time::timeout(Duration::from_secs(30), stream.next())
+        .await
+        .expect("the stream goes on or ends")
+    {
+        buffer.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+        while let Some(end) = buffer.find("\n\n") {
+            let block: String = buffer.drain(..end + 2).collect();
+            let mut event = SseEvent {
+                id: None,
+                event: "message".into(),
+                data: Value::Null,
+            };
+            let mut data = String::new();
+            let mut is_comment = true;
+            for line in block.lines() {
+                if line.is_empty() || line.starts_with(':') {
+                    continue;
+                }
+                is_comment = false;
+                if let Some(value) = line.strip_prefix("id: ") {
+                    event.id = Some(value.parse().unwrap());
+                } else if let Some(value) = line.strip_prefix("event: ") {
+                    event.event = value.to_owned();
+                } else if let Some(value) = line.strip_prefix("data: ") {
+                    data.push_str(value);
+                }
+            }
+            if is_comment {
+                comments += 1;
+                continue;
+            }
+            event.data = serde_json::from_str(&data)
+                .unwrap_or_else(|e| panic!("bad event block {block:?}: {e}"));
+            events.push(event);
+        }
+    }
+    (events, comments)
+}
+
+pub fn call(id: &str, name: &str, arguments: Value) -> Value {
+    json!({"id": id, "name": name, "arguments": arguments})
+}
+
+/// A scripted run: one tool call, then an answer.
+pub fn two_step(tool: &str, arguments: Value, answer: &str) -> Value {
+    json!({
+        "prompt": "do it",
+        "model": {"scripted": [
+            {"content": "", "tool_calls": [call("call-1", tool, arguments)]},
+            {"content": answer, "usage": {"input_tokens": 12, "output_tokens": 3}}
+        ]}
+    })
+}
+
+pub fn types(events: &[SseEvent]) -> Vec<&str> {
+    events.iter().map(|e| e.event.as_str()).collect()
+}

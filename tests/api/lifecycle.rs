@@ -1,0 +1,254 @@
+//! Durability and lifecycle: graceful stops, restarts, and recovery after the
+//! process is killed.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tempfile::TempDir;
+
+use crate::helpers::*;
+
+fn slow(ms: u64) -> serde_json::Value {
+    json!({"prompt": "slow", "model": {"scripted": [{"delay_ms": ms, "content": "late"}]}})
+}
+
+#[tokio::test]
+async fn a_graceful_stop_interrupts_running_runs_and_a_restart_resumes_queued_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(&dir);
+    config.runs.max_concurrent = 1;
+    config.runs.shutdown_grace_ms = 300;
+    let app = spawn_in(dir, config.clone()).await;
+
+    let finished = app
+        .run_to_end(two_step("list_dir", json!({}), "done"))
+        .await;
+    let finished_id = finished["id"].as_str().unwrap().to_owned();
+    let finished_events = app.events(&finished_id).await;
+    let running = app.create_run(slow(30_000)).await;
+    let running_id = running["id"].as_str().unwrap().to_owned();
+    app.wait_status(&running_id, "running").await;
+    let queued = app
+        .create_run(json!({"prompt": "later", "model": {"scripted": [{"content": "resumed"}]}}))
+        .await;
+    let queued_id = queued["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        app.get(&format!("/v1/runs/{queued_id}")).await.body["status"],
+        "queued"
+    );
+    // A stream open on the running run ends with its run_end.
+    let stream = app.request(
+        reqwest::Method::GET,
+        &format!("/v1/runs/{running_id}/events"),
+    );
+    let follower = tokio::spawn(async move { read_sse(stream.send().await.unwrap()).await.0 });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    let started = Instant::now();
+    let dir = app.stop().await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    let followed = follower.await.unwrap();
+    assert_eq!(followed.last().unwrap().event, "run_end");
+    assert_eq!(followed.last().unwrap().data["status"], "interrupted");
+
+    let app = spawn_in(dir, config).await;
+    // Nothing of the finished run was lost.
+    assert_eq!(
+        app.get(&format!("/v1/runs/{finished_id}")).await.body,
+        finished
+    );
+    assert_eq!(app.events(&finished_id).await, finished_events);
+    let interrupted = app.get(&format!("/v1/runs/{running_id}")).await.body;
+    assert_eq!(interrupted["status"], "interrupted");
+    assert!(interrupted["finished_at"].is_string());
+    let events = app.events(&running_id).await;
+    assert_eq!(events.iter().filter(|e| e.event == "run_end").count(), 1);
+    // The queued run starts again and completes.
+    let resumed = app.wait_terminal(&queued_id).await;
+    assert_eq!(resumed["status"], "completed");
+    assert_eq!(resumed["answer"], "resumed");
+}
+
+#[tokio::test]
+async fn a_stopping_server_takes_no_new_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(&dir);
+    config.runs.shutdown_grace_ms = 1_500;
+    let mut app = spawn_in(dir, config).await;
+    let running = app.create_run(slow(1_000)).await;
+    let id = running["id"].as_str().unwrap().to_owned();
+    app.wait_status(&id, "running").await;
+    let stream = app.request(reqwest::Method::GET, &format!("/v1/runs/{id}/events"));
+    let follower = tokio::spawn(async move { read_sse(stream.send().await.unwrap()).await.0 });
+    app.begin_stop();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let refused = app.post_run(json!({"prompt": "too late"})).await;
+    assert_eq!(refused.status, 503);
+    assert_eq!(refused.error_code(), "shutting_down");
+    assert_eq!(app.get("/readyz").await.status, 503);
+    // The running run gets its grace and completes; then the server stops.
+    let events = follower.await.unwrap();
+    assert_eq!(events.last().unwrap().data["status"], "completed");
+    let dir = app.stop().await;
+    let mut config = test_config(&dir);
+    config.runs.shutdown_grace_ms = 1_500;
+    let app = spawn_in(dir, config).await;
+    assert_eq!(
+        app.get(&format!("/v1/runs/{id}")).await.body["status"],
+        "completed"
+    );
+    assert_eq!(
+        app.get("/v1/runs").await.body["runs"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1,
+        "the refused run was not created"
+    );
+}
+
+/// The real binary, serving from `dir`.
+fn start_binary(dir: &TempDir) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agent-runner"))
+        .arg("serve")
+        .env("AGENT_RUNNER_SERVER__BIND", "127.0.0.1:0")
+        .env(
+            "AGENT_RUNNER_STORAGE__DATABASE_URL",
+            format!("sqlite://{}/runs.db", dir.path().display()),
+        )
+        .env(
+            "AGENT_RUNNER_STORAGE__WORKSPACES_DIR",
+            dir.path().join("workspaces"),
+        )
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).unwrap();
+    let address = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_owned();
+    (child, address)
+}
+
+#[tokio::test]
+async fn a_killed_server_leaves_its_running_runs_interrupted_and_loses_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, address) = start_binary(&dir);
+    let client = http_client();
+    let create = |body: serde_json::Value| {
+        let request = client
+            .post(format!("{address}/v1/runs?wait=true"))
+            .json(&body);
+        async move {
+            request
+                .send()
+                .await
+                .unwrap()
+                .json::<serde_json::Value>()
+                .await
+                .unwrap()
+        }
+    };
+    let finished = create(two_step("list_dir", json!({}), "done")).await;
+    assert_eq!(finished["status"], "completed");
+    let running: serde_json::Value = client
+        .post(format!("{address}/v1/runs"))
+        .json(&json!({
+            "prompt": "mid-run",
+            "model": {"scripted": [
+                {"content": "", "tool_calls": [call("c1", "list_dir", json!({}))]},
+                {"delay_ms": 60000, "content": "never"}
+            ]}
+        }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let running_id = running["id"].as_str().unwrap().to_owned();
+    // Wait until the first step is stored, so there is something to keep.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let messages: serde_json::Value = client
+            .get(format!("{address}/v1/runs/{running_id}/messages"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if messages["messages"].as_array().unwrap().len() == 3 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the first step never got stored");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let (mut child, address) = start_binary(&dir);
+    let get = |path: String| {
+        let request = client.get(format!("{address}{path}"));
+        async move { request.send().await.unwrap() }
+    };
+    let run: serde_json::Value = get(format!("/v1/runs/{running_id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(run["status"], "interrupted");
+    assert_eq!(run["steps"], 0, "counts are those last stored");
+    let messages: serde_json::Value = get(format!("/v1/runs/{running_id}/messages"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(messages["messages"].as_array().unwrap().len(), 3);
+    let (events, _) = read_sse(get(format!("/v1/runs/{running_id}/events")).await).await;
+    let last = events.last().unwrap();
+    assert_eq!(last.event, "run_end");
+    assert_eq!(last.data["status"], "interrupted");
+    let sequences: Vec<_> = events.iter().map(|e| e.id.unwrap()).collect();
+    assert_eq!(
+        sequences,
+        (1..=sequences.len() as u64).collect::<Vec<_>>(),
+        "no gap"
+    );
+    let kept: serde_json::Value = get(format!("/v1/runs/{}", finished["id"].as_str().unwrap()))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(kept, finished);
+
+    // SIGTERM: a clean exit.
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the server did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+}

@@ -1,0 +1,14 @@
+//! The service as its users meet it: the real server on a free port, a real
+//! SQLite file in a temporary directory, real HTTP.
+
+#![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
+mod helpers;
+
+mod cancel;
+mod errors;
+mod lifecycle;
+mod runs;
+mod scenarios;
+mod sse;
+mod tenants;
