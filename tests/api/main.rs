@@ -10,5 +10,6 @@ mod errors;
 mod lifecycle;
 mod runs;
 mod scenarios;
+mod secrets;
 mod sse;
 mod tenants;
