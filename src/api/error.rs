@@ -17,6 +17,9 @@ pub enum ApiError {
     /// A query parameter is malformed or out of range.
     #[error("{0}")]
     InvalidQuery(String),
+    /// A workspace path that could never name a file of the workspace.
+    #[error("{0}")]
+    InvalidPath(String),
     /// The body is JSON but not an acceptable request; the message names the field.
     #[error("{0}")]
     Validation(String),
@@ -55,6 +58,7 @@ impl ApiError {
         match self {
             Self::InvalidJson(_) => (StatusCode::BAD_REQUEST, "invalid_json"),
             Self::InvalidQuery(_) => (StatusCode::BAD_REQUEST, "invalid_query"),
+            Self::InvalidPath(_) => (StatusCode::BAD_REQUEST, "invalid_path"),
             Self::Validation(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
             Self::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
             Self::NotFound(_) | Self::NoRoute(_) => (StatusCode::NOT_FOUND, "not_found"),

@@ -18,12 +18,14 @@ use super::json::ApiJson;
 use crate::harness::RunStatus;
 use crate::run::{Run, Tenant};
 use crate::runner::SubmitError;
-use crate::tools::Workspace;
+use crate::tools::{Workspace, WorkspaceError, WorkspaceOptions};
 
 /// Longest `Idempotency-Key` accepted.
 pub const MAX_IDEMPOTENCY_KEY: usize = 255;
 pub const DEFAULT_PAGE: u32 = 20;
 pub const MAX_PAGE: u32 = 100;
+/// Largest workspace file served by a download.
+pub const MAX_DOWNLOAD_BYTES: u64 = 256 * 1024 * 1024;
 
 /// `POST /v1/runs`
 pub async fn create(
@@ -311,15 +313,30 @@ pub async fn workspace_file(
 ) -> Result<Response, ApiError> {
     let run = fetch(&state, &tenant, parse_id(&id)?).await?;
     check_workspace_path(&path)
-        .map_err(|why| ApiError::InvalidQuery(format!("path {path:?}: {why}")))?;
+        .map_err(|why| ApiError::InvalidPath(format!("path {path:?}: {why}")))?;
     let directory = state.runner.workspace_dir(run.id);
-    let bytes = tokio::task::spawn_blocking(move || {
-        let workspace = Workspace::open(&directory).map_err(|e| e.to_string())?;
-        workspace.read_bytes(&path).map_err(|e| e.to_string())
-    })
-    .await
-    .map_err(|e| ApiError::internal("reading a workspace file", e))?
-    .map_err(|_| ApiError::NotFound("file"))?;
+    let read = tokio::task::spawn_blocking(move || {
+        let options = WorkspaceOptions {
+            max_read_bytes: MAX_DOWNLOAD_BYTES,
+            ..WorkspaceOptions::default()
+        };
+        let workspace = Workspace::open_with(&directory, options)
+            .map_err(|e| ApiError::internal("opening a workspace", e))?;
+        workspace.read_bytes(&path).map_err(|error| match error {
+            WorkspaceError::NotFound(_)
+            | WorkspaceError::NotADirectory(_)
+            | WorkspaceError::IsADirectory(_)
+            | WorkspaceError::NotRegularFile(_)
+            | WorkspaceError::Root => ApiError::NotFound("file"),
+            WorkspaceError::Io { .. } | WorkspaceError::PermissionDenied(_) => {
+                ApiError::internal("reading a workspace file", error)
+            }
+            refused => ApiError::InvalidPath(refused.to_string()),
+        })
+    });
+    let bytes = read
+        .await
+        .map_err(|e| ApiError::internal("reading a workspace file", e))??;
     Ok((
         [(header::CONTENT_TYPE, "application/octet-stream")],
         Body::from(bytes),

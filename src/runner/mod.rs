@@ -226,7 +226,7 @@ impl Runner {
             return Err(error.into());
         }
         metrics.runs_created.fetch_add(1, Ordering::Relaxed);
-        self.start(run.clone(), tenant.clone(), spec.model.clone(), spec, slot);
+        self.start(run.clone(), tenant.clone(), spec, slot);
         Ok(run)
     }
 
@@ -239,7 +239,7 @@ impl Runner {
                 .fetch_add(1, Ordering::AcqRel);
             let spec = RunSpec {
                 prompt: run.prompt.clone(),
-                model: model.clone(),
+                model,
                 model_info: run.model.clone(),
                 tools: run.tools.clone(),
                 commands: run.commands.clone(),
@@ -248,7 +248,7 @@ impl Runner {
                 context: run.context,
                 metadata: run.metadata.clone(),
             };
-            self.start(run, tenant, model, spec, None);
+            self.start(run, tenant, spec, None);
         }
     }
 
@@ -256,7 +256,6 @@ impl Runner {
         &self,
         run: Run,
         tenant: Tenant,
-        _model: ModelSpec,
         spec: RunSpec,
         slot: Option<tokio::sync::OwnedSemaphorePermit>,
     ) {

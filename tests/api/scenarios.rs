@@ -181,10 +181,47 @@ async fn a_written_file_can_be_listed_and_downloaded() {
     let escape = app
         .get(&format!("/v1/runs/{id}/workspace/..%2F..%2Fetc%2Fpasswd"))
         .await;
+    assert_eq!(escape.status, 400, "{}", escape.text);
+    assert_eq!(escape.error_code(), "invalid_path");
+}
+
+#[tokio::test]
+async fn a_symlink_a_command_planted_is_never_followed_by_a_download() {
+    let app = spawn_with(|config| {
+        config.commands.insert(
+            "plant".into(),
+            toml::from_str("program = \"ln\"\nargs = [\"-s\", \"/etc/passwd\", \"leak\"]").unwrap(),
+        );
+    })
+    .await;
+    let run = app
+        .run_to_end(json!({
+            "prompt": "plant",
+            "commands": ["plant"],
+            "model": {"scripted": [
+                {"content": "", "tool_calls": [call("c1", "run_command", json!({"command": "plant"}))]},
+                {"content": "planted"}
+            ]}
+        }))
+        .await;
+    assert_eq!(run["status"], "completed");
+    let id = run["id"].as_str().unwrap();
     assert!(
-        escape.status == 400 || escape.status == 404,
-        "{}",
-        escape.status
+        app.dir
+            .path()
+            .join("workspaces")
+            .join(id)
+            .join("leak")
+            .is_symlink()
     );
-    escape.error_code();
+    let download = app.get(&format!("/v1/runs/{id}/workspace/leak")).await;
+    assert_eq!(download.status, 400, "{}", download.text);
+    assert_eq!(download.error_code(), "invalid_path");
+    assert!(!download.text.contains("root:"));
+    let listing = app.get(&format!("/v1/runs/{id}/workspace")).await;
+    assert_eq!(
+        listing.body,
+        json!({"files": []}),
+        "symlinks are not listed"
+    );
 }
