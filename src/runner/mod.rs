@@ -353,6 +353,13 @@ impl RunTask {
         let shared = Arc::clone(&self.runner.shared);
         let observer = observer::RunObserver::new(Arc::clone(&shared), Arc::clone(&self.live));
         let _slot = match slot {
+            // A run accepted just as the server began to stop waits for the
+            // next process, like every queued run.
+            Some(_) if self.runner.stop_queue.is_cancelled() => {
+                shared.forget(self.live.id);
+                self.live.done.cancel();
+                return;
+            }
             Some(slot) => slot,
             None => {
                 let acquired = tokio::select! {
