@@ -313,6 +313,7 @@ impl CgroupBase {
         if !own.join("cgroup.procs").is_file() {
             return Err(format!("{} is not a cgroup v2 directory", own.display()));
         }
+        sweep_stale(&own);
         static INSTANCE: AtomicU64 = AtomicU64::new(0);
         let dir = own.join(format!(
             "agent-runner-{}-{}",
@@ -344,6 +345,55 @@ impl CgroupBase {
             dir,
             removed: false,
         })
+    }
+}
+
+/// Ends what a server that died without cleaning up left under `parent`: the
+/// `agent-runner-PID-N` cgroups whose PID is gone. Their commands (orphans
+/// still running, if any) are killed and the directories removed. A cgroup
+/// whose owner is alive is never touched.
+fn sweep_stale(parent: &Path) {
+    let Ok(entries) = fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("agent-runner-"))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let base = entry.path();
+        let children: Vec<PathBuf> = fs::read_dir(&base)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path())
+                    .collect()
+            })
+            .unwrap_or_default();
+        for child in &children {
+            let _ = fs::write(child.join("cgroup.kill"), "1");
+        }
+        for child in &children {
+            // A killed cgroup empties within milliseconds; give it a moment.
+            for _ in 0..100 {
+                if fs::remove_dir(child).is_ok() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        }
+        if fs::remove_dir(&base).is_ok() {
+            tracing::info!(cgroup = %base.display(), "removed a cgroup left by a server that is gone");
+        }
     }
 }
 
@@ -525,6 +575,24 @@ mod tests {
 32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
 41 31 0:38 / /sys/fs/cgroup/unified rw,relatime shared:9 - cgroup2 cgroup2 rw
 ";
+
+    #[test]
+    fn a_dead_servers_cgroups_are_swept_and_a_live_ones_kept() {
+        let Ok(base) = CgroupBase::create() else {
+            return; // no writable cgroup v2 here: nothing to sweep
+        };
+        let parent = base.dir.parent().expect("a parent cgroup").to_owned();
+        // No process has this id: it is above every kernel's pid_max.
+        let dead = parent.join("agent-runner-999999999-0");
+        fs::create_dir(&dead).expect("a cgroup for a dead server");
+        fs::create_dir(dead.join("cmd-0")).expect("a command cgroup");
+        let live = parent.join(format!("agent-runner-{}-99", std::process::id()));
+        fs::create_dir(&live).expect("a cgroup for this process");
+        sweep_stale(&parent);
+        assert!(!dead.exists(), "the dead server's cgroup is removed");
+        assert!(live.exists(), "this process's cgroup is kept");
+        fs::remove_dir(&live).expect("cleanup");
+    }
 
     #[test]
     fn finds_the_cgroup2_mount_of_a_hybrid_layout() {
