@@ -355,34 +355,27 @@ impl RunTask {
         let _slot = match slot {
             // A run accepted just as the server began to stop waits for the
             // next process, like every queued run.
-            Some(_) if self.runner.stop_queue.is_cancelled() => {
-                shared.forget(self.live.id);
-                self.live.done.cancel();
-                return;
-            }
+            Some(_) if self.runner.stop_queue.is_cancelled() => return self.leave_queued(),
             Some(slot) => slot,
             None => {
                 let acquired = tokio::select! {
                     biased;
                     () = self.live.cancel.cancelled() => None,
-                    () = self.runner.stop_queue.cancelled() => {
-                        // Stays queued in storage; the next process starts it.
-                        shared.metrics.queued_runs.fetch_sub(1, Ordering::AcqRel);
-                        shared.forget(self.live.id);
-                        self.live.done.cancel();
-                        return;
-                    }
+                    () = self.runner.stop_queue.cancelled() => None,
                     permit = Arc::clone(&self.runner.slots).acquire_owned() => permit.ok(),
                 };
                 shared.metrics.queued_runs.fetch_sub(1, Ordering::AcqRel);
+                let stopping = self.runner.stop_queue.is_cancelled();
                 match acquired {
-                    Some(permit) if !self.runner.stop_queue.is_cancelled() => permit,
-                    Some(_) => {
-                        shared.forget(self.live.id);
-                        self.live.done.cancel();
-                        return;
+                    Some(permit) if !stopping => permit,
+                    // The server is stopping (the run is not cancelled by a
+                    // client): it stays queued in storage for the next process.
+                    _ if stopping && !self.live.cancel.is_cancelled()
+                        || self.live.interrupted.load(Ordering::Acquire) =>
+                    {
+                        return self.leave_queued();
                     }
-                    None => {
+                    _ => {
                         tracing::info!("cancelled while queued");
                         observer.end_without_harness(RunStatus::Aborted, None);
                         return;
@@ -413,6 +406,12 @@ impl RunTask {
         }
         shared.metrics.run_duration.record(began.elapsed());
         shared.metrics.active_runs.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Lets go of a run that never started, leaving it `queued` in storage.
+    fn leave_queued(&self) {
+        self.runner.shared.forget(self.live.id);
+        self.live.done.cancel();
     }
 
     /// Builds the run's model and tools and runs the harness. An error is the
