@@ -8,6 +8,7 @@ mod helpers;
 mod cancel;
 mod errors;
 mod lifecycle;
+mod openapi;
 mod runs;
 mod scenarios;
 mod secrets;
