@@ -49,6 +49,10 @@ Options:
   --clients N      throughput: concurrent clients (default 64)
   --seconds S      throughput: measured duration (default 10)
   --warmup S       throughput: unmeasured warm-up first (default 2)
+  --rate R         throughput: start R runs per second in all, on a fixed
+                   schedule, instead of each client starting its next run as
+                   soon as the last one ends; latency counts from the
+                   scheduled start, so a server that falls behind shows it
   --runs K         live: runs held live at once (default 2000)
   --concurrency N  live: requests in flight while creating and cancelling (default 64)
   --server PATH    the agent-runner binary (default: the one cargo built)
@@ -93,6 +97,9 @@ struct Options {
     clients: usize,
     seconds: f64,
     warmup: f64,
+    /// Runs started per second, on a schedule (open loop); `None`: each
+    /// client goes on as soon as its last run ends (closed loop).
+    rate: Option<f64>,
     runs: usize,
     concurrency: usize,
     server: PathBuf,
@@ -111,6 +118,7 @@ impl Options {
             clients: if benching { 64 } else { 4 },
             seconds: if benching { 10.0 } else { 1.0 },
             warmup: if benching { 2.0 } else { 0.2 },
+            rate: None,
             runs: if benching { 2000 } else { 50 },
             concurrency: 64,
             server: PathBuf::from(env!("CARGO_BIN_EXE_agent-runner")),
@@ -132,6 +140,7 @@ impl Options {
                 "--clients" => options.clients = number("--clients", &value("--clients")?)?,
                 "--seconds" => options.seconds = number("--seconds", &value("--seconds")?)?,
                 "--warmup" => options.warmup = number("--warmup", &value("--warmup")?)?,
+                "--rate" => options.rate = Some(number("--rate", &value("--rate")?)?),
                 "--runs" => options.runs = number("--runs", &value("--runs")?)?,
                 "--concurrency" => {
                     options.concurrency = number("--concurrency", &value("--concurrency")?)?
@@ -147,6 +156,12 @@ impl Options {
         }
         if !(options.seconds > 0.0 && options.warmup >= 0.0) {
             return Err("--seconds must be positive and --warmup nonnegative".into());
+        }
+        if options
+            .rate
+            .is_some_and(|rate| rate.is_nan() || rate <= 0.0)
+        {
+            return Err("--rate must be positive".into());
         }
         Ok(Some(options))
     }
@@ -460,19 +475,23 @@ async fn throughput(options: &Options) -> Result<()> {
     let http = client(Some(Duration::from_secs(30)))?;
     let url = server.url("/v1/runs?wait=true");
     let body = Arc::new(serde_json::to_vec(&two_step_run())?);
+    let pace = match options.rate {
+        Some(rate) => format!("open loop, {rate} runs/s scheduled"),
+        None => "closed loop".to_owned(),
+    };
     println!(
-        "\n== throughput: {} clients, {} s measured after {} s of warm-up",
+        "\n== throughput: {} clients ({pace}), {} s measured after {} s of warm-up",
         options.clients, options.seconds, options.warmup
     );
 
     if options.warmup > 0.0 {
-        drive(&http, &url, &body, options.clients, options.warmup).await;
+        drive(&http, &url, &body, options, options.warmup).await;
     }
     let before = server.stats();
     let metrics_before = metrics(&http, &server).await?;
     let sampler = RssSampler::start(&server);
     let started = Instant::now();
-    let logs = drive(&http, &url, &body, options.clients, options.seconds).await;
+    let logs = drive(&http, &url, &body, options, options.seconds).await;
     let elapsed = started.elapsed();
     let sampled_peak = sampler.finish().await;
     let after = server.stats();
@@ -575,22 +594,38 @@ async fn throughput(options: &Options) -> Result<()> {
     Ok(())
 }
 
-/// `clients` tasks POST runs back to back for `seconds`.
+/// The clients POST runs for `seconds`: each as soon as its last run ended,
+/// or, with a rate, each taking the next start of a fixed schedule.
 async fn drive(
     http: &reqwest::Client,
     url: &str,
     body: &Arc<Vec<u8>>,
-    clients: usize,
+    options: &Options,
     seconds: f64,
 ) -> Vec<ClientLog> {
-    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
-    let tasks: Vec<_> = (0..clients)
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(seconds);
+    let scheduled = Arc::new(AtomicU64::new(0));
+    let rate = options.rate;
+    let tasks: Vec<_> = (0..options.clients)
         .map(|_| {
             let (http, url, body) = (http.clone(), url.to_owned(), Arc::clone(body));
+            let scheduled = Arc::clone(&scheduled);
             tokio::spawn(async move {
                 let mut log = ClientLog::default();
-                while Instant::now() < deadline {
-                    let began = Instant::now();
+                loop {
+                    let began = match rate {
+                        None => Instant::now(),
+                        Some(rate) => {
+                            let n = scheduled.fetch_add(1, Ordering::Relaxed);
+                            let at = start + Duration::from_secs_f64(n as f64 / rate);
+                            tokio::time::sleep_until(at.into()).await;
+                            at
+                        }
+                    };
+                    if began >= deadline {
+                        break;
+                    }
                     match post_and_wait(&http, &url, &body).await {
                         Ok(run) => {
                             log.latencies.push(began.elapsed());
@@ -603,7 +638,7 @@ async fn drive(
             })
         })
         .collect();
-    let mut logs = Vec::with_capacity(clients);
+    let mut logs = Vec::with_capacity(options.clients);
     for task in tasks {
         if let Ok(log) = task.await {
             logs.push(log);
