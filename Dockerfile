@@ -9,11 +9,11 @@
 # non-loopback address unless bearer tokens are configured: give it at least
 # one token, as above (the hex is the SHA-256 of the token, for example
 # `printf %s "$TOKEN" | sha256sum`), or mount a config file with
-# [[auth.tokens]] and pass `--config FILE`. Without a token the container
-# exits at once with an error that says so. (For a container that only
-# other processes in its own network namespace reach, overriding
-# AGENT_RUNNER_SERVER__BIND=127.0.0.1:8080 also works, but then -p cannot
-# reach it either.)
+# [[auth.tokens]] and add `--config FILE` after the image name (arguments
+# there are appended to `agent-runner serve`). Without a token the container
+# exits at once with an error that says so. Overriding
+# AGENT_RUNNER_SERVER__BIND=127.0.0.1:8080 also starts it without a token,
+# but then nothing outside the container can reach it.
 #
 # Runs, transcripts and workspaces live under /data: keep it on a volume.
 # Any other key can be set the same way, AGENT_RUNNER_SECTION__KEY (model
