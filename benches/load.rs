@@ -56,6 +56,8 @@ Options:
   --runs K         live: runs held live at once (default 2000)
   --concurrency N  live: requests in flight while creating and cancelling (default 64)
   --server PATH    the agent-runner binary (default: the one cargo built)
+  --data-dir DIR   where each server's fresh data directory is made (default:
+                   cargo's target tmp directory, on the same disk as target/)
   --log FILTER     the server's RUST_LOG (default: info, its own default)
   --keep           keep the data directory (its path is printed)";
 
@@ -103,6 +105,7 @@ struct Options {
     runs: usize,
     concurrency: usize,
     server: PathBuf,
+    data_dir: PathBuf,
     log: String,
     keep: bool,
 }
@@ -122,6 +125,7 @@ impl Options {
             runs: if benching { 2000 } else { 50 },
             concurrency: 64,
             server: PathBuf::from(env!("CARGO_BIN_EXE_agent-runner")),
+            data_dir: PathBuf::from(env!("CARGO_TARGET_TMPDIR")),
             log: "info".into(),
             keep: false,
         };
@@ -146,6 +150,7 @@ impl Options {
                     options.concurrency = number("--concurrency", &value("--concurrency")?)?
                 }
                 "--server" => options.server = PathBuf::from(value("--server")?),
+                "--data-dir" => options.data_dir = PathBuf::from(value("--data-dir")?),
                 "--log" => options.log = value("--log")?,
                 "--keep" => options.keep = true,
                 other => return Err(format!("unknown argument {other:?}")),
@@ -260,7 +265,7 @@ impl Server {
     fn start(options: &Options, settings: &[(&str, String)]) -> Result<Self> {
         let data = tempfile::Builder::new()
             .prefix("load-")
-            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))?;
+            .tempdir_in(&options.data_dir)?;
         let log = std::fs::File::create(data.path().join("server.log"))?;
         let mut command = Command::new(&options.server);
         command
