@@ -430,6 +430,69 @@ fn json<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::run::{ModelInfo, ModelSpec, Run, RunContext, RunLimits, RunSpec, Tenant};
+    use crate::store::Store;
+
+    fn spec() -> RunSpec {
+        RunSpec {
+            prompt: "p".into(),
+            model: ModelSpec::Scripted(Vec::new()),
+            model_info: ModelInfo {
+                provider: "scripted".into(),
+                profile: None,
+                name: None,
+            },
+            tools: Vec::new(),
+            commands: Vec::new(),
+            files: Default::default(),
+            limits: RunLimits {
+                max_steps: 1,
+                max_tool_calls: 0,
+                timeout_ms: 1000,
+            },
+            context: RunContext {
+                max_context_chars: 1000,
+                max_tool_result_chars: 1000,
+            },
+            metadata: Default::default(),
+        }
+    }
+
+    fn row(run: &Run, spec: &RunSpec, key: &str) -> RunRow {
+        RunRow::new(NewRun {
+            run,
+            tenant: &Tenant::anonymous(),
+            spec,
+            idempotency: Some((key, "hash")),
+        })
+        .unwrap()
+    }
+
+    /// Both inserts reach the writer before it runs (one thread, nothing
+    /// awaited in between), so they are one batch: the multi-row insert
+    /// fails on the second key, and the retry one by one keeps the first.
+    #[tokio::test]
+    async fn a_failing_row_fails_alone_and_the_rest_of_its_batch_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}/runs.db", dir.path().display());
+        let (store, _) = Store::open(&url).await.unwrap();
+        let spec = spec();
+        let first = Run::queued(Uuid::now_v7(), &spec, chrono::Utc::now());
+        let second = Run::queued(Uuid::now_v7(), &spec, chrono::Utc::now());
+        let writer = store.writer();
+        let (a, b) = tokio::join!(
+            writer.insert_run(row(&first, &spec, "same")),
+            writer.insert_run(row(&second, &spec, "same")),
+        );
+        assert!(a.is_ok());
+        assert!(b.is_err());
+        assert_eq!(writer.stats().batches.load(Ordering::Relaxed), 1);
+        assert_eq!(writer.stats().failures.load(Ordering::Relaxed), 1);
+        let tenant = Tenant::anonymous();
+        assert!(store.get_run(&tenant, first.id).await.unwrap().is_some());
+        assert!(store.get_run(&tenant, second.id).await.unwrap().is_none());
+        store.close().await;
+    }
 
     #[test]
     fn rows_are_cut_in_powers_of_two_up_to_the_most_per_statement() {
