@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use sqlx::sqlite::SqliteConnection;
-use sqlx::{Connection, Executor};
+use sqlx::{Connection, Executor, QueryBuilder, Sqlite};
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
@@ -21,6 +21,10 @@ use crate::run::format_time;
 
 /// Most operations committed in one transaction.
 pub const MAX_BATCH: usize = 2048;
+
+/// Most rows one statement writes (the runs insert binds 14 values a row,
+/// well within SQLite's 32,766 variables).
+const MAX_ROWS_PER_STATEMENT: usize = 256;
 
 /// Runs once the operation's transaction has committed (or failed: storage
 /// errors are logged, and waiters must never hang).
@@ -265,11 +269,9 @@ async fn commit(connection: &mut SqliteConnection, batch: &mut Vec<Op>, stats: &
 
 async fn apply_all(connection: &mut SqliteConnection, ops: &[Op]) -> Result<(), StoreError> {
     connection.execute("BEGIN IMMEDIATE").await?;
-    for op in ops {
-        if let Err(error) = apply(connection, op).await {
-            let _ = connection.execute("ROLLBACK").await;
-            return Err(error);
-        }
+    if let Err(error) = apply(connection, ops).await {
+        let _ = connection.execute("ROLLBACK").await;
+        return Err(error);
     }
     if let Err(error) = connection.execute("COMMIT").await {
         let _ = connection.execute("ROLLBACK").await;
@@ -278,86 +280,142 @@ async fn apply_all(connection: &mut SqliteConnection, ops: &[Op]) -> Result<(), 
     Ok(())
 }
 
-async fn apply(connection: &mut SqliteConnection, op: &Op) -> Result<(), StoreError> {
-    match op {
-        Op::InsertRun(row, _) => {
-            sqlx::query(
-                "INSERT INTO runs (id, tenant, status, prompt, limits, context, tools, commands, \
-                 model, metadata, model_spec, idempotency_key, request_hash, created_at) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(&row.id)
-            .bind(&row.tenant)
-            .bind(row.status)
-            .bind(&row.prompt)
-            .bind(&row.limits)
-            .bind(&row.context)
-            .bind(&row.tools)
-            .bind(&row.commands)
-            .bind(&row.model)
-            .bind(&row.metadata)
-            .bind(&row.model_spec)
-            .bind(&row.idempotency_key)
-            .bind(&row.request_hash)
-            .bind(&row.created_at)
-            .execute(&mut *connection)
-            .await?;
-        }
-        Op::Started { run_id, at } => {
-            sqlx::query("UPDATE runs SET status = 'running', started_at = ? WHERE id = ?")
-                .bind(at)
-                .bind(run_id.to_string())
-                .execute(&mut *connection)
-                .await?;
-        }
-        Op::Event {
-            run_id,
-            sequence,
-            kind,
-            body,
-            message,
-            finish,
-            ..
-        } => {
-            let run_id = run_id.to_string();
-            if let Some((position, message)) = message {
-                sqlx::query("INSERT INTO messages (run_id, position, body) VALUES (?, ?, ?)")
-                    .bind(&run_id)
-                    .bind(i64::from(*position))
-                    .bind(message)
-                    .execute(&mut *connection)
-                    .await?;
+/// Writes `ops` with a few multi-row statements, one kind of row at a time,
+/// rather than a statement per row: every statement is a round trip to the
+/// connection's worker thread, and under load those round trips, not SQLite,
+/// bounded the writer (see docs/benchmarks.md).
+///
+/// The kinds go in an order that keeps every run's rows consistent: a run is
+/// inserted before its events and marked running before it ends.
+async fn apply(connection: &mut SqliteConnection, ops: &[Op]) -> Result<(), StoreError> {
+    let mut runs = Vec::new();
+    let mut started = Vec::new();
+    let mut messages = Vec::new();
+    let mut events = Vec::new();
+    let mut finishes = Vec::new();
+    for op in ops {
+        match op {
+            Op::InsertRun(row, _) => runs.push(&**row),
+            Op::Started { run_id, at } => started.push((run_id.to_string(), at.as_str())),
+            Op::Event {
+                run_id,
+                sequence,
+                kind,
+                body,
+                message,
+                finish,
+                ..
+            } => {
+                let run_id = run_id.to_string();
+                if let Some((position, message)) = message {
+                    messages.push((run_id.clone(), *position, message.as_str()));
+                }
+                if let Some(finish) = finish {
+                    finishes.push((run_id.clone(), &**finish));
+                }
+                events.push((run_id, saturate(*sequence), *kind, body.as_str()));
             }
-            if let Some(finish) = finish {
-                sqlx::query(
-                    "UPDATE runs SET status = ?, answer = ?, error = ?, steps = ?, tool_calls = ?, \
-                     input_tokens = ?, output_tokens = ?, model_calls_with_usage = ?, \
-                     finished_at = ? WHERE id = ?",
-                )
-                .bind(finish.status.as_str())
-                .bind(&finish.answer)
-                .bind(&finish.error)
-                .bind(i64::from(finish.steps))
-                .bind(i64::from(finish.tool_calls))
-                .bind(saturate(finish.usage.input_tokens))
-                .bind(saturate(finish.usage.output_tokens))
-                .bind(saturate(finish.usage.model_calls_with_usage))
-                .bind(&finish.finished_at)
-                .bind(&run_id)
-                .execute(&mut *connection)
-                .await?;
-            }
-            sqlx::query("INSERT INTO events (run_id, sequence, type, body) VALUES (?, ?, ?, ?)")
-                .bind(&run_id)
-                .bind(saturate(*sequence))
-                .bind(*kind)
-                .bind(body)
-                .execute(&mut *connection)
-                .await?;
+            Op::Close(_) => {}
         }
-        Op::Close(_) => {}
+    }
+    for chunk in chunks(&runs) {
+        let mut query = QueryBuilder::<Sqlite>::new(
+            "INSERT INTO runs (id, tenant, status, prompt, limits, context, tools, commands, \
+             model, metadata, model_spec, idempotency_key, request_hash, created_at) ",
+        );
+        query.push_values(chunk, |mut values, row| {
+            values
+                .push_bind(row.id.as_str())
+                .push_bind(row.tenant.as_str())
+                .push_bind(row.status)
+                .push_bind(row.prompt.as_str())
+                .push_bind(row.limits.as_str())
+                .push_bind(row.context.as_str())
+                .push_bind(row.tools.as_str())
+                .push_bind(row.commands.as_str())
+                .push_bind(row.model.as_str())
+                .push_bind(row.metadata.as_str())
+                .push_bind(row.model_spec.as_str())
+                .push_bind(row.idempotency_key.as_deref())
+                .push_bind(row.request_hash.as_deref())
+                .push_bind(row.created_at.as_str());
+        });
+        query.build().execute(&mut *connection).await?;
+    }
+    for chunk in chunks(&started) {
+        let mut query = QueryBuilder::<Sqlite>::new(
+            "UPDATE runs SET status = 'running', started_at = v.column2 FROM (",
+        );
+        query.push_values(chunk, |mut values, (run_id, at)| {
+            values.push_bind(run_id.as_str()).push_bind(*at);
+        });
+        query.push(") AS v WHERE runs.id = v.column1");
+        query.build().execute(&mut *connection).await?;
+    }
+    for chunk in chunks(&messages) {
+        let mut query =
+            QueryBuilder::<Sqlite>::new("INSERT INTO messages (run_id, position, body) ");
+        query.push_values(chunk, |mut values, (run_id, position, body)| {
+            values
+                .push_bind(run_id.as_str())
+                .push_bind(i64::from(*position))
+                .push_bind(*body);
+        });
+        query.build().execute(&mut *connection).await?;
+    }
+    for chunk in chunks(&events) {
+        let mut query =
+            QueryBuilder::<Sqlite>::new("INSERT INTO events (run_id, sequence, type, body) ");
+        query.push_values(chunk, |mut values, (run_id, sequence, kind, body)| {
+            values
+                .push_bind(run_id.as_str())
+                .push_bind(*sequence)
+                .push_bind(*kind)
+                .push_bind(*body);
+        });
+        query.build().execute(&mut *connection).await?;
+    }
+    for chunk in chunks(&finishes) {
+        let mut query = QueryBuilder::<Sqlite>::new(
+            "UPDATE runs SET status = v.column2, answer = v.column3, error = v.column4, \
+             steps = v.column5, tool_calls = v.column6, input_tokens = v.column7, \
+             output_tokens = v.column8, model_calls_with_usage = v.column9, \
+             finished_at = v.column10 FROM (",
+        );
+        query.push_values(chunk, |mut values, (run_id, finish)| {
+            values
+                .push_bind(run_id.as_str())
+                .push_bind(finish.status.as_str())
+                .push_bind(finish.answer.as_deref())
+                .push_bind(finish.error.as_deref())
+                .push_bind(i64::from(finish.steps))
+                .push_bind(i64::from(finish.tool_calls))
+                .push_bind(saturate(finish.usage.input_tokens))
+                .push_bind(saturate(finish.usage.output_tokens))
+                .push_bind(saturate(finish.usage.model_calls_with_usage))
+                .push_bind(finish.finished_at.as_str());
+        });
+        query.push(") AS v WHERE runs.id = v.column1");
+        query.build().execute(&mut *connection).await?;
     }
     Ok(())
+}
+
+/// Cuts `rows` into chunks whose lengths are powers of two, at most
+/// [`MAX_ROWS_PER_STATEMENT`]: whatever a batch holds, each kind of statement
+/// comes in at most a few shapes, which the connection's statement cache
+/// keeps prepared.
+fn chunks<T>(rows: &[T]) -> impl Iterator<Item = &[T]> {
+    let mut rest = rows;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let length = MAX_ROWS_PER_STATEMENT.min(1 << rest.len().ilog2());
+        let (chunk, tail) = rest.split_at(length);
+        rest = tail;
+        Some(chunk)
+    })
 }
 
 fn saturate(value: u64) -> i64 {
@@ -367,4 +425,85 @@ fn saturate(value: u64) -> i64 {
 fn json<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
     serde_json::to_string(value)
         .map_err(|e| StoreError::Corrupt(format!("cannot serialise a run: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run::{ModelInfo, ModelSpec, Run, RunContext, RunLimits, RunSpec, Tenant};
+    use crate::store::Store;
+
+    fn spec() -> RunSpec {
+        RunSpec {
+            prompt: "p".into(),
+            model: ModelSpec::Scripted(Vec::new()),
+            model_info: ModelInfo {
+                provider: "scripted".into(),
+                profile: None,
+                name: None,
+            },
+            tools: Vec::new(),
+            commands: Vec::new(),
+            files: Default::default(),
+            limits: RunLimits {
+                max_steps: 1,
+                max_tool_calls: 0,
+                timeout_ms: 1000,
+            },
+            context: RunContext {
+                max_context_chars: 1000,
+                max_tool_result_chars: 1000,
+            },
+            metadata: Default::default(),
+        }
+    }
+
+    fn row(run: &Run, spec: &RunSpec, key: &str) -> RunRow {
+        RunRow::new(NewRun {
+            run,
+            tenant: &Tenant::anonymous(),
+            spec,
+            idempotency: Some((key, "hash")),
+        })
+        .unwrap()
+    }
+
+    /// Both inserts reach the writer before it runs (one thread, nothing
+    /// awaited in between), so they are one batch: the multi-row insert
+    /// fails on the second key, and the retry one by one keeps the first.
+    #[tokio::test]
+    async fn a_failing_row_fails_alone_and_the_rest_of_its_batch_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}/runs.db", dir.path().display());
+        let (store, _) = Store::open(&url).await.unwrap();
+        let spec = spec();
+        let first = Run::queued(Uuid::now_v7(), &spec, chrono::Utc::now());
+        let second = Run::queued(Uuid::now_v7(), &spec, chrono::Utc::now());
+        let writer = store.writer();
+        let (a, b) = tokio::join!(
+            writer.insert_run(row(&first, &spec, "same")),
+            writer.insert_run(row(&second, &spec, "same")),
+        );
+        assert!(a.is_ok());
+        assert!(b.is_err());
+        assert_eq!(writer.stats().batches.load(Ordering::Relaxed), 1);
+        assert_eq!(writer.stats().failures.load(Ordering::Relaxed), 1);
+        let tenant = Tenant::anonymous();
+        assert!(store.get_run(&tenant, first.id).await.unwrap().is_some());
+        assert!(store.get_run(&tenant, second.id).await.unwrap().is_none());
+        store.close().await;
+    }
+
+    #[test]
+    fn rows_are_cut_in_powers_of_two_up_to_the_most_per_statement() {
+        let lengths = |n: usize| -> Vec<usize> {
+            let rows = vec![0u8; n];
+            chunks(&rows).map(<[u8]>::len).collect()
+        };
+        assert_eq!(lengths(0), Vec::<usize>::new());
+        assert_eq!(lengths(1), [1]);
+        assert_eq!(lengths(7), [4, 2, 1]);
+        assert_eq!(lengths(200), [128, 64, 8]);
+        assert_eq!(lengths(600), [256, 256, 64, 16, 8]);
+    }
 }
