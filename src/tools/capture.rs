@@ -7,10 +7,15 @@ const CHUNK: usize = 8192;
 
 /// One output stream of a command, read to its end (so the command never
 /// blocks on a full pipe) while at most `max_chars` characters of its lossily
-/// decoded UTF-8 are kept. One character more marks it truncated and closes
-/// it; the caller then ends the command.
+/// decoded UTF-8 are kept. One character more marks it truncated and stops
+/// the reading; the caller then ends the command.
 pub(crate) struct Capture<R> {
     reader: Option<R>,
+    /// The pipe of a stream that overflowed: no longer read, but kept open
+    /// until the capture is dropped, after the command is killed. Closing it
+    /// at once would let the command die of SIGPIPE first, and report that
+    /// instead of the kill.
+    held: Option<R>,
     chunk: Box<[u8]>,
     bytes: Vec<u8>,
     /// How much of `bytes` has been counted; the rest is the start of a
@@ -26,6 +31,7 @@ impl<R: AsyncRead + Unpin> Capture<R> {
     pub(crate) fn new(reader: Option<R>, max_chars: usize) -> Self {
         Self {
             reader,
+            held: None,
             chunk: vec![0; CHUNK].into_boxed_slice(),
             bytes: Vec::new(),
             counted: 0,
@@ -69,7 +75,7 @@ impl<R: AsyncRead + Unpin> Capture<R> {
         self.count();
         if self.chars > self.max_chars {
             self.truncated = true;
-            self.reader = None;
+            self.held = self.reader.take();
         }
     }
 
