@@ -15,5 +15,5 @@ pub use context::{ContextError, ContextIndex, bound_tool_result, select_context}
 pub use events::{Event, EventKind, Observer, ObserverError, RunStatus};
 pub use message::{MAX_TOKEN_COUNT, Message, ToolCall, Usage, UsageError, UsageTotals};
 pub use model::{ContextView, DeltaSink, Model, ModelError, ModelRequest, ModelResponse, NoDeltas};
-pub use registry::{RegistryError, ToolRegistry, is_valid_tool_name};
+pub use registry::{RegistryError, SchemaCache, ToolRegistry, is_valid_tool_name};
 pub use tool::{Tool, ToolDefinition, ToolError};

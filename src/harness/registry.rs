@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use jsonschema::error::{TypeKind, ValidationErrorKind};
 use jsonschema::paths::LocationSegment;
@@ -25,7 +25,51 @@ pub enum RegistryError {
 
 struct Entry {
     tool: Arc<dyn Tool>,
-    validator: Validator,
+    validator: Arc<Validator>,
+}
+
+/// Compiled argument validators, shared by every registry built with the
+/// cache. A service builds a registry per run over the same few schemas:
+/// compiling them once saves the time and, above all, the memory each live
+/// run would otherwise hold in its own copies.
+#[derive(Default)]
+pub struct SchemaCache {
+    validators: Mutex<HashMap<String, Arc<Validator>>>,
+}
+
+impl SchemaCache {
+    /// Distinct schemas kept; past it the cache starts over (schemas come
+    /// from the server's own tools, so this is never reached in practice).
+    pub const CAPACITY: usize = 256;
+
+    fn validator(&self, schema: &Value) -> Result<Arc<Validator>, String> {
+        let key = schema.to_string();
+        if let Some(found) = self
+            .validators
+            .lock()
+            .ok()
+            .and_then(|v| v.get(&key).cloned())
+        {
+            return Ok(found);
+        }
+        let compiled = Arc::new(jsonschema::validator_for(schema).map_err(|e| e.to_string())?);
+        if let Ok(mut validators) = self.validators.lock() {
+            if validators.len() >= Self::CAPACITY {
+                validators.clear();
+            }
+            validators.insert(key, Arc::clone(&compiled));
+        }
+        Ok(compiled)
+    }
+
+    /// How many compiled schemas are kept.
+    pub fn len(&self) -> usize {
+        self.validators.lock().map_or(0, |v| v.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// The tools of one run, with each one's compiled argument validator.
@@ -41,6 +85,15 @@ impl ToolRegistry {
     /// duplicate names, and parameter schemas that are not valid JSON Schema
     /// objects (a tool's schema is checked here, once, not at each call).
     pub fn new(tools: impl IntoIterator<Item = Arc<dyn Tool>>) -> Result<Self, RegistryError> {
+        Self::with_cache(tools, &SchemaCache::default())
+    }
+
+    /// As [`ToolRegistry::new`], taking compiled validators from `cache` (and
+    /// adding the ones it lacks).
+    pub fn with_cache(
+        tools: impl IntoIterator<Item = Arc<dyn Tool>>,
+        cache: &SchemaCache,
+    ) -> Result<Self, RegistryError> {
         let mut registry = Self {
             entries: Vec::new(),
             by_name: HashMap::new(),
@@ -64,8 +117,9 @@ impl ToolRegistry {
                     "the parameters schema must declare \"type\": \"object\"".into(),
                 ));
             }
-            let validator = jsonschema::validator_for(&definition.parameters)
-                .map_err(|error| invalid_schema(error.to_string()))?;
+            let validator = cache
+                .validator(&definition.parameters)
+                .map_err(invalid_schema)?;
             registry.by_name.insert(name, registry.entries.len());
             registry.entries.push(Entry { tool, validator });
             registry.definitions.push(definition);
@@ -334,6 +388,35 @@ mod tests {
             2,
             "keywords beyond the design's subset are enforced too"
         );
+    }
+
+    #[test]
+    fn a_cache_compiles_each_schema_once_and_still_validates() {
+        let cache = SchemaCache::default();
+        let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}}});
+        let first = ToolRegistry::with_cache([tool("a", schema.clone())], &cache).unwrap();
+        let second = ToolRegistry::with_cache(
+            [tool("a", schema), tool("b", json!({"type": "object"}))],
+            &cache,
+        )
+        .unwrap();
+        assert_eq!(cache.len(), 2);
+        assert!(Arc::ptr_eq(
+            &first.entry("a").unwrap().validator,
+            &second.entry("a").unwrap().validator
+        ));
+        assert_eq!(
+            second.check("a", &json!({"n": "x"})).err(),
+            Some(vec!["$.n: expected integer".to_owned()])
+        );
+        assert!(matches!(
+            ToolRegistry::with_cache(
+                [tool("c", json!({"type": "object", "required": 5}))],
+                &cache
+            ),
+            Err(RegistryError::InvalidSchema { .. })
+        ));
+        assert_eq!(cache.len(), 2, "an invalid schema is not kept");
     }
 
     #[test]

@@ -21,7 +21,7 @@ use uuid::Uuid;
 
 use crate::config::Config;
 use crate::harness::{
-    ContextLimits, Harness, Limits, Model, RunConfig, RunStatus, Tool, ToolRegistry,
+    ContextLimits, Harness, Limits, Model, RunConfig, RunStatus, SchemaCache, Tool, ToolRegistry,
 };
 use crate::metrics::Metrics;
 use crate::models::ModelProfiles;
@@ -87,6 +87,8 @@ pub(crate) struct Shared {
     metrics: Arc<Metrics>,
     profiles: Arc<ModelProfiles>,
     commands: Arc<CommandRunner>,
+    /// The tools' compiled argument validators, shared by all runs.
+    schemas: SchemaCache,
     workspaces: PathBuf,
     live: Mutex<HashMap<Uuid, Arc<LiveRun>>>,
 }
@@ -127,6 +129,7 @@ impl Runner {
                     config.commands.clone().into_iter().collect(),
                     Arc::new(Containment::detect()),
                 )),
+                schemas: SchemaCache::default(),
                 workspaces: config.storage.workspaces_dir.clone(),
                 live: Mutex::new(HashMap::new()),
             }),
@@ -437,7 +440,8 @@ impl RunTask {
             &spec.commands,
         )
         .map_err(|e| e.to_string())?;
-        let registry = ToolRegistry::new(tools).map_err(|e| e.to_string())?;
+        let registry =
+            ToolRegistry::with_cache(tools, &shared.schemas).map_err(|e| e.to_string())?;
         let config = RunConfig {
             run_id: self.live.id,
             prompt: spec.prompt.clone(),
