@@ -252,3 +252,40 @@ async fn a_killed_server_leaves_its_running_runs_interrupted_and_loses_nothing_e
     };
     assert!(status.success(), "{status:?}");
 }
+
+#[tokio::test]
+async fn a_queued_run_whose_profile_is_gone_after_a_restart_ends_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(&dir);
+    config.runs.max_concurrent = 1;
+    config.runs.shutdown_grace_ms = 100;
+    let mut with_profile = config.clone();
+    with_profile.models.insert(
+        "temporary".into(),
+        toml::from_str("kind = \"scripted\"\nscript = [{content = \"x\"}]").unwrap(),
+    );
+    let app = spawn_in(dir, with_profile).await;
+    let blocker = app.create_run(slow(30_000)).await;
+    app.wait_status(blocker["id"].as_str().unwrap(), "running")
+        .await;
+    let queued = app
+        .create_run(json!({"prompt": "later", "model": {"profile": "temporary"}}))
+        .await;
+    let id = queued["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        queued["model"],
+        json!({"provider": "scripted", "profile": "temporary"})
+    );
+    let dir = app.stop().await;
+
+    let app = spawn_in(dir, config).await;
+    let run = app.wait_terminal(&id).await;
+    assert_eq!(run["status"], "failed");
+    assert!(
+        run["error"].as_str().unwrap().contains("temporary"),
+        "the error says what is missing: {run}"
+    );
+    let events = app.events(&id).await;
+    assert_eq!(types(&events), ["run_end"]);
+    assert_eq!(events[0].data["status"], "failed");
+}
