@@ -16,8 +16,9 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::to_bytes;
 use axum::extract::DefaultBodyLimit;
+use axum::extract::State;
 use axum::http::{Method, Uri, header};
-use axum::middleware::{from_fn_with_state, map_response};
+use axum::middleware::{from_fn_with_state, map_response_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
@@ -57,7 +58,7 @@ pub fn router(state: AppState) -> Router {
         .fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(state.max_body_bytes))
-        .layer(map_response(json_errors))
+        .layer(map_response_with_state(state.clone(), json_errors))
         .with_state(state)
 }
 
@@ -71,7 +72,7 @@ async fn method_not_allowed(method: Method) -> ApiError {
 
 /// The net under every extractor: an error response that is not JSON (one of
 /// axum's own rejections) is rewritten into the JSON error shape.
-async fn json_errors(response: Response) -> Response {
+async fn json_errors(State(state): State<AppState>, response: Response) -> Response {
     let status = response.status();
     if !(status.is_client_error() || status.is_server_error()) {
         return response;
@@ -98,7 +99,7 @@ async fn json_errors(response: Response) -> Response {
         400 => ApiError::InvalidQuery(message),
         404 => ApiError::NoRoute(message),
         405 => ApiError::MethodNotAllowed(message),
-        413 => ApiError::PayloadTooLarge(0),
+        413 => ApiError::PayloadTooLarge(state.max_body_bytes),
         415 => ApiError::UnsupportedMediaType(message),
         422 => ApiError::Validation(message),
         _ => ApiError::Internal(message),
