@@ -53,10 +53,8 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         let inner = error.into_inner();
         if inner.is_syntax() || inner.is_eof() {
             ApiError::InvalidJson(format!("the body is not valid JSON: {inner}"))
-        } else if path == "." {
-            ApiError::Validation(strip_position(&inner.to_string()))
         } else {
-            ApiError::Validation(format!("{path}: {}", strip_position(&inner.to_string())))
+            shape_error(&path, &inner)
         }
     })?;
     deserializer
@@ -69,13 +67,18 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
 pub fn from_value<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, ApiError> {
     serde_path_to_error::deserialize(value).map_err(|error| {
         let path = error.path().to_string();
-        let inner = strip_position(&error.into_inner().to_string());
-        if path == "." {
-            ApiError::Validation(inner)
-        } else {
-            ApiError::Validation(format!("{path}: {inner}"))
-        }
+        shape_error(&path, &error.into_inner())
     })
+}
+
+/// A 422 naming the field (`limits.max_steps: ...`), or the whole body.
+fn shape_error(path: &str, error: &impl std::fmt::Display) -> ApiError {
+    let message = strip_position(&error.to_string());
+    if path == "." {
+        ApiError::Validation(message)
+    } else {
+        ApiError::Validation(format!("{path}: {message}"))
+    }
 }
 
 /// serde_json appends " at line L column C", which means little in a 422.

@@ -161,11 +161,6 @@ impl Runner {
         self.closing.is_cancelled()
     }
 
-    /// Fires when the server begins to stop; open event streams end then.
-    pub fn closing(&self) -> &CancellationToken {
-        &self.closing
-    }
-
     pub fn live(&self, id: Uuid) -> Option<Arc<LiveRun>> {
         self.shared.live.lock().ok()?.get(&id).cloned()
     }

@@ -193,13 +193,6 @@ impl Store {
         })
         .transpose()
     }
-
-    pub async fn count_by_status(&self) -> Result<Vec<(String, i64)>, StoreError> {
-        let rows = sqlx::query("SELECT status, COUNT(*) FROM runs GROUP BY status")
-            .fetch_all(&self.read)
-            .await?;
-        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
-    }
 }
 
 /// Inserts for a new run, in the order the writer applies them.
