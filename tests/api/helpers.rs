@@ -309,3 +309,61 @@ pub fn two_step(tool: &str, arguments: Value, answer: &str) -> Value {
 pub fn types(events: &[SseEvent]) -> Vec<&str> {
     events.iter().map(|e| e.event.as_str()).collect()
 }
+
+/// A server running as its own process (the real binary), reached over HTTP.
+pub struct Remote {
+    pub client: reqwest::Client,
+    pub address: String,
+}
+
+impl Remote {
+    pub fn new(address: String) -> Self {
+        Self {
+            client: http_client(),
+            address,
+        }
+    }
+
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.client
+            .get(format!("{}{path}", self.address))
+            .send()
+            .await
+            .unwrap()
+    }
+
+    pub async fn get_json(&self, path: &str) -> Value {
+        self.get(path).await.json().await.unwrap()
+    }
+
+    pub async fn post_json(&self, path: &str, body: &Value) -> Value {
+        self.client
+            .post(format!("{}{path}", self.address))
+            .json(body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+}
+
+/// Sends SIGTERM to a server process and waits (15 s at most) for its exit.
+pub fn terminate(child: &mut std::process::Child) -> std::process::ExitStatus {
+    std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -146,50 +146,33 @@ fn start_binary(dir: &TempDir) -> (Child, String) {
 async fn a_killed_server_leaves_its_running_runs_interrupted_and_loses_nothing_else() {
     let dir = tempfile::tempdir().unwrap();
     let (mut child, address) = start_binary(&dir);
-    let client = http_client();
-    let create = |body: serde_json::Value| {
-        let request = client
-            .post(format!("{address}/v1/runs?wait=true"))
-            .json(&body);
-        async move {
-            request
-                .send()
-                .await
-                .unwrap()
-                .json::<serde_json::Value>()
-                .await
-                .unwrap()
-        }
-    };
-    let finished = create(two_step("list_dir", json!({}), "done")).await;
+    let server = Remote::new(address);
+    let finished = server
+        .post_json(
+            "/v1/runs?wait=true",
+            &two_step("list_dir", json!({}), "done"),
+        )
+        .await;
     assert_eq!(finished["status"], "completed");
-    let running: serde_json::Value = client
-        .post(format!("{address}/v1/runs"))
-        .json(&json!({
-            "prompt": "mid-run",
-            "model": {"scripted": [
-                {"content": "", "tool_calls": [call("c1", "list_dir", json!({}))]},
-                {"delay_ms": 60000, "content": "never"}
-            ]}
-        }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let running = server
+        .post_json(
+            "/v1/runs",
+            &json!({
+                "prompt": "mid-run",
+                "model": {"scripted": [
+                    {"content": "", "tool_calls": [call("c1", "list_dir", json!({}))]},
+                    {"delay_ms": 60000, "content": "never"}
+                ]}
+            }),
+        )
+        .await;
     let running_id = running["id"].as_str().unwrap().to_owned();
     // Wait until the first step is stored, so there is something to keep.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let messages: serde_json::Value = client
-            .get(format!("{address}/v1/runs/{running_id}/messages"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let messages = server
+            .get_json(&format!("/v1/runs/{running_id}/messages"))
+            .await;
         if messages["messages"].as_array().unwrap().len() == 3 {
             break;
         }
@@ -200,24 +183,15 @@ async fn a_killed_server_leaves_its_running_runs_interrupted_and_loses_nothing_e
     child.wait().unwrap();
 
     let (mut child, address) = start_binary(&dir);
-    let get = |path: String| {
-        let request = client.get(format!("{address}{path}"));
-        async move { request.send().await.unwrap() }
-    };
-    let run: serde_json::Value = get(format!("/v1/runs/{running_id}"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let server = Remote::new(address);
+    let run = server.get_json(&format!("/v1/runs/{running_id}")).await;
     assert_eq!(run["status"], "interrupted");
     assert_eq!(run["steps"], 0, "counts are those last stored");
-    let messages: serde_json::Value = get(format!("/v1/runs/{running_id}/messages"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let messages = server
+        .get_json(&format!("/v1/runs/{running_id}/messages"))
+        .await;
     assert_eq!(messages["messages"].as_array().unwrap().len(), 3);
-    let (events, _) = read_sse(get(format!("/v1/runs/{running_id}/events")).await).await;
+    let (events, _) = read_sse(server.get(&format!("/v1/runs/{running_id}/events")).await).await;
     let last = events.last().unwrap();
     assert_eq!(last.event, "run_end");
     assert_eq!(last.data["status"], "interrupted");
@@ -227,29 +201,13 @@ async fn a_killed_server_leaves_its_running_runs_interrupted_and_loses_nothing_e
         (1..=sequences.len() as u64).collect::<Vec<_>>(),
         "no gap"
     );
-    let kept: serde_json::Value = get(format!("/v1/runs/{}", finished["id"].as_str().unwrap()))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let kept = server
+        .get_json(&format!("/v1/runs/{}", finished["id"].as_str().unwrap()))
+        .await;
     assert_eq!(kept, finished);
 
     // SIGTERM: a clean exit.
-    Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the server did not stop on SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = terminate(&mut child);
     assert!(status.success(), "{status:?}");
 }
 

@@ -135,31 +135,16 @@ stream = true
         text
     });
 
-    let client = http_client();
-    let run: Value = client
-        .post(format!("{address}/v1/runs"))
-        .json(&json!({"prompt": "check the environment", "commands": ["env"]}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let remote = Remote::new(address);
+    let run = remote
+        .post_json(
+            "/v1/runs",
+            &json!({"prompt": "check the environment", "commands": ["env"]}),
+        )
+        .await;
     let id = run["id"].as_str().unwrap();
-    let stream = client
-        .get(format!("{address}/v1/runs/{id}/events"))
-        .send()
-        .await
-        .unwrap();
-    let (events, _) = read_sse(stream).await;
-    let run: Value = client
-        .get(format!("{address}/v1/runs/{id}"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (events, _) = read_sse(remote.get(&format!("/v1/runs/{id}/events")).await).await;
+    let run = remote.get_json(&format!("/v1/runs/{id}")).await;
     assert_eq!(run["status"], "completed", "{run}");
     assert_eq!(run["answer"], "The environment is clean.");
     assert_eq!(
@@ -189,14 +174,7 @@ stream = true
         let second = &seen.requests[1]["messages"];
         assert!(second.to_string().contains("call_abc"));
     }
-    let messages: Value = client
-        .get(format!("{address}/v1/runs/{id}/messages"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let messages = remote.get_json(&format!("/v1/runs/{id}/messages")).await;
     let tool_output = messages["messages"][2]["content"]
         .as_str()
         .unwrap()
@@ -207,11 +185,7 @@ stream = true
     );
     assert!(!tool_output.contains("MOCK_PROVIDER_KEY"), "{tool_output}");
 
-    Command::new("kill")
-        .args(["-TERM", &server.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(server.wait().unwrap().success());
+    assert!(terminate(&mut server).success());
     let logs = log_reader.join().unwrap();
     assert!(logs.contains(id), "the logs name the run");
 
