@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use crate::metrics::Metrics;
 use crate::models::{ModelProfiles, process_env};
 use crate::runner::Runner;
 use crate::store::Store;
+use crate::tools::Sandbox;
 
 /// How long open connections may take to finish once every run is stored.
 const CONNECTION_DRAIN: Duration = Duration::from_secs(5);
@@ -29,6 +31,8 @@ pub enum StartError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("{0}")]
+    Sandbox(String),
     #[error("cannot create the workspaces directory {path}: {source}")]
     Workspaces {
         path: String,
@@ -61,6 +65,7 @@ impl Application {
             path: workspaces.display().to_string(),
             source,
         })?;
+        let sandbox = Arc::new(prepare_sandbox(&config)?);
         let (store, recovered) = Store::open(&config.storage.database_url).await?;
         if !recovered.interrupted.is_empty() || !recovered.queued.is_empty() {
             tracing::info!(
@@ -70,7 +75,7 @@ impl Application {
             );
         }
         let metrics = Arc::new(Metrics::default());
-        let runner = Runner::new(&config, store, metrics, Arc::new(profiles));
+        let runner = Runner::new(&config, store, metrics, Arc::new(profiles), sandbox);
         runner.resume(recovered.queued);
         let addr = config.server.bind;
         let listener = TcpListener::bind(addr)
@@ -136,4 +141,46 @@ impl Application {
         tracing::info!("stopped");
         Ok(())
     }
+}
+
+/// Detects the command sandbox and refuses to start where it would not
+/// hold: presets with an enforcing sandbox the kernel cannot apply, or
+/// storage that commands could read.
+fn prepare_sandbox(config: &Config) -> Result<Sandbox, StartError> {
+    let sandbox = Sandbox::detect(&config.sandbox);
+    if !config.commands.is_empty()
+        && let Some(missing) = sandbox.missing()
+    {
+        return Err(StartError::Sandbox(format!(
+            "command presets are configured but this kernel cannot sandbox them: {missing} \
+             is missing. Commands would run with the server's own rights; set [sandbox] \
+             mode = \"off\" to run them unconfined anyway"
+        )));
+    }
+    let database = Store::database_file(&config.storage.database_url);
+    let mut protected = vec![(
+        "workspaces directory",
+        config.storage.workspaces_dir.as_path(),
+    )];
+    if let Some(database) = &database {
+        protected.push(("database", database.as_path()));
+    }
+    if let Some(source) = &config.source {
+        protected.push(("config file", source.as_path()));
+    }
+    sandbox
+        .check_storage(
+            config
+                .commands
+                .values()
+                .flat_map(|preset| preset.read_paths.iter().map(PathBuf::as_path)),
+            &protected,
+        )
+        .map_err(StartError::Sandbox)?;
+    if config.commands.is_empty() {
+        tracing::info!("{}", sandbox.describe());
+    } else {
+        tracing::info!(presets = config.commands.len(), "{}", sandbox.describe());
+    }
+    Ok(sandbox)
 }

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::models::ModelProfile;
-use crate::tools::CommandPreset;
+use crate::tools::sandbox::MIN_MEMORY_MAX_BYTES;
+use crate::tools::{CommandPreset, SandboxConfig};
 
 /// Prefix of environment overrides; `__` separates the levels of a key, so
 /// `AGENT_RUNNER_RUNS__MAX_CONCURRENT=8` sets `runs.max_concurrent`.
@@ -22,8 +23,13 @@ pub struct Config {
     pub runs: RunsConfig,
     pub limits: LimitsConfig,
     pub commands: BTreeMap<String, CommandPreset>,
+    pub sandbox: SandboxConfig,
     pub models: BTreeMap<String, ModelProfile>,
     pub auth: AuthConfig,
+    /// The file this was read from, if any: the sandbox keeps commands away
+    /// from it.
+    #[serde(skip)]
+    pub source: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -167,7 +173,9 @@ impl Config {
             })?,
             None => String::new(),
         };
-        Self::from_toml(&text, env)
+        let mut config = Self::from_toml(&text, env)?;
+        config.source = path.map(Path::to_owned);
+        Ok(config)
     }
 
     pub fn from_toml(
@@ -218,7 +226,19 @@ impl Config {
             if preset.timeout_ms == 0 {
                 return invalid(format!("commands.{name}.timeout_ms must be at least 1"));
             }
+            check_sandbox_settings(
+                &format!("commands.{name}."),
+                &preset.read_paths,
+                preset.memory_max_bytes,
+                preset.pids_max,
+            )?;
         }
+        check_sandbox_settings(
+            "sandbox.",
+            &self.sandbox.read_paths,
+            Some(self.sandbox.memory_max_bytes),
+            Some(self.sandbox.pids_max),
+        )?;
         for (i, token) in self.auth.tokens.iter().enumerate() {
             if token.tenant.trim().is_empty() {
                 return invalid(format!("auth.tokens[{i}].tenant must not be empty"));
@@ -246,6 +266,32 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// Read paths absolute, limits that let a program start at all.
+fn check_sandbox_settings(
+    prefix: &str,
+    read_paths: &[PathBuf],
+    memory_max_bytes: Option<u64>,
+    pids_max: Option<u64>,
+) -> Result<(), ConfigError> {
+    if let Some(path) = read_paths.iter().find(|path| !path.is_absolute()) {
+        return Err(ConfigError::Invalid(format!(
+            "{prefix}read_paths: {} is not an absolute path",
+            path.display()
+        )));
+    }
+    if memory_max_bytes.is_some_and(|bytes| bytes < MIN_MEMORY_MAX_BYTES) {
+        return Err(ConfigError::Invalid(format!(
+            "{prefix}memory_max_bytes must be at least {MIN_MEMORY_MAX_BYTES} (1 MiB)"
+        )));
+    }
+    if pids_max == Some(0) {
+        return Err(ConfigError::Invalid(format!(
+            "{prefix}pids_max must be at least 1"
+        )));
+    }
+    Ok(())
 }
 
 /// Sets `a__b__c` (lower-cased) to `value`, read as a TOML value when it is
@@ -356,5 +402,30 @@ mod tests {
         assert!(error("[server]\nbind = \"0.0.0.0:8080\"").contains("loopback"));
         assert!(error("[[auth.tokens]]\ntenant = \"a\"").contains("exactly one"));
         assert!(error("[commands.\"bad name\"]\nprogram = \"x\"").contains("preset name"));
+        assert!(error("[sandbox]\nmode = \"loose\"").contains("sandbox.mode"));
+        assert!(error("[sandbox]\nread_paths = [\"usr\"]").contains("absolute"));
+        assert!(error("[sandbox]\npids_max = 0").contains("pids_max"));
+        assert!(
+            error("[commands.t]\nprogram = \"x\"\nmemory_max_bytes = 10")
+                .contains("commands.t.memory_max_bytes")
+        );
+    }
+
+    #[test]
+    fn the_sandbox_defaults_to_enforce_and_presets_to_no_network() {
+        let config = Config::from_toml(
+            "[commands.t]\nprogram = \"x\"\nread_paths = [\"/root/.cargo\"]\n",
+            env(&[]),
+        )
+        .unwrap();
+        assert_eq!(config.sandbox, SandboxConfig::default());
+        assert_eq!(config.sandbox.mode, crate::tools::SandboxMode::Enforce);
+        assert!(!config.commands["t"].network);
+        assert_eq!(
+            config.commands["t"].read_paths,
+            [PathBuf::from("/root/.cargo")]
+        );
+        let off = Config::from_toml("", env(&[("AGENT_RUNNER_SANDBOX__MODE", "off")])).unwrap();
+        assert_eq!(off.sandbox.mode, crate::tools::SandboxMode::Off);
     }
 }

@@ -29,7 +29,7 @@ use crate::models::ScriptedModel;
 use crate::run::{ModelSpec, Run, RunSpec, Tenant, format_time};
 use crate::store::writer::RunRow;
 use crate::store::{NewRun, Store, StoreError, Unfinished};
-use crate::tools::{CommandPresets, CommandRunner, Containment, Workspace, builtin_tools};
+use crate::tools::{CommandPresets, CommandRunner, Sandbox, Workspace, builtin_tools};
 
 pub use observer::INTERRUPTED;
 
@@ -119,6 +119,7 @@ impl Runner {
         store: Store,
         metrics: Arc<Metrics>,
         profiles: Arc<ModelProfiles>,
+        sandbox: Arc<Sandbox>,
     ) -> Self {
         Self {
             shared: Arc::new(Shared {
@@ -127,7 +128,7 @@ impl Runner {
                 profiles,
                 commands: Arc::new(CommandRunner::new(
                     config.commands.clone().into_iter().collect(),
-                    Arc::new(Containment::detect()),
+                    sandbox,
                 )),
                 schemas: SchemaCache::default(),
                 workspaces: config.storage.workspaces_dir.clone(),

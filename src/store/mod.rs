@@ -67,6 +67,13 @@ pub struct Store {
 }
 
 impl Store {
+    /// The file a database URL names, if it names one.
+    pub fn database_file(url: &str) -> Option<std::path::PathBuf> {
+        let options = SqliteConnectOptions::from_str(url).ok()?;
+        let file = options.get_filename();
+        (file.as_os_str() != ":memory:").then(|| file.to_owned())
+    }
+
     /// Opens (creating if needed) the database at `url`, applies the
     /// migrations, brings the previous process's live runs to rest (see
     /// [`recover`]), and starts the writer.

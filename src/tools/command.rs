@@ -11,9 +11,12 @@
 //!   workspace, where the model writes), or `/usr/local/bin:/usr/bin:/bin`
 //!   when that leaves nothing; `LANG` and `TZ` are passed on only if the
 //!   server has them;
-//! - its whole process tree contained (see [`super::process_tree`]), and
-//!   killed on timeout, cancellation, output overflow, or when the call is
-//!   dropped;
+//! - the sandbox (see [`super::sandbox`]): Landlock rules, no network
+//!   unless the preset says `network = true`, memory and process limits, no
+//!   capabilities, a private `TMPDIR`;
+//! - its whole process tree contained (see [`super::sandbox::process_tree`]),
+//!   and killed on timeout, cancellation, output overflow, or when the call
+//!   is dropped;
 //! - stdout and stderr read concurrently to their end, each keeping at most
 //!   [`MAX_OUTPUT_CHARS`] characters; one more kills the command and marks
 //!   the result `truncated`.
@@ -23,16 +26,17 @@
 //! that escaped containment (possible only without a cgroup) could otherwise
 //! hold them open forever.
 //!
-//! The result is `{exit_code, stdout, stderr, timed_out, truncated}`, plus
-//! `signal` (e.g. `"SIGKILL"`) when the command was ended by a signal, in which
-//! case `exit_code` is null. A non-zero exit is a result, not an error; a
-//! preset that cannot start is a tool error.
+//! The result is `{exit_code, stdout, stderr, timed_out, truncated, sandbox}`,
+//! plus `signal` (e.g. `"SIGKILL"`) when the command was ended by a signal, in
+//! which case `exit_code` is null. A non-zero exit (a denied access among
+//! them) is a result, not an error; a preset that cannot start is a tool
+//! error.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,7 +50,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::SelectionError;
 use super::capture::Capture;
-use super::process_tree::Containment;
+use super::sandbox::{CommandPolicy, Sandbox, SandboxReport};
 use super::workspace::Workspace;
 use crate::harness::{Tool, ToolDefinition, ToolError};
 
@@ -88,6 +92,19 @@ pub struct CommandPreset {
     pub args: Vec<String>,
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u64,
+    /// Where this preset may also read and execute (its toolchain, say
+    /// `~/.cargo` and `~/.rustup` for `cargo test`).
+    #[serde(default)]
+    pub read_paths: Vec<PathBuf>,
+    /// The host's network; without it the command can open no socket.
+    #[serde(default)]
+    pub network: bool,
+    /// Overrides `[sandbox] memory_max_bytes`.
+    #[serde(default)]
+    pub memory_max_bytes: Option<u64>,
+    /// Overrides `[sandbox] pids_max`.
+    #[serde(default)]
+    pub pids_max: Option<u64>,
 }
 
 impl CommandPreset {
@@ -99,6 +116,21 @@ impl CommandPreset {
             program: program.into(),
             args: args.into_iter().map(Into::into).collect(),
             timeout_ms: DEFAULT_TIMEOUT_MS,
+            read_paths: Vec::new(),
+            network: false,
+            memory_max_bytes: None,
+            pids_max: None,
+        }
+    }
+
+    /// The sandbox rules of this preset, for a command in `workspace`.
+    pub fn policy<'a>(&'a self, workspace: &'a Path) -> CommandPolicy<'a> {
+        CommandPolicy {
+            workspace,
+            read_paths: &self.read_paths,
+            network: self.network,
+            memory_max_bytes: self.memory_max_bytes,
+            pids_max: self.pids_max,
         }
     }
 
@@ -165,6 +197,8 @@ pub struct CommandOutput {
     pub timed_out: bool,
     /// An output stream passed [`MAX_OUTPUT_CHARS`], which ended it.
     pub truncated: bool,
+    /// What confined it.
+    pub sandbox: SandboxReport,
 }
 
 /// Why a command gave no result.
@@ -188,12 +222,12 @@ impl From<CommandError> for ToolError {
     }
 }
 
-/// Runs presets: the server's presets, how their process trees are contained,
-/// and the environment they get. One per server, shared by every run.
+/// Runs presets: the server's presets, the sandbox they run in, and the
+/// environment they get. One per server, shared by every run.
 #[derive(Debug)]
 pub struct CommandRunner {
     presets: CommandPresets,
-    containment: Arc<Containment>,
+    sandbox: Arc<Sandbox>,
     path: OsString,
     lang: Option<OsString>,
     tz: Option<OsString>,
@@ -201,10 +235,10 @@ pub struct CommandRunner {
 
 impl CommandRunner {
     /// Takes `PATH`, `LANG` and `TZ` from the server's environment, now.
-    pub fn new(presets: CommandPresets, containment: Arc<Containment>) -> Self {
+    pub fn new(presets: CommandPresets, sandbox: Arc<Sandbox>) -> Self {
         Self {
             presets,
-            containment,
+            sandbox,
             path: safe_path(std::env::var_os("PATH")),
             lang: std::env::var_os("LANG"),
             tz: std::env::var_os("TZ"),
@@ -215,8 +249,8 @@ impl CommandRunner {
         &self.presets
     }
 
-    pub fn containment(&self) -> &Containment {
-        &self.containment
+    pub fn sandbox(&self) -> &Sandbox {
+        &self.sandbox
     }
 
     /// Runs the preset `name` in `workspace` until it exits, times out,
@@ -251,17 +285,22 @@ impl CommandRunner {
         if let Some(tz) = &self.tz {
             command.env("TZ", tz);
         }
-        let mut child =
-            self.containment
-                .spawn(command)
-                .map_err(|error| CommandError::CouldNotStart {
-                    name: name.to_owned(),
-                    program: preset.program.clone(),
-                    reason: match error.kind() {
-                        std::io::ErrorKind::NotFound => "program not found".to_owned(),
-                        _ => error.to_string(),
-                    },
-                })?;
+        let spawned = self
+            .sandbox
+            .spawn(command, &preset.policy(workspace))
+            .map_err(|error| CommandError::CouldNotStart {
+                name: name.to_owned(),
+                program: preset.program.clone(),
+                reason: match error.kind() {
+                    std::io::ErrorKind::NotFound => "program not found".to_owned(),
+                    _ => error.to_string(),
+                },
+            })?;
+        // Declared before the child, so dropped after it: the TMPDIR goes
+        // once the tree is dead, on every path.
+        let _tmp = spawned.tmp;
+        let report = spawned.report;
+        let mut child = spawned.process;
         let mut stdout = Capture::new(child.take_stdout(), MAX_OUTPUT_CHARS);
         let mut stderr = Capture::new(child.take_stderr(), MAX_OUTPUT_CHARS);
         let deadline = Instant::now() + Duration::from_millis(preset.timeout_ms);
@@ -322,6 +361,7 @@ impl CommandRunner {
             truncated: stdout.truncated() || stderr.truncated(),
             stdout: stdout.into_text(),
             stderr: stderr.into_text(),
+            sandbox: report,
         })
     }
 }
@@ -567,10 +607,7 @@ mod tests {
         ]
         .into_iter()
         .collect();
-        let runner = Arc::new(CommandRunner::new(
-            presets,
-            Arc::new(Containment::process_group_only()),
-        ));
+        let runner = Arc::new(CommandRunner::new(presets, Arc::new(Sandbox::unconfined())));
         let dir = tempfile::tempdir().unwrap();
         let workspace = Arc::new(Workspace::open(dir.path()).unwrap());
         let tool = RunCommand::new(runner.clone(), workspace.clone(), ["test", "lint"]).unwrap();

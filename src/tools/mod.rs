@@ -8,10 +8,10 @@
 //! - [`error`]: why a workspace operation was refused.
 //! - [`files`]: the `read_file`, `write_file` and `list_dir` tools.
 //! - [`command`]: command presets and the `run_command` tool.
-//! - [`process_tree`]: a cgroup v2 and a process group per command, so the
-//!   whole tree can be killed.
+//! - [`sandbox`]: what a command can touch (Landlock, seccomp, limits), and
+//!   its process tree, kept together so the whole of it can be killed.
 //!
-//! The service builds one [`CommandRunner`] (with [`Containment::detect`]) at
+//! The service builds one [`CommandRunner`] (with [`Sandbox::detect`]) at
 //! start, opens a [`Workspace`] per run, and hands the run
 //! [`builtin_tools`].
 
@@ -21,7 +21,7 @@ pub mod confine;
 pub mod error;
 pub mod files;
 pub mod path;
-pub mod process_tree;
+pub mod sandbox;
 pub mod workspace;
 
 use std::sync::Arc;
@@ -33,7 +33,9 @@ pub use confine::Resolver;
 pub use error::WorkspaceError;
 pub use files::{ListDir, ReadFile, WriteFile};
 pub use path::RelativePath;
-pub use process_tree::{Containment, ContainmentKind};
+pub use sandbox::{
+    CommandPolicy, Containment, ContainmentKind, Sandbox, SandboxConfig, SandboxMode, SandboxReport,
+};
 pub use workspace::{DirEntry, EntryKind, FileInfo, Workspace, WorkspaceOptions};
 
 use crate::harness::Tool;
@@ -104,10 +106,7 @@ mod tests {
         let presets = [("test", CommandPreset::new("true", Vec::<String>::new()))]
             .into_iter()
             .collect();
-        Arc::new(CommandRunner::new(
-            presets,
-            Arc::new(Containment::process_group_only()),
-        ))
+        Arc::new(CommandRunner::new(presets, Arc::new(Sandbox::unconfined())))
     }
 
     #[test]

@@ -10,6 +10,7 @@ mod errors;
 mod lifecycle;
 mod openapi;
 mod runs;
+mod sandbox;
 mod scenarios;
 mod secrets;
 mod sse;

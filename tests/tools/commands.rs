@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use agent_runner::harness::Tool;
 use agent_runner::tools::{
     CommandPreset, CommandPresets, CommandRunner, Containment, ContainmentKind, RunCommand,
-    Workspace,
+    Sandbox, SandboxConfig, Workspace,
 };
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -31,12 +31,20 @@ struct Fixture {
 }
 
 impl Fixture {
+    /// An enforcing sandbox with the given containment.
     fn new(containment: Containment, presets: &[(&str, CommandPreset)]) -> Self {
+        Self::with_sandbox(
+            Sandbox::with_containment(&SandboxConfig::default(), containment),
+            presets,
+        )
+    }
+
+    fn with_sandbox(sandbox: Sandbox, presets: &[(&str, CommandPreset)]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let workspace = Arc::new(Workspace::open(dir.path()).unwrap());
         let presets: CommandPresets = presets.iter().cloned().collect();
         let names: Vec<String> = presets.names().map(str::to_owned).collect();
-        let runner = Arc::new(CommandRunner::new(presets, Arc::new(containment)));
+        let runner = Arc::new(CommandRunner::new(presets, Arc::new(sandbox)));
         let tool = RunCommand::new(runner.clone(), workspace.clone(), names).unwrap();
         Self {
             _dir: dir,
@@ -50,7 +58,7 @@ impl Fixture {
     fn detected(presets: &[(&str, CommandPreset)]) -> Self {
         let fixture = Self::new(Containment::detect(), presets);
         assert_eq!(
-            fixture.runner.containment().kind(),
+            fixture.runner.sandbox().containment().kind(),
             ContainmentKind::Cgroup,
             "this machine offers a writable cgroup v2"
         );
@@ -89,7 +97,7 @@ impl Fixture {
 
     /// The per-command cgroups left under the server's cgroup.
     fn leftover_cgroups(&self) -> Vec<String> {
-        let Some(dir) = self.runner.containment().cgroup_dir() else {
+        let Some(dir) = self.runner.sandbox().containment().cgroup_dir() else {
             return vec![];
         };
         std::fs::read_dir(dir)
@@ -104,6 +112,13 @@ impl Fixture {
             })
             .collect()
     }
+}
+
+/// What this machine's sandbox reports for a preset without settings of
+/// its own.
+fn enforced() -> Value {
+    json!({"filesystem": "landlock", "network": "blocked",
+           "memory_max_bytes": 1_073_741_824u64, "pids_max": 256})
 }
 
 fn sh(script: &str) -> CommandPreset {
@@ -163,19 +178,20 @@ async fn output_and_exit_codes_are_reported() {
     assert_eq!(
         f.run("fails").await,
         Ok(json!({"exit_code": 3, "stdout": "out\n", "stderr": "err\n",
-                  "timed_out": false, "truncated": false}))
+                  "timed_out": false, "truncated": false, "sandbox": enforced()}))
     );
     assert_eq!(
         f.run("succeeds").await,
         Ok(
-            json!({"exit_code": 0, "stdout": "", "stderr": "", "timed_out": false, "truncated": false})
+            json!({"exit_code": 0, "stdout": "", "stderr": "", "timed_out": false, "truncated": false,
+                   "sandbox": enforced()})
         )
     );
     assert_eq!(
         f.run("terminated").await,
         Ok(
             json!({"exit_code": null, "signal": "SIGTERM", "stdout": "before\n", "stderr": "",
-                  "timed_out": false, "truncated": false})
+                  "timed_out": false, "truncated": false, "sandbox": enforced()})
         )
     );
     let root = f.workspace.root().to_str().unwrap().to_owned();
@@ -212,7 +228,7 @@ async fn the_environment_is_cleared_to_an_allowlist() {
         .collect();
     names.sort();
     names.retain(|name| !matches!(*name, "LANG" | "TZ"));
-    assert_eq!(names, ["HOME", "PATH"]);
+    assert_eq!(names, ["HOME", "PATH", "TMPDIR"]);
     let home = format!("HOME={}", f.workspace.root().display());
     assert!(stdout.lines().any(|line| line == home), "{stdout}");
 }

@@ -1,0 +1,123 @@
+//! The steps a command's child process takes between `fork` and `exec`.
+//!
+//! They run in the forked copy of a multi-threaded server, where only
+//! async-signal-safe work is allowed: everything that allocates or takes a
+//! lock (opening the paths of the Landlock rules, compiling the seccomp
+//! filter, creating the cgroups) is done before the fork, and this module
+//! only makes system calls on what was prepared. A failure is reported as a
+//! raw errno (all that crosses back to the parent) and the command does not
+//! start: a command is never run less confined than it was asked to be.
+//!
+//! The order matters:
+//! 1. join the command's cgroups, while the child may still write cgroup
+//!    files;
+//! 2. `RLIMIT_AS`, where no memory cgroup could be used;
+//! 3. drop every capability: from the bounding set (so an `exec` as root
+//!    regains none), the ambient set, and the effective, permitted and
+//!    inheritable sets. A root server's command keeps uid 0 but loses what
+//!    makes root more than a file owner (raw sockets, mounts, `ptrace`,
+//!    overriding file permissions, loading modules);
+//! 4. Landlock's `restrict_self`, which also sets `PR_SET_NO_NEW_PRIVS`;
+//! 5. the seccomp filters, last, since they could refuse a step above.
+
+use std::io;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+
+use landlock::{RulesetCreated, RulesetStatus};
+use rustix::io::Errno;
+use rustix::process::{Resource, Rlimit, setrlimit};
+use rustix::thread::{
+    CapabilitySet, CapabilitySets, clear_ambient_capability_set,
+    remove_capability_from_bounding_set, set_capabilities, set_no_new_privs,
+};
+use seccompiler::BpfProgram;
+
+/// Everything a child applies to itself before `exec`, prepared by the
+/// parent.
+#[derive(Debug, Default)]
+pub(crate) struct ChildSetup {
+    /// `cgroup.procs` of each cgroup to join, in order.
+    pub(super) cgroups: Vec<OwnedFd>,
+    /// `RLIMIT_AS`, soft and hard.
+    pub(super) address_space: Option<u64>,
+    /// The kernel confinement (`mode = "enforce"`); `None` runs unconfined.
+    pub(super) confinement: Option<Confinement>,
+}
+
+/// Landlock rules, and the seccomp filters of a command without network.
+#[derive(Debug)]
+pub(super) struct Confinement {
+    pub(super) landlock: RulesetCreated,
+    /// Empty when the command may use the network.
+    pub(super) filters: Arc<[BpfProgram]>,
+}
+
+impl ChildSetup {
+    /// Runs in the forked child. Async-signal-safe: system calls only, on
+    /// descriptors and memory prepared before the fork.
+    pub(super) fn apply(&mut self) -> io::Result<()> {
+        for procs in &self.cgroups {
+            // `0` moves the writer.
+            rustix::io::write(procs, b"0")?;
+        }
+        if let Some(bytes) = self.address_space {
+            setrlimit(
+                Resource::As,
+                Rlimit {
+                    current: Some(bytes),
+                    maximum: Some(bytes),
+                },
+            )?;
+        }
+        let Some(confinement) = &self.confinement else {
+            return Ok(());
+        };
+        drop_capabilities()?;
+        // `try_clone` duplicates the descriptor (one `fcntl`), since
+        // `restrict_self` takes the ruleset by value and this hook may only
+        // borrow what the parent prepared.
+        let status = confinement
+            .landlock
+            .try_clone()?
+            .restrict_self()
+            .map_err(|_| io::Error::last_os_error())?;
+        if status.ruleset == RulesetStatus::NotEnforced {
+            return Err(Errno::NOSYS.into());
+        }
+        set_no_new_privs(true)?;
+        for filter in confinement.filters.iter() {
+            seccompiler::apply_filter(filter).map_err(|_| io::Error::last_os_error())?;
+        }
+        Ok(())
+    }
+}
+
+/// Empties every capability set of the calling thread. Without
+/// `CAP_SETPCAP` (an unprivileged server) the bounding set cannot shrink,
+/// but there is then nothing in it an `exec` could grant under
+/// `no_new_privs`.
+fn drop_capabilities() -> io::Result<()> {
+    for bit in 0..64 {
+        match remove_capability_from_bounding_set(CapabilitySet::from_bits_retain(1 << bit)) {
+            Ok(()) => {}
+            // EINVAL: past the kernel's last capability.
+            Err(Errno::INVAL | Errno::PERM) => break,
+            Err(errno) => return Err(errno.into()),
+        }
+    }
+    match clear_ambient_capability_set() {
+        // EINVAL: a kernel without ambient capabilities (before 4.3).
+        Ok(()) | Err(Errno::INVAL) => {}
+        Err(errno) => return Err(errno.into()),
+    }
+    set_capabilities(
+        None,
+        CapabilitySets {
+            effective: CapabilitySet::empty(),
+            permitted: CapabilitySet::empty(),
+            inheritable: CapabilitySet::empty(),
+        },
+    )?;
+    Ok(())
+}

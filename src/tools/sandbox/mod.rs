@@ -1,0 +1,431 @@
+//! The command sandbox: what a command's process tree can touch is bounded
+//! by the kernel, not by trust in the preset (SPEC section 7). A preset
+//! is chosen by name, but what it runs is usually the model's own code
+//! (`cargo test` builds and runs what the model wrote).
+//!
+//! One [`Sandbox`] is detected when the server starts and shared by every
+//! run; [`Sandbox::spawn`] starts one command under a [`CommandPolicy`].
+//! The command tool uses it, and so will anything else that starts a
+//! process for a run.
+//!
+//! - [`process_tree`]: a process group and cgroups per command, so the
+//!   whole tree ends together, and its memory and process limits;
+//! - [`cgroup`]: the cgroup hierarchies (v2, and v1 on hybrid machines);
+//! - [`filesystem`]: the Landlock rules;
+//! - [`network`]: the seccomp filters of a command without network;
+//! - [`child`]: the steps the child takes between fork and exec.
+//!
+//! With `mode = "off"` commands run unconfined (no Landlock, no seccomp,
+//! capabilities kept) but still contained and limited: the limits protect
+//! the server, not the command's secrets.
+
+pub(crate) mod cgroup;
+pub(crate) mod child;
+pub(crate) mod filesystem;
+pub(crate) mod network;
+pub mod process_tree;
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use seccompiler::BpfProgram;
+use serde::{Deserialize, Serialize};
+use tokio::process::Command;
+
+use child::{ChildSetup, Confinement};
+use filesystem::Grant;
+pub(crate) use process_tree::ContainedChild;
+pub use process_tree::{AppliedLimits, Containment, ContainmentKind, Resources};
+
+/// `[sandbox] read_paths` when the config gives none (those that exist).
+pub const DEFAULT_READ_PATHS: [&str; 11] = [
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt", "/dev", "/proc", "/sys",
+];
+
+/// A command's memory limit when neither the config nor the preset sets one.
+pub const DEFAULT_MEMORY_MAX_BYTES: u64 = 1024 * 1024 * 1024;
+
+/// A command's process limit when neither the config nor the preset sets one.
+pub const DEFAULT_PIDS_MAX: u64 = 256;
+
+/// Below this a program cannot even be loaded: a smaller limit is a
+/// configuration error.
+pub const MIN_MEMORY_MAX_BYTES: u64 = 1024 * 1024;
+
+/// Whether commands are confined.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxMode {
+    /// Landlock, seccomp, no capabilities; the server refuses to start
+    /// with presets when the kernel cannot.
+    #[default]
+    Enforce,
+    /// Unconfined: the command has the server's own rights.
+    Off,
+}
+
+/// The `[sandbox]` table of the configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SandboxConfig {
+    pub mode: SandboxMode,
+    /// Where every command may read and execute (besides its workspace and
+    /// TMPDIR). Replaces [`DEFAULT_READ_PATHS`] when given.
+    pub read_paths: Vec<PathBuf>,
+    pub memory_max_bytes: u64,
+    pub pids_max: u64,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        Self {
+            mode: SandboxMode::Enforce,
+            read_paths: DEFAULT_READ_PATHS.iter().map(PathBuf::from).collect(),
+            memory_max_bytes: DEFAULT_MEMORY_MAX_BYTES,
+            pids_max: DEFAULT_PIDS_MAX,
+        }
+    }
+}
+
+/// What one command may do beyond the server-wide rules: a preset's own
+/// settings.
+#[derive(Debug, Clone, Copy)]
+pub struct CommandPolicy<'a> {
+    /// Read, write and execute; the command's working directory.
+    pub workspace: &'a Path,
+    /// Read and execute, besides `[sandbox] read_paths`.
+    pub read_paths: &'a [PathBuf],
+    /// The host's network; without it, no socket at all.
+    pub network: bool,
+    /// Overrides `[sandbox] memory_max_bytes`.
+    pub memory_max_bytes: Option<u64>,
+    /// Overrides `[sandbox] pids_max`.
+    pub pids_max: Option<u64>,
+}
+
+/// What confined a command, as its result reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SandboxReport {
+    /// `"landlock"`, or `"none"` with `mode = "off"`.
+    pub filesystem: &'static str,
+    /// `"blocked"` or `"allowed"`.
+    pub network: &'static str,
+    /// Null where nothing could bound it.
+    pub memory_max_bytes: Option<u64>,
+    /// Null where nothing could bound it.
+    pub pids_max: Option<u64>,
+}
+
+/// How commands are confined on this machine: detected once at start.
+#[derive(Debug)]
+pub struct Sandbox {
+    mode: SandboxMode,
+    containment: Containment,
+    landlock: filesystem::Support,
+    /// `None` where seccomp is missing or the filters cannot be built for
+    /// this architecture.
+    no_network: Option<Arc<[BpfProgram]>>,
+    /// The rules of `[sandbox] read_paths`, opened once.
+    read: Vec<Grant>,
+    defaults: Resources,
+    /// Where each command's private TMPDIR is created.
+    temp_root: PathBuf,
+}
+
+impl Sandbox {
+    /// Probes the kernel (Landlock, seccomp, cgroups) under `config`. Never
+    /// fails: [`Sandbox::missing`] says what an enforcing sandbox lacks.
+    pub fn detect(config: &SandboxConfig) -> Self {
+        Self::with_containment(config, Containment::detect())
+    }
+
+    /// Under `config`, with the given containment (tests choose process
+    /// groups only).
+    pub fn with_containment(config: &SandboxConfig, containment: Containment) -> Self {
+        let no_network = if network::supported() {
+            match network::no_network_filters() {
+                Ok(filters) => Some(filters.into()),
+                Err(reason) => {
+                    tracing::warn!(%reason, "cannot build the seccomp filters");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        Self {
+            mode: config.mode,
+            containment,
+            landlock: filesystem::Support::probe(),
+            no_network,
+            read: config
+                .read_paths
+                .iter()
+                .flat_map(|path| filesystem::read_grants(path))
+                .collect(),
+            defaults: Resources {
+                memory_max_bytes: config.memory_max_bytes,
+                pids_max: config.pids_max,
+            },
+            temp_root: std::env::temp_dir(),
+        }
+    }
+
+    /// Unconfined, process groups only, no limits: for tests of what is
+    /// not the sandbox.
+    pub fn unconfined() -> Self {
+        let config = SandboxConfig {
+            mode: SandboxMode::Off,
+            ..SandboxConfig::default()
+        };
+        Self::with_containment(&config, Containment::process_group_only())
+    }
+
+    pub fn mode(&self) -> SandboxMode {
+        self.mode
+    }
+
+    pub fn containment(&self) -> &Containment {
+        &self.containment
+    }
+
+    /// What the kernel lacks for `mode = "enforce"`, if anything.
+    pub fn missing(&self) -> Option<String> {
+        if self.mode == SandboxMode::Off {
+            return None;
+        }
+        let mut missing = Vec::new();
+        if !self.landlock.filesystem {
+            missing.push("Landlock (Linux 5.13 or newer, with landlock in the kernel's lsm= list)");
+        }
+        if self.no_network.is_none() {
+            missing.push("seccomp filters (CONFIG_SECCOMP_FILTER)");
+        }
+        (!missing.is_empty()).then(|| missing.join(" and "))
+    }
+
+    /// One line for the start-up log: what every command is held by.
+    pub fn describe(&self) -> String {
+        let limits = format!(
+            "memory by {}, processes by {}",
+            self.containment.memory_mechanism(),
+            self.containment.pids_mechanism()
+        );
+        if self.mode == SandboxMode::Off {
+            return format!("sandbox off: commands run unconfined; {limits}");
+        }
+        let landlock = &self.landlock;
+        format!(
+            "sandbox enforced: filesystem by Landlock{}, network by seccomp{}{}; \
+             capabilities dropped, no_new_privs; {limits}",
+            if landlock.filesystem {
+                ""
+            } else {
+                " (missing)"
+            },
+            if landlock.tcp {
+                " and Landlock TCP rules"
+            } else {
+                ""
+            },
+            if landlock.scopes {
+                "; signals and abstract sockets scoped to the command"
+            } else {
+                "; signals not scoped (Landlock before ABI 6): a command can signal \
+                 processes of the server's user"
+            },
+        )
+    }
+
+    /// The server-wide read paths that exist.
+    pub fn read_paths(&self) -> impl Iterator<Item = &Path> {
+        self.read.iter().map(Grant::path)
+    }
+
+    /// Refuses storage a command could reach: Landlock only allows, so a
+    /// database, workspaces directory or config file beneath a read path
+    /// (or a read path inside one of them) would be readable by every
+    /// command. `extra` are the presets' own read paths.
+    pub fn check_storage<'a>(
+        &self,
+        extra: impl IntoIterator<Item = &'a Path>,
+        protected: &[(&str, &Path)],
+    ) -> Result<(), String> {
+        if self.mode == SandboxMode::Off {
+            return Ok(());
+        }
+        let mut readable: Vec<PathBuf> = self.read_paths().filter_map(canonical).collect();
+        readable.extend(extra.into_iter().filter_map(canonical));
+        for (what, path) in protected {
+            let Some(path) = canonical(path) else {
+                continue;
+            };
+            if let Some(read) = readable
+                .iter()
+                .find(|read| path.starts_with(read) || read.starts_with(&path))
+            {
+                return Err(format!(
+                    "the {what} {} overlaps the sandbox read path {}, so every command could \
+                     read it: move it outside the read paths, or change [sandbox] read_paths \
+                     (or the preset's read_paths)",
+                    path.display(),
+                    read.display()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts `command` under `policy`: its own process group and cgroups,
+    /// its limits, a private TMPDIR and, when enforcing, the Landlock rules,
+    /// no capabilities and (without network) the socket filters. The
+    /// command's environment, stdio and working directory are the caller's.
+    pub(crate) fn spawn(
+        &self,
+        mut command: Command,
+        policy: &CommandPolicy<'_>,
+    ) -> io::Result<SandboxedChild> {
+        let tmp = tempfile::Builder::new()
+            .prefix("agent-runner-cmd-")
+            .tempdir_in(&self.temp_root)?;
+        command.env("TMPDIR", tmp.path());
+        let enforce = self.mode == SandboxMode::Enforce;
+        let mut setup = ChildSetup::default();
+        if enforce {
+            setup.confinement = Some(self.confinement(policy, tmp.path())?);
+        }
+        let resources = Resources {
+            memory_max_bytes: policy
+                .memory_max_bytes
+                .unwrap_or(self.defaults.memory_max_bytes),
+            pids_max: policy.pids_max.unwrap_or(self.defaults.pids_max),
+        };
+        let (process, applied) = self.containment.spawn(command, resources, setup)?;
+        let report = SandboxReport {
+            filesystem: if enforce { "landlock" } else { "none" },
+            network: if enforce && !policy.network {
+                "blocked"
+            } else {
+                "allowed"
+            },
+            memory_max_bytes: applied.memory_max_bytes,
+            pids_max: applied.pids_max,
+        };
+        Ok(SandboxedChild {
+            process,
+            report,
+            tmp,
+        })
+    }
+
+    fn confinement(&self, policy: &CommandPolicy<'_>, tmp: &Path) -> io::Result<Confinement> {
+        let filters = if policy.network {
+            Arc::from(Vec::new())
+        } else {
+            self.no_network
+                .clone()
+                .ok_or_else(|| io::Error::other("sandbox: seccomp filters are unavailable"))?
+        };
+        let own = [
+            filesystem::full_grant(policy.workspace).map_err(io::Error::other)?,
+            filesystem::full_grant(tmp).map_err(io::Error::other)?,
+        ];
+        let extra: Vec<Grant> = policy
+            .read_paths
+            .iter()
+            .flat_map(|path| filesystem::read_grants(path))
+            .collect();
+        let landlock =
+            filesystem::ruleset(self.read.iter().chain(&extra).chain(&own), policy.network)
+                .map_err(io::Error::other)?;
+        Ok(Confinement { landlock, filters })
+    }
+}
+
+/// A command started by [`Sandbox::spawn`]. Drop `tmp` only once the
+/// tree is dead (dropping `process` kills it).
+#[derive(Debug)]
+pub(crate) struct SandboxedChild {
+    pub(crate) process: ContainedChild,
+    pub(crate) report: SandboxReport,
+    /// The command's TMPDIR, removed on drop.
+    pub(crate) tmp: tempfile::TempDir,
+}
+
+/// `path` made absolute and free of symbolic links: its deepest existing
+/// ancestor canonicalised, joined with the rest (a database about to be
+/// created in a directory about to be created). `None` if the rest climbs
+/// with `..`, which cannot be resolved without the directories.
+fn canonical(path: &Path) -> Option<PathBuf> {
+    let absolute = std::path::absolute(path).ok()?;
+    let mut existing = absolute.as_path();
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(found) = std::fs::canonicalize(existing) {
+            let mut full = found;
+            for part in rest.iter().rev() {
+                full.push(part);
+            }
+            return Some(full);
+        }
+        let name = existing.file_name()?;
+        rest.push(name.to_owned());
+        existing = existing.parent()?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_kernel_can_sandbox() {
+        let sandbox = Sandbox::detect(&SandboxConfig::default());
+        assert_eq!(sandbox.missing(), None, "{}", sandbox.describe());
+        assert!(sandbox.describe().starts_with("sandbox enforced"));
+    }
+
+    #[test]
+    fn storage_under_a_read_path_is_refused_and_elsewhere_allowed() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = SandboxConfig {
+            read_paths: vec![dir.path().join("shared")],
+            ..SandboxConfig::default()
+        };
+        std::fs::create_dir_all(dir.path().join("shared/data")).unwrap();
+        std::fs::create_dir_all(dir.path().join("private")).unwrap();
+        let sandbox = Sandbox::with_containment(&config, Containment::process_group_only());
+        let db = dir.path().join("shared/data/runs.db");
+        let error = sandbox.check_storage([], &[("database", &db)]).unwrap_err();
+        assert!(error.contains("database"), "{error}");
+        assert!(error.contains("shared"), "{error}");
+        let private = dir.path().join("private");
+        assert_eq!(
+            sandbox.check_storage([], &[("workspaces directory", &private)]),
+            Ok(())
+        );
+        // A preset's read path counts too, and so does one inside storage.
+        let inside = private.join("one-run");
+        std::fs::create_dir(&inside).unwrap();
+        assert!(
+            sandbox
+                .check_storage([inside.as_path()], &[("workspaces directory", &private)])
+                .is_err()
+        );
+        let off = Sandbox::unconfined();
+        assert_eq!(off.check_storage([], &[("database", &db)]), Ok(()));
+    }
+
+    #[test]
+    fn dev_is_narrowed_to_harmless_devices() {
+        let grants = filesystem::read_grants(Path::new("/dev"));
+        let paths: Vec<_> = grants.iter().map(|g| g.path().to_owned()).collect();
+        assert!(paths.contains(&PathBuf::from("/dev/null")));
+        assert!(
+            !paths
+                .iter()
+                .any(|p| p.starts_with("/dev/vda") || p == Path::new("/dev/mem"))
+        );
+    }
+}
