@@ -32,6 +32,7 @@ RUN mkdir -p src benches \
  && touch src/lib.rs \
  && echo 'fn main() {}' > benches/harness.rs \
  && echo 'fn main() {}' > benches/load.rs \
+ && echo 'fn main() {}' > benches/commands.rs \
  && cargo build --release --locked --bin agent-runner \
  && rm -rf src benches
 
