@@ -184,9 +184,14 @@ impl Config {
     ) -> Result<Self, ConfigError> {
         let mut table: toml::Table =
             toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        // Only `AGENT_RUNNER_SECTION__KEY` is an override: variables that
+        // merely share the prefix (Kubernetes injects `AGENT_RUNNER_PORT` and
+        // `AGENT_RUNNER_SERVICE_HOST` for a Service named agent-runner; the
+        // client reads `AGENT_RUNNER_URL`) are not the server's to judge.
         let mut overrides: Vec<_> = env
             .into_iter()
             .filter_map(|(key, value)| Some((key.strip_prefix(ENV_PREFIX)?.to_owned(), value)))
+            .filter(|(key, _)| key.contains("__"))
             .collect();
         overrides.sort();
         for (key, value) in overrides {
@@ -200,6 +205,17 @@ impl Config {
 
     fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |message: String| Err(ConfigError::Invalid(message));
+        if !self.storage.database_url.starts_with("sqlite:") {
+            let scheme = self
+                .storage
+                .database_url
+                .split_once(':')
+                .map_or("none", |(scheme, _)| scheme);
+            return invalid(format!(
+                "storage.database_url: the scheme {scheme:?} is not supported; supported: \
+                 sqlite (e.g. sqlite://data/agent-runner.db)"
+            ));
+        }
         if self.runs.max_concurrent == 0 {
             return invalid("runs.max_concurrent must be at least 1".into());
         }
@@ -391,6 +407,36 @@ mod tests {
         assert_eq!(config.server.bind.port(), 9999);
         assert_eq!(config.auth.tokens.len(), 1);
         assert_eq!(config.commands["ls"].program, "ls");
+    }
+
+    #[test]
+    fn variables_that_only_share_the_prefix_are_not_overrides() {
+        // What Kubernetes injects for a Service named agent-runner.
+        let config = Config::from_toml(
+            "",
+            env(&[
+                ("AGENT_RUNNER_PORT", "tcp://10.0.0.7:8080"),
+                ("AGENT_RUNNER_PORT_8080_TCP_ADDR", "10.0.0.7"),
+                ("AGENT_RUNNER_SERVICE_HOST", "10.0.0.7"),
+                ("AGENT_RUNNER_SERVICE_PORT", "8080"),
+                ("AGENT_RUNNER_URL", "http://127.0.0.1:8080"),
+                ("AGENT_RUNNER_RUNS__MAX_QUEUED", "5"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(config.runs.max_queued, 5);
+        assert_eq!(config.server.bind.to_string(), "127.0.0.1:8080");
+    }
+
+    #[test]
+    fn a_database_url_of_another_scheme_is_refused_not_taken_for_a_file() {
+        let error = Config::from_toml("[storage]\ndatabase_url = \"postgres://db/ar\"\n", env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("\"postgres\" is not supported"), "{error}");
+        assert!(error.contains("sqlite"), "{error}");
+        assert!(Config::from_toml("[storage]\ndatabase_url = \"data/x.db\"\n", env(&[])).is_err());
+        assert!(Config::from_toml("[storage]\ndatabase_url = \"sqlite:x.db\"\n", env(&[])).is_ok());
     }
 
     #[test]
