@@ -47,6 +47,7 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             "the body is empty; expected a JSON object".into(),
         ));
     }
+    reject_duplicate_keys(bytes)?;
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
         let path = error.path().to_string();
@@ -61,6 +62,89 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         .end()
         .map_err(|e| ApiError::InvalidJson(format!("the body is not valid JSON: {e}")))?;
     Ok(value)
+}
+
+/// A first pass over the document that refuses an object with a key twice
+/// (400): serde keeps the last of them, so `{"prompt": "a", "prompt": "b"}`
+/// would mean something other than what a reviewer of the request reads.
+fn reject_duplicate_keys(bytes: &[u8]) -> Result<(), ApiError> {
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize::<_, UniqueKeys>(&mut deserializer)
+        .map(drop)
+        .map_err(|error| {
+            let path = error.path().to_string();
+            let inner = error.into_inner();
+            if inner.is_syntax() || inner.is_eof() || path == "." {
+                ApiError::InvalidJson(format!("the body is not valid JSON: {inner}"))
+            } else {
+                ApiError::InvalidJson(format!(
+                    "the body is not valid JSON: {path}: {}",
+                    strip_position(&inner.to_string())
+                ))
+            }
+        })
+}
+
+/// Any JSON value whose objects each name a key at most once.
+struct UniqueKeys;
+
+impl<'de> serde::Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(UniqueKeysVisitor)
+    }
+}
+
+struct UniqueKeysVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UniqueKeysVisitor {
+    type Value = UniqueKeys;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+
+    fn visit_unit<E>(self) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<UniqueKeys, A::Error> {
+        while seq.next_element::<UniqueKeys>()?.is_some() {}
+        Ok(UniqueKeys)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<UniqueKeys, A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if seen.contains(&key) {
+                return Err(serde::de::Error::custom(format!(
+                    "the key {key:?} appears twice in one object"
+                )));
+            }
+            map.next_value::<UniqueKeys>()?;
+            seen.insert(key);
+        }
+        Ok(UniqueKeys)
+    }
 }
 
 /// Reads an already parsed JSON document into `T` (422 naming the field).

@@ -245,3 +245,38 @@ async fn probes_metrics_and_models_answer() {
         json!({"models": [{"name": "demo", "kind": "scripted"}]})
     );
 }
+
+#[tokio::test]
+async fn a_key_given_twice_is_refused_not_silently_the_last() {
+    let app = spawn_app().await;
+    for (body, named) in [
+        (
+            r#"{"prompt": "read the notes", "prompt": "delete everything"}"#,
+            "prompt",
+        ),
+        (
+            r#"{"prompt": "x", "workspace": {"files": {"a.txt": "1", "a.txt": "2"}}}"#,
+            "a.txt",
+        ),
+        (
+            r#"{"prompt": "x", "metadata": {"k": [{"v": 1, "v": 2}]}}"#,
+            "v",
+        ),
+    ] {
+        let reply = app
+            .send(
+                app.request(Method::POST, "/v1/runs")
+                    .header("content-type", "application/json")
+                    .body(body),
+            )
+            .await;
+        assert_eq!(reply.status, 400, "{}", reply.text);
+        assert_eq!(reply.error_code(), "invalid_json");
+        let message = reply.body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("the key \"{named}\" appears twice")),
+            "{message}"
+        );
+    }
+    assert_eq!(app.get("/v1/runs").await.body["runs"], json!([]));
+}
