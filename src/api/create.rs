@@ -308,27 +308,13 @@ fn list_or_none(names: &[String]) -> String {
     }
 }
 
-/// A workspace path must stay inside the workspace: relative, no `.` or `..`
-/// or empty components, no NUL, not too long.
+/// A workspace file's path: the shared form rule of
+/// [`crate::tools::path::check_file_path`], within this API's length limit.
 pub fn check_workspace_path(path: &str) -> Result<(), &'static str> {
-    if path.is_empty() {
-        return Err("the path is empty");
-    }
     if path.len() > MAX_PATH_BYTES {
         return Err("the path is too long");
     }
-    if path.starts_with('/') {
-        return Err("the path must be relative to the workspace");
-    }
-    if path.contains('\0') || path.contains('\\') {
-        return Err("the path contains a forbidden character");
-    }
-    if path
-        .split('/')
-        .any(|part| part.is_empty() || part == "." || part == "..")
-    {
-        return Err("the path must not contain empty, '.' or '..' components");
-    }
+    crate::tools::path::check_file_path(path)?;
     RelativePath::parse(path).map_err(|_| "the path is not a valid workspace path")?;
     Ok(())
 }

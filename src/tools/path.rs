@@ -8,6 +8,34 @@ use super::error::WorkspaceError;
 /// bounds how many directory descriptors one resolution may hold.
 pub const MAX_PATH_BYTES: usize = 4096;
 
+/// The form of a file's path that a write may create: what the workspace
+/// listing shows and the download route serves, so every file a run writes
+/// can be fetched by the name it was written under. Relative, with no
+/// empty, `.` or `..` component (so no `a//b`, no trailing `/`), no NUL and
+/// no backslash (which other systems read as a separator). Reads and
+/// listings take any [`RelativePath`]; this is the stricter rule for names.
+pub fn check_file_path(path: &str) -> Result<(), &'static str> {
+    if path.is_empty() {
+        return Err("the path is empty");
+    }
+    if path.len() > MAX_PATH_BYTES {
+        return Err("the path is too long");
+    }
+    if path.starts_with('/') {
+        return Err("the path must be relative to the workspace");
+    }
+    if path.contains('\0') || path.contains('\\') {
+        return Err("the path contains a forbidden character (NUL or backslash)");
+    }
+    if path
+        .split('/')
+        .any(|part| part.is_empty() || part == "." || part == "..")
+    {
+        return Err("the path must not contain empty, '.' or '..' components");
+    }
+    Ok(())
+}
+
 /// One step of a [`RelativePath`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Step {

@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use super::confine::{self, Resolver};
 use super::error::WorkspaceError;
-use super::path::{RelativePath, Step};
+use super::path::{RelativePath, Step, check_file_path};
 
 /// The default read limit: 1 MiB.
 pub const DEFAULT_MAX_READ_BYTES: u64 = 1024 * 1024;
@@ -200,7 +200,13 @@ impl Workspace {
     /// Writes `content` to a file whose parent directory must exist, replacing
     /// the file atomically if it exists. Returns the bytes written.
     pub fn write_file(&self, path: &str, content: &[u8]) -> Result<u64, WorkspaceError> {
-        let path = RelativePath::parse(path)?;
+        // Escapes and the root first, with their own refusals; then the
+        // name's form.
+        let parsed = RelativePath::parse(path)?;
+        if !parsed.is_root() {
+            check_name(path)?;
+        }
+        let path = parsed;
         let (parent, name) = split_for_write(&path)?;
         let dir = confine::open_dir(self.root_dir(), self.resolver, parent)
             .map_err(|errno| refusal(errno, &path, Purpose::WriteParent))?;
@@ -211,7 +217,13 @@ impl Workspace {
     /// (inside the root, still refusing symbolic links): for seeding a run's
     /// workspace from its request.
     pub fn write_seed(&self, path: &str, content: &[u8]) -> Result<u64, WorkspaceError> {
-        let path = RelativePath::parse(path)?;
+        // Escapes and the root first, with their own refusals; then the
+        // name's form.
+        let parsed = RelativePath::parse(path)?;
+        if !parsed.is_root() {
+            check_name(path)?;
+        }
+        let path = parsed;
         let (parent, name) = split_for_write(&path)?;
         let dir = confine::open_dir_creating(self.root_dir(), parent)
             .map_err(|errno| refusal(errno, &path, Purpose::WriteParent))?;
@@ -446,6 +458,14 @@ fn collect_files(
     Ok(())
 }
 
+/// A file a write creates must have a name the download route serves.
+fn check_name(path: &str) -> Result<(), WorkspaceError> {
+    check_file_path(path).map_err(|reason| WorkspaceError::InvalidPath {
+        path: path.to_owned(),
+        reason,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -485,10 +505,12 @@ mod tests {
                 ws.read_file("a/b/.."),
                 Err(WorkspaceError::IsADirectory("a/b/..".into()))
             );
-            assert_eq!(
+            // A write names the file it creates in the one form downloads
+            // serve: no `..` at all.
+            assert!(matches!(
                 ws.write_file("a/b/..", b"x"),
-                Err(WorkspaceError::IsADirectory("a/b/..".into()))
-            );
+                Err(WorkspaceError::InvalidPath { .. })
+            ));
             assert_eq!(ws.list_dir("a/b/..").unwrap().len(), 1);
         }
     }
@@ -498,8 +520,8 @@ mod tests {
         for resolver in both_resolvers() {
             let (_dir, ws) = workspace(resolver);
             std::fs::create_dir(ws.root().join("a")).unwrap();
-            ws.write_file("a/../top.txt", b"top").unwrap();
-            assert_eq!(ws.read_file("top.txt").unwrap(), "top");
+            ws.write_file("top.txt", b"top").unwrap();
+            assert_eq!(ws.read_file("a/../top.txt").unwrap(), "top");
             assert_eq!(
                 ws.read_file("missing/../top.txt"),
                 Err(WorkspaceError::NotFound("missing/../top.txt".into()))

@@ -331,3 +331,18 @@ fn seeding_creates_parent_directories_but_stays_confined() {
         assert!(ws.read_bytes("out/secret.txt").is_err());
     }
 }
+
+#[tokio::test]
+async fn a_write_creates_only_names_the_download_route_serves() {
+    let f = Fixture::new(Resolver::Openat2);
+    std::fs::create_dir(f.ws("a")).unwrap();
+    for path in ["a\\b", "x/", "a//b", "a/./b", "a/../b"] {
+        assert!(
+            starts_with(f.write(path, "x").await, "Invalid path"),
+            "write {path}"
+        );
+    }
+    assert!(f.write("a/b.txt", "x").await.is_ok());
+    assert_eq!(std::fs::read_to_string(f.ws("a/b.txt")).unwrap(), "x");
+    assert!(!f.ws("a\\b").exists() && !f.ws("b").exists() && !f.ws("x").exists());
+}
