@@ -177,10 +177,6 @@ fn prepare_sandbox(config: &Config) -> Result<Sandbox, StartError> {
             &protected,
         )
         .map_err(StartError::Sandbox)?;
-    if config.commands.is_empty() {
-        tracing::info!("{}", sandbox.describe());
-    } else {
-        tracing::info!(presets = config.commands.len(), "{}", sandbox.describe());
-    }
+    tracing::info!(presets = config.commands.len(), "{}", sandbox.describe());
     Ok(sandbox)
 }

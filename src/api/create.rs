@@ -11,7 +11,7 @@ use crate::config::LimitsConfig;
 use crate::models::ModelProfiles;
 use crate::run::{ModelInfo, ModelSpec, RunContext, RunLimits, RunSpec};
 use crate::tools::command::RUN_COMMAND;
-use crate::tools::{BUILTIN_TOOL_NAMES, CommandPresets, RelativePath};
+use crate::tools::{BUILTIN_TOOL_NAMES, CommandPresets};
 
 /// Defaults of a run that says nothing of its budgets (capped by the server's
 /// ceilings).
@@ -314,7 +314,5 @@ pub fn check_workspace_path(path: &str) -> Result<(), &'static str> {
     if path.len() > MAX_PATH_BYTES {
         return Err("the path is too long");
     }
-    crate::tools::path::check_file_path(path)?;
-    RelativePath::parse(path).map_err(|_| "the path is not a valid workspace path")?;
-    Ok(())
+    crate::tools::path::check_file_path(path)
 }

@@ -285,7 +285,7 @@ impl CommandRunner {
         if let Some(tz) = &self.tz {
             command.env("TZ", tz);
         }
-        let spawned = self
+        let mut spawned = self
             .sandbox
             .spawn(command, &preset.policy(workspace))
             .map_err(|error| CommandError::CouldNotStart {
@@ -296,11 +296,9 @@ impl CommandRunner {
                     _ => error.to_string(),
                 },
             })?;
-        // Declared before the child, so dropped after it: the TMPDIR goes
-        // once the tree is dead, on every path.
-        let _tmp = spawned.tmp;
-        let report = spawned.report;
-        let mut child = spawned.process;
+        // Borrowed, not moved out: `spawned` drops the tree before its
+        // TMPDIR, on every path.
+        let child = &mut spawned.process;
         let mut stdout = Capture::new(child.take_stdout(), MAX_OUTPUT_CHARS);
         let mut stderr = Capture::new(child.take_stderr(), MAX_OUTPUT_CHARS);
         let deadline = Instant::now() + Duration::from_millis(preset.timeout_ms);
@@ -361,7 +359,7 @@ impl CommandRunner {
             truncated: stdout.truncated() || stderr.truncated(),
             stdout: stdout.into_text(),
             stderr: stderr.into_text(),
-            sandbox: report,
+            sandbox: spawned.report,
         })
     }
 }

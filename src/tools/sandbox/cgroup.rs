@@ -176,30 +176,25 @@ fn sweep_stale(parent: &Path, hierarchy: Hierarchy) {
             continue;
         }
         let base = entry.path();
-        let children: Vec<CommandCgroup> = fs::read_dir(&base)
+        let children: Vec<PathBuf> = fs::read_dir(&base)
             .map(|entries| {
                 entries
                     .flatten()
                     .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                    .map(|e| CommandCgroup {
-                        dir: e.path(),
-                        hierarchy,
-                        // Removed below, never by the drop's cleanup thread.
-                        removed: true,
-                    })
+                    .map(|e| e.path())
                     .collect()
             })
             .unwrap_or_default();
         for child in &children {
-            let _ = child.kill();
+            let _ = kill(child, hierarchy);
         }
         for child in &children {
             // A killed cgroup empties within milliseconds; give it a moment.
             for _ in 0..100 {
-                if fs::remove_dir(&child.dir).is_ok() {
+                if fs::remove_dir(child).is_ok() {
                     break;
                 }
-                let _ = child.kill();
+                let _ = kill(child, hierarchy);
                 std::thread::sleep(Duration::from_millis(2));
             }
         }
@@ -238,23 +233,9 @@ impl CommandCgroup {
         self.dir.join(file).is_file()
     }
 
-    /// SIGKILLs every process in the cgroup: `cgroup.kill` in v2; in v1,
-    /// which has none, each process listed in `cgroup.procs` (the caller
-    /// repeats this until the cgroup is empty).
+    /// SIGKILLs every process in the cgroup (see [`kill`]).
     pub(super) fn kill(&self) -> io::Result<()> {
-        match self.hierarchy {
-            Hierarchy::Unified => fs::write(self.dir.join("cgroup.kill"), "1"),
-            Hierarchy::Memory | Hierarchy::Pids => {
-                for pid in fs::read_to_string(self.dir.join("cgroup.procs"))?
-                    .lines()
-                    .filter_map(|line| line.trim().parse::<i32>().ok())
-                    .filter_map(Pid::from_raw)
-                {
-                    let _ = kill_process(pid, Signal::KILL);
-                }
-                Ok(())
-            }
-        }
+        kill(&self.dir, self.hierarchy)
     }
 
     pub(super) fn populated(&self) -> io::Result<bool> {
@@ -306,6 +287,25 @@ impl Drop for CommandCgroup {
             .spawn(cleanup)
         {
             tracing::warn!(%error, "could not start a cgroup cleanup thread");
+        }
+    }
+}
+
+/// SIGKILLs every process in the cgroup at `dir`: `cgroup.kill` in v2; in
+/// v1, which has none, each process listed in `cgroup.procs` (the caller
+/// repeats this until the cgroup is empty).
+fn kill(dir: &Path, hierarchy: Hierarchy) -> io::Result<()> {
+    match hierarchy {
+        Hierarchy::Unified => fs::write(dir.join("cgroup.kill"), "1"),
+        Hierarchy::Memory | Hierarchy::Pids => {
+            for pid in fs::read_to_string(dir.join("cgroup.procs"))?
+                .lines()
+                .filter_map(|line| line.trim().parse::<i32>().ok())
+                .filter_map(Pid::from_raw)
+            {
+                let _ = kill_process(pid, Signal::KILL);
+            }
+            Ok(())
         }
     }
 }

@@ -182,10 +182,6 @@ impl Sandbox {
         Self::with_containment(&config, Containment::process_group_only())
     }
 
-    pub fn mode(&self) -> SandboxMode {
-        self.mode
-    }
-
     pub fn containment(&self) -> &Containment {
         &self.containment
     }
@@ -215,15 +211,16 @@ impl Sandbox {
         if self.mode == SandboxMode::Off {
             return format!("sandbox off: commands run unconfined; {limits}");
         }
+        if let Some(missing) = self.missing() {
+            return format!(
+                "sandbox cannot be enforced: this kernel lacks {missing}, so command presets \
+                 are refused; {limits}"
+            );
+        }
         let landlock = &self.landlock;
         format!(
-            "sandbox enforced: filesystem by Landlock{}, network by seccomp{}{}; \
+            "sandbox enforced: filesystem by Landlock, network by seccomp{}{}; \
              capabilities dropped, no_new_privs; {limits}",
-            if landlock.filesystem {
-                ""
-            } else {
-                " (missing)"
-            },
             if landlock.tcp {
                 " and Landlock TCP rules"
             } else {
@@ -315,7 +312,7 @@ impl Sandbox {
         Ok(SandboxedChild {
             process,
             report,
-            tmp,
+            _tmp: tmp,
         })
     }
 
@@ -343,14 +340,14 @@ impl Sandbox {
     }
 }
 
-/// A command started by [`Sandbox::spawn`]. Drop `tmp` only once the
-/// tree is dead (dropping `process` kills it).
+/// A command started by [`Sandbox::spawn`]. Dropping it kills the tree,
+/// then removes the TMPDIR: fields drop in declaration order.
 #[derive(Debug)]
 pub(crate) struct SandboxedChild {
     pub(crate) process: ContainedChild,
     pub(crate) report: SandboxReport,
-    /// The command's TMPDIR, removed on drop.
-    pub(crate) tmp: tempfile::TempDir,
+    /// Held only to be removed, after `process`.
+    _tmp: tempfile::TempDir,
 }
 
 /// `path` made absolute and free of symbolic links: its deepest existing
@@ -384,6 +381,24 @@ mod tests {
         let sandbox = Sandbox::detect(&SandboxConfig::default());
         assert_eq!(sandbox.missing(), None, "{}", sandbox.describe());
         assert!(sandbox.describe().starts_with("sandbox enforced"));
+    }
+
+    #[test]
+    fn a_kernel_without_landlock_is_named_as_what_is_missing() {
+        let mut sandbox = Sandbox::detect(&SandboxConfig::default());
+        sandbox.landlock.filesystem = false;
+        let missing = sandbox.missing().unwrap();
+        assert!(missing.starts_with("Landlock"), "{missing}");
+        assert!(
+            sandbox.describe().starts_with("sandbox cannot be enforced"),
+            "{}",
+            sandbox.describe()
+        );
+        sandbox.no_network = None;
+        assert!(sandbox.missing().unwrap().contains("seccomp"));
+        // Off asks nothing of the kernel.
+        sandbox.mode = SandboxMode::Off;
+        assert_eq!(sandbox.missing(), None);
     }
 
     #[test]
