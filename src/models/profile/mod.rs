@@ -1,0 +1,335 @@
+//! Model profiles: the `[models.NAME]` tables of the server's configuration,
+//! checked once at start-up and turned into models for each run.
+//!
+//! ```toml
+//! [models.local]
+//! kind = "openai"                      # or "anthropic", "scripted"
+//! base_url = "http://127.0.0.1:11434/v1"
+//! model = "qwen2.5-coder"
+//! api_key_env = "OPENAI_API_KEY"       # the key is read from this variable
+//! ```
+//!
+//! A profile names the variable that holds its API key, never the key: the
+//! key is read from the environment when the profile's client is built and
+//! lives only in that client's request headers (marked sensitive), so it is
+//! in no configuration struct, no `Debug` output, no log line and no error.
+//!
+//! - this module: the configuration's shapes, and what a profile can do;
+//! - [`resolve`]: checking a profile and turning it into adapter settings;
+//! - [`prepared`]: validated profiles, ready to give each run its model.
+
+mod prepared;
+mod resolve;
+
+pub use prepared::{ModelProfiles, PreparedProfile, ProfileInfo};
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// The profile every server has unless its configuration defines one of the
+/// same name.
+pub const DEMO_PROFILE: &str = "demo";
+
+/// Looks up an environment variable (`std::env::var` in the server, a map in
+/// tests).
+pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// Reads the process environment.
+pub fn process_env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// One `[models.NAME]` table, tagged by `kind`.
+///
+/// Read through a flat table rather than serde's internally tagged enums, so
+/// that a value of the wrong type is reported at its own key.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(try_from = "RawProfile")]
+pub enum ModelProfile {
+    /// An OpenAI Chat Completions compatible server.
+    OpenAi(HttpProfile),
+    /// Anthropic's Messages API.
+    Anthropic(HttpProfile),
+    /// A fixed script of responses, answered in order (fresh for each run).
+    Scripted(ScriptedProfile),
+}
+
+/// A `[models.NAME]` table as written: every field of every kind.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProfile {
+    kind: ProfileKind,
+    base_url: Option<String>,
+    model: Option<String>,
+    api_key_env: Option<String>,
+    headers: Option<BTreeMap<String, String>>,
+    timeout_ms: Option<u64>,
+    max_tokens: Option<u32>,
+    temperature: Option<f64>,
+    max_attempts: Option<u32>,
+    retry_base_ms: Option<u64>,
+    retry_max_ms: Option<u64>,
+    stream: Option<bool>,
+    script: Option<Vec<Value>>,
+}
+
+impl TryFrom<RawProfile> for ModelProfile {
+    type Error = String;
+
+    fn try_from(raw: RawProfile) -> Result<Self, String> {
+        let kind = raw.kind;
+        if kind == ProfileKind::Scripted {
+            let http_fields = [
+                ("base_url", raw.base_url.is_some()),
+                ("model", raw.model.is_some()),
+                ("api_key_env", raw.api_key_env.is_some()),
+                ("headers", raw.headers.is_some()),
+                ("timeout_ms", raw.timeout_ms.is_some()),
+                ("max_tokens", raw.max_tokens.is_some()),
+                ("temperature", raw.temperature.is_some()),
+                ("max_attempts", raw.max_attempts.is_some()),
+                ("retry_base_ms", raw.retry_base_ms.is_some()),
+                ("retry_max_ms", raw.retry_max_ms.is_some()),
+                ("stream", raw.stream.is_some()),
+            ];
+            if let Some((field, _)) = http_fields.iter().find(|(_, present)| *present) {
+                return Err(format!("`{field}` is not a setting of kind scripted"));
+            }
+            let script = raw.script.ok_or("`script` is required for kind scripted")?;
+            return Ok(Self::Scripted(ScriptedProfile { script }));
+        }
+        if raw.script.is_some() {
+            return Err(format!("`script` is only for kind scripted, not {kind}"));
+        }
+        let profile = HttpProfile {
+            base_url: raw.base_url,
+            model: raw.model,
+            api_key_env: raw.api_key_env,
+            headers: raw.headers.unwrap_or_default(),
+            timeout_ms: raw.timeout_ms,
+            max_tokens: raw.max_tokens,
+            temperature: raw.temperature,
+            max_attempts: raw.max_attempts,
+            retry_base_ms: raw.retry_base_ms,
+            retry_max_ms: raw.retry_max_ms,
+            stream: raw.stream.unwrap_or(false),
+        };
+        Ok(match kind {
+            ProfileKind::Anthropic => Self::Anthropic(profile),
+            _ => Self::OpenAi(profile),
+        })
+    }
+}
+
+/// The settings of a profile served over HTTP.
+#[derive(Clone, PartialEq, Default)]
+pub struct HttpProfile {
+    /// Default: `https://api.openai.com/v1` (requests go to
+    /// `{base_url}/chat/completions`) or `https://api.anthropic.com`
+    /// (`{base_url}/v1/messages`).
+    pub base_url: Option<String>,
+    /// The provider's model id. Required.
+    pub model: Option<String>,
+    /// The environment variable holding the API key. Required for anthropic;
+    /// optional for openai, as local servers need no key.
+    pub api_key_env: Option<String>,
+    /// Extra headers sent with every request (not credentials).
+    pub headers: BTreeMap<String, String>,
+    /// Limit of one attempt, in milliseconds (default 300,000).
+    pub timeout_ms: Option<u64>,
+    /// Longest answer, in tokens (anthropic default 4096; openai: the
+    /// server's default).
+    pub max_tokens: Option<u32>,
+    pub temperature: Option<f64>,
+    /// Attempts per model call, the first one included (default 4, at most
+    /// 10).
+    pub max_attempts: Option<u32>,
+    /// Ceiling of the first retry's backoff, in milliseconds (default 500);
+    /// it doubles with each failure.
+    pub retry_base_ms: Option<u64>,
+    /// Ceiling of any backoff, in milliseconds (default 30,000).
+    pub retry_max_ms: Option<u64>,
+    /// Stream the answer, forwarding text as it arrives.
+    pub stream: bool,
+}
+
+// Header values may be sensitive even when they are not the key: show names
+// only.
+impl fmt::Debug for HttpProfile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpProfile")
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field("api_key_env", &self.api_key_env)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("timeout_ms", &self.timeout_ms)
+            .field("max_tokens", &self.max_tokens)
+            .field("temperature", &self.temperature)
+            .field("max_attempts", &self.max_attempts)
+            .field("retry_base_ms", &self.retry_base_ms)
+            .field("retry_max_ms", &self.retry_max_ms)
+            .field("stream", &self.stream)
+            .finish()
+    }
+}
+
+/// A scripted profile: each element is the raw JSON a provider adapter would
+/// return (`{content, tool_calls?, usage?}`, plus the test knobs `delay_ms`
+/// and `error`), as a TOML table or as a string of JSON.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScriptedProfile {
+    pub script: Vec<Value>,
+}
+
+/// The kind of a profile, as `GET /v1/models` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProfileKind {
+    #[serde(rename = "openai")]
+    OpenAi,
+    Anthropic,
+    Scripted,
+}
+
+impl ProfileKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::OpenAi => "openai",
+            Self::Anthropic => "anthropic",
+            Self::Scripted => "scripted",
+        }
+    }
+}
+
+impl fmt::Display for ProfileKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A profile that cannot be used, and why, naming the profile and the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("model profile `{profile}`: {message}")]
+pub struct ProfileError {
+    pub profile: String,
+    pub message: String,
+}
+
+impl ProfileError {
+    fn new(profile: &str, message: impl Into<String>) -> Self {
+        Self {
+            profile: profile.to_owned(),
+            message: message.into(),
+        }
+    }
+}
+
+impl ModelProfile {
+    pub fn kind(&self) -> ProfileKind {
+        match self {
+            Self::OpenAi(_) => ProfileKind::OpenAi,
+            Self::Anthropic(_) => ProfileKind::Anthropic,
+            Self::Scripted(_) => ProfileKind::Scripted,
+        }
+    }
+
+    /// The built-in `demo` profile: it lists the workspace, then answers, so
+    /// a run of nothing but a prompt works end to end on a fresh server.
+    pub fn demo() -> Self {
+        Self::Scripted(ScriptedProfile {
+            script: vec![
+                json!({
+                    "content": "",
+                    "tool_calls": [{"id": "demo_call_1", "name": "list_dir", "arguments": {}}],
+                    "usage": {"input_tokens": 24, "output_tokens": 12}
+                }),
+                json!({
+                    "content": "Hello! I am the demo model. I looked at your workspace and \
+                                everything is in order. Configure a real model profile to \
+                                get real answers.",
+                    "usage": {"input_tokens": 60, "output_tokens": 28}
+                }),
+            ],
+        })
+    }
+
+    /// Checks the profile without building anything: every field in range,
+    /// the key's variable set (looked up with `env`), a script whose
+    /// responses are all valid. Errors name the profile and the field.
+    pub fn validate(&self, name: &str, env: EnvLookup<'_>) -> Result<(), ProfileError> {
+        self.resolve(name, env).map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn the_demo_profile_is_valid_and_added_by_default() {
+        ModelProfile::demo()
+            .validate(DEMO_PROFILE, &no_env)
+            .unwrap();
+        let profiles = ModelProfiles::new([], &no_env).unwrap();
+        assert_eq!(
+            profiles.list(),
+            vec![ProfileInfo {
+                name: "demo".into(),
+                kind: ProfileKind::Scripted
+            }]
+        );
+    }
+
+    #[test]
+    fn names_are_checked() {
+        for bad in ["", "-x", "a b", "ü", &"x".repeat(65)] {
+            assert!(
+                ModelProfile::demo().validate(bad, &no_env).is_err(),
+                "{bad}"
+            );
+        }
+        for good in ["a", "gpt-4o", "local_1.5", "9b"] {
+            ModelProfile::demo().validate(good, &no_env).unwrap();
+        }
+    }
+
+    #[test]
+    fn scripts_are_checked_element_by_element() {
+        let profile = |script: Vec<Value>| ModelProfile::Scripted(ScriptedProfile { script });
+        let error = |script: Vec<Value>| {
+            profile(script)
+                .validate("s", &no_env)
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            error(vec![]),
+            "model profile `s`: `script` must hold at least one response"
+        );
+        assert_eq!(
+            error(vec![json!({"content": "ok"}), json!({"content": 1})]),
+            "model profile `s`: `script[1]`: Invalid model response: content must be a string"
+        );
+        assert_eq!(
+            error(vec![json!("{nope")]),
+            "model profile `s`: `script[0]`: not valid JSON (key must be a string at line 1 column 2)"
+        );
+        assert_eq!(
+            error(vec![json!({"content": "", "delay_ms": -1})]),
+            "model profile `s`: `script[0]`: `delay_ms` must be a nonnegative integer"
+        );
+        profile(vec![
+            json!({"error": "boom"}),
+            json!("{\"content\": \"fine\", \"delay_ms\": 5}"),
+        ])
+        .validate("s", &no_env)
+        .unwrap();
+    }
+}

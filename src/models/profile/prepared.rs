@@ -1,0 +1,183 @@
+//! Validated profiles, ready to give each run its model.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::harness::Model;
+use crate::models::anthropic::AnthropicModel;
+use crate::models::openai::OpenAiModel;
+use crate::models::scripted::ScriptedModel;
+
+use super::resolve::Resolved;
+use super::{DEMO_PROFILE, EnvLookup, ModelProfile, ProfileError, ProfileKind};
+
+impl ModelProfile {
+    /// Validates the profile and prepares it for runs: an HTTP profile gets
+    /// its client (and connection pool), built once and shared by its runs;
+    /// a scripted one keeps its parsed script.
+    pub fn prepare(&self, name: &str, env: EnvLookup<'_>) -> Result<PreparedProfile, ProfileError> {
+        let error = |message: String| ProfileError::new(name, message);
+        let source = match self.resolve(name, env)? {
+            Resolved::Scripted(script) => Source::Scripted(script.into()),
+            Resolved::OpenAi(config) => Source::Http(Arc::new(
+                OpenAiModel::new(config).map_err(|e| error(e.to_string()))?,
+            )),
+            Resolved::Anthropic(config) => Source::Http(Arc::new(
+                AnthropicModel::new(config).map_err(|e| error(e.to_string()))?,
+            )),
+        };
+        let model = match self {
+            Self::OpenAi(profile) | Self::Anthropic(profile) => profile.model.clone(),
+            Self::Scripted(_) => None,
+        };
+        Ok(PreparedProfile {
+            kind: self.kind(),
+            model,
+            source,
+        })
+    }
+
+    /// A model for one run, built from scratch (prefer [`ModelProfiles`],
+    /// which shares an HTTP profile's client between runs).
+    pub fn build(&self, name: &str, env: EnvLookup<'_>) -> Result<Arc<dyn Model>, ProfileError> {
+        Ok(self.prepare(name, env)?.instantiate())
+    }
+}
+
+/// What a model source is for a prepared profile.
+#[derive(Clone)]
+enum Source {
+    /// A fresh scripted model per run, each starting at the top.
+    Scripted(Arc<[Value]>),
+    /// One stateless adapter shared by every run of the profile.
+    Http(Arc<dyn Model>),
+}
+
+/// A validated profile, ready to give each run its model.
+#[derive(Clone)]
+pub struct PreparedProfile {
+    kind: ProfileKind,
+    model: Option<String>,
+    source: Source,
+}
+
+impl PreparedProfile {
+    pub fn kind(&self) -> ProfileKind {
+        self.kind
+    }
+
+    /// The provider's model id, for HTTP profiles.
+    pub fn model(&self) -> Option<&str> {
+        self.model.as_deref()
+    }
+
+    /// The model for one run.
+    pub fn instantiate(&self) -> Arc<dyn Model> {
+        match &self.source {
+            Source::Scripted(script) => Arc::new(ScriptedModel::new(script.iter().cloned())),
+            Source::Http(model) => Arc::clone(model),
+        }
+    }
+}
+
+impl fmt::Debug for PreparedProfile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PreparedProfile")
+            .field("kind", &self.kind)
+            .field("model", &self.model)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A profile as `GET /v1/models` lists it: no settings, no secrets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProfileInfo {
+    pub name: String,
+    pub kind: ProfileKind,
+}
+
+/// Every profile of the server, validated and prepared at start-up.
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use agent_runner::models::{ModelProfile, ModelProfiles, ProfileKind, process_env};
+///
+/// #[derive(serde::Deserialize)]
+/// struct Config {
+///     #[serde(default)]
+///     models: BTreeMap<String, ModelProfile>,
+/// }
+///
+/// let config: Config = toml::from_str(
+///     r#"
+///     [models.local]
+///     kind = "openai"
+///     base_url = "http://127.0.0.1:11434/v1"
+///     model = "qwen2.5-coder"
+///     "#,
+/// )
+/// .expect("a valid configuration");
+/// let profiles = ModelProfiles::new(config.models, &process_env).expect("usable profiles");
+/// let names: Vec<(String, ProfileKind)> =
+///     profiles.list().into_iter().map(|p| (p.name, p.kind)).collect();
+/// assert_eq!(
+///     names,
+///     [("demo".into(), ProfileKind::Scripted), ("local".into(), ProfileKind::OpenAi)]
+/// );
+/// // One model per run; an HTTP profile's is shared, a scripted one's fresh.
+/// let model = profiles.instantiate("local").expect("a configured profile");
+/// # drop(model);
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct ModelProfiles {
+    profiles: BTreeMap<String, PreparedProfile>,
+}
+
+impl ModelProfiles {
+    /// Validates and prepares every profile (the `[models]` table), adding
+    /// the built-in `demo` unless the configuration defines its own. Fails on
+    /// the first profile that is not usable, naming it.
+    pub fn new(
+        profiles: impl IntoIterator<Item = (String, ModelProfile)>,
+        env: EnvLookup<'_>,
+    ) -> Result<Self, ProfileError> {
+        let mut prepared = BTreeMap::new();
+        for (name, profile) in profiles {
+            let ready = profile.prepare(&name, env)?;
+            prepared.insert(name, ready);
+        }
+        if !prepared.contains_key(DEMO_PROFILE) {
+            let demo = ModelProfile::demo().prepare(DEMO_PROFILE, env)?;
+            prepared.insert(DEMO_PROFILE.to_owned(), demo);
+        }
+        Ok(Self { profiles: prepared })
+    }
+
+    pub fn get(&self, name: &str) -> Option<&PreparedProfile> {
+        self.profiles.get(name)
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.profiles.contains_key(name)
+    }
+
+    /// The model for one run of the profile `name`.
+    pub fn instantiate(&self, name: &str) -> Option<Arc<dyn Model>> {
+        self.get(name).map(PreparedProfile::instantiate)
+    }
+
+    /// Names and kinds, sorted by name.
+    pub fn list(&self) -> Vec<ProfileInfo> {
+        self.profiles
+            .iter()
+            .map(|(name, profile)| ProfileInfo {
+                name: name.clone(),
+                kind: profile.kind,
+            })
+            .collect()
+    }
+}
