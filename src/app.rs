@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
+use crate::api::serve::ConnectionLimits;
 use crate::api::{self, AppState};
 use crate::config::Config;
 use crate::metrics::Metrics;
@@ -43,6 +45,7 @@ pub enum StartError {
 pub struct Application {
     listener: TcpListener,
     router: axum::Router,
+    connections: ConnectionLimits,
     runner: Runner,
     grace: Duration,
 }
@@ -92,8 +95,22 @@ impl Application {
                 .sse_keep_alive_ms
                 .map_or(api::events::DEFAULT_KEEP_ALIVE, Duration::from_millis),
         };
+        let connections = ConnectionLimits {
+            request_header_timeout: Duration::from_millis(config.server.request_header_timeout_ms),
+            idle_timeout: Duration::from_millis(config.server.idle_timeout_ms),
+            max_connections: config.server.max_connections.unwrap_or_else(|| {
+                api::serve::connection_budget(file_reserve(config.runs.max_concurrent))
+            }),
+        };
+        tracing::info!(
+            max_connections = connections.max_connections,
+            request_header_timeout_ms = config.server.request_header_timeout_ms,
+            idle_timeout_ms = config.server.idle_timeout_ms,
+            "connection limits"
+        );
         Ok(Self {
             listener,
+            connections,
             router: api::router(state),
             runner,
             grace: Duration::from_millis(config.runs.shutdown_grace_ms),
@@ -123,19 +140,30 @@ impl Application {
             runner.shutdown(grace).await;
             let _ = stopped.send(());
         });
-        let serve = axum::serve(self.listener, self.router).with_graceful_shutdown(async move {
-            let _ = runs_stored.await;
-        });
-        let mut server = tokio::spawn(serve.into_future());
+        let stop_http = CancellationToken::new();
+        {
+            let stop_http = stop_http.clone();
+            tokio::spawn(async move {
+                let _ = runs_stored.await;
+                stop_http.cancel();
+            });
+        }
+        let mut server = tokio::spawn(api::serve::serve(
+            self.listener,
+            self.router,
+            self.connections,
+            stop_http,
+        ));
         tokio::select! {
             _ = &mut stopper => {}
             result = &mut server => {
-                return result.map_err(std::io::Error::other)?;
+                result.map_err(std::io::Error::other)?;
+                return Ok(());
             }
         }
         // Every run is stored; event streams have sent their ends.
         match tokio::time::timeout(CONNECTION_DRAIN, server).await {
-            Ok(result) => result.map_err(std::io::Error::other)??,
+            Ok(result) => result.map_err(std::io::Error::other)?,
             Err(_) => tracing::warn!("connections still open after the drain period; closing"),
         }
         tracing::info!("stopped");
@@ -179,4 +207,11 @@ fn prepare_sandbox(config: &Config) -> Result<Sandbox, StartError> {
         .map_err(StartError::Sandbox)?;
     tracing::info!(presets = config.commands.len(), "{}", sandbox.describe());
     Ok(sandbox)
+}
+
+/// Descriptors kept from connections: the database's (a few per pooled
+/// connection, WAL files included), and for each run that may execute, its
+/// workspace walk and a command's pipes, pidfd and cgroup files.
+fn file_reserve(max_concurrent: usize) -> u64 {
+    256 + 16 * u64::try_from(max_concurrent).unwrap_or(u64::MAX / 32)
 }

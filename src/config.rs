@@ -40,6 +40,13 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// Interval of keep-alive comments on idle event streams (default 15 s).
     pub sse_keep_alive_ms: Option<u64>,
+    /// A request head must arrive whole within this, counted from the
+    /// connection's accept or the end of its previous response.
+    pub request_header_timeout_ms: u64,
+    /// A keep-alive connection with nothing in flight is closed after this.
+    pub idle_timeout_ms: u64,
+    /// Connections open at once; default: what the open-file limit allows.
+    pub max_connections: Option<usize>,
 }
 
 impl Default for ServerConfig {
@@ -48,6 +55,9 @@ impl Default for ServerConfig {
             bind: SocketAddr::from(([127, 0, 0, 1], 8080)),
             max_body_bytes: 1024 * 1024,
             sse_keep_alive_ms: None,
+            request_header_timeout_ms: 10_000,
+            idle_timeout_ms: 60_000,
+            max_connections: None,
         }
     }
 }
@@ -215,6 +225,15 @@ impl Config {
                 "storage.database_url: the scheme {scheme:?} is not supported; supported: \
                  sqlite (e.g. sqlite://data/agent-runner.db)"
             ));
+        }
+        let server = &self.server;
+        if server.request_header_timeout_ms == 0 || server.idle_timeout_ms == 0 {
+            return invalid(
+                "server.request_header_timeout_ms and idle_timeout_ms must be at least 1".into(),
+            );
+        }
+        if server.max_connections == Some(0) {
+            return invalid("server.max_connections must be at least 1".into());
         }
         if self.runs.max_concurrent == 0 {
             return invalid("runs.max_concurrent must be at least 1".into());

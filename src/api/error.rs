@@ -36,6 +36,10 @@ pub enum ApiError {
     Conflict { code: &'static str, message: String },
     #[error("the request body exceeds the limit of {0} bytes")]
     PayloadTooLarge(usize),
+    #[error("the request target exceeds the limit of {0} bytes")]
+    UriTooLong(usize),
+    #[error("the request headers exceed the limit of {count} lines or {bytes} bytes")]
+    HeadersTooLarge { count: usize, bytes: usize },
     #[error("{0}")]
     UnsupportedMediaType(String),
     #[error("too many runs are waiting; retry later")]
@@ -65,6 +69,11 @@ impl ApiError {
             Self::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             Self::Conflict { code, .. } => (StatusCode::CONFLICT, code),
             Self::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            Self::UriTooLong(_) => (StatusCode::URI_TOO_LONG, "uri_too_long"),
+            Self::HeadersTooLarge { .. } => (
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                "headers_too_large",
+            ),
             Self::UnsupportedMediaType(_) => {
                 (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
             }

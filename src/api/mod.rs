@@ -7,7 +7,9 @@ pub mod create;
 pub mod error;
 pub mod events;
 pub mod json;
+pub mod limits;
 pub mod runs;
+pub mod serve;
 pub mod system;
 
 use std::sync::Arc;
@@ -59,6 +61,7 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(state.max_body_bytes))
         .layer(map_response_with_state(state.clone(), json_errors))
+        .layer(from_fn_with_state(state.clone(), limits::check))
         .with_state(state)
 }
 

@@ -6,6 +6,7 @@
 mod helpers;
 
 mod cancel;
+mod connections;
 mod errors;
 mod lifecycle;
 mod openapi;

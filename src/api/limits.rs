@@ -1,0 +1,58 @@
+//! What the HTTP layer refuses before any handler runs, in the JSON error
+//! shape: a URI or header block too large (414, 431), and a body announced
+//! larger than `max_body_bytes` (413, answered at once, without waiting for
+//! a body that may never come).
+
+use axum::extract::{Request, State};
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::AppState;
+use super::error::ApiError;
+
+/// Longest request target (path and query) accepted, in bytes.
+pub const MAX_URI_BYTES: usize = 16 * 1024;
+
+/// Largest header block accepted, names and values together, in bytes.
+pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+
+/// Most header lines accepted.
+pub const MAX_HEADER_COUNT: usize = 100;
+
+pub async fn check(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let target = request
+        .uri()
+        .path_and_query()
+        .map_or(0, |target| target.as_str().len());
+    if target > MAX_URI_BYTES {
+        return ApiError::UriTooLong(MAX_URI_BYTES).into_response();
+    }
+    let headers = request.headers();
+    let bytes: usize = headers
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 4)
+        .sum();
+    if headers.len() > MAX_HEADER_COUNT || bytes > MAX_HEADER_BYTES {
+        return ApiError::HeadersTooLarge {
+            count: MAX_HEADER_COUNT,
+            bytes: MAX_HEADER_BYTES,
+        }
+        .into_response();
+    }
+    let announced = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().parse::<u64>().ok());
+    if announced.is_some_and(|length| length > state.max_body_bytes as u64) {
+        let mut response = ApiError::PayloadTooLarge(state.max_body_bytes).into_response();
+        // The body is never read: the connection cannot carry another
+        // request after it.
+        response.headers_mut().insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("close"),
+        );
+        return response;
+    }
+    next.run(request).await
+}

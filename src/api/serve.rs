@@ -1,0 +1,336 @@
+//! Serving the router over TCP: how connections are accepted, timed and
+//! capped, so that slow or idle clients never starve the others.
+//!
+//! Each connection is served by hyper (HTTP/1.1, or HTTP/2 with prior
+//! knowledge) and watched by one timer of its own, against two deadlines:
+//! - **the request head** (`request_header_timeout`): from the moment the
+//!   connection is accepted, or the first byte after a finished response,
+//!   until a complete request head reached the router. A client that sends
+//!   nothing, or dribbles its headers (slowloris), is cut then;
+//! - **idleness** (`idle_timeout`): a keep-alive connection with no request
+//!   in flight and no byte moved for that long is closed.
+//!
+//! hyper's own `header_read_timeout` is not used: it runs from the end of a
+//! response, so it would also close idle keep-alive connections at the
+//! header deadline. A request in flight (a `?wait=true`, an event stream)
+//! is never cut by either deadline: a response ends when its body ends.
+//!
+//! At most `max_connections` are open at once. Past that, a connection is
+//! accepted and closed at once, so the kernel's backlog never fills with
+//! connections nobody will serve and clients see the refusal immediately.
+//! A failed `accept` (out of descriptors) is retried after a short pause
+//! rather than ending the server.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use http_body_util::BodyExt;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower::Service;
+
+/// The head hyper buffers before it refuses a request itself.
+const HYPER_MAX_BUF_BYTES: usize = 256 * 1024;
+
+/// Header lines hyper parses before it refuses a request itself.
+const HYPER_MAX_HEADERS: usize = 512;
+
+/// How long to wait before accepting again after `accept` failed.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(20);
+
+/// How the HTTP layer treats connections.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    pub request_header_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub max_connections: usize,
+}
+
+/// Serves `router` on `listener` until `shutdown` fires; then stops
+/// accepting, lets every connection finish its request in flight, and
+/// returns once all are closed.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: ConnectionLimits,
+    shutdown: CancellationToken,
+) {
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let connections = TaskTracker::new();
+    loop {
+        let accepted = tokio::select! {
+            () = shutdown.cancelled() => break,
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(error) => {
+                tracing::warn!(%error, "accepting a connection failed; retrying");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+                continue;
+            }
+        };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            tracing::warn!(
+                max_connections = limits.max_connections,
+                "connection limit reached; closing a new connection"
+            );
+            drop(stream);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let router = router.clone();
+        let shutdown = shutdown.clone();
+        connections.spawn(async move {
+            serve_connection(stream, router, limits, shutdown).await;
+            drop(slot);
+        });
+    }
+    connections.close();
+    connections.wait().await;
+}
+
+/// What the connection's timer reads: when a byte last moved, when the
+/// current request head began (0: none is being read), how many responses
+/// are unfinished. Times are milliseconds since the connection began.
+struct Activity {
+    origin: Instant,
+    last_byte: AtomicU64,
+    head_started: AtomicU64,
+    in_flight: AtomicUsize,
+}
+
+/// `head_started` when no head is being read.
+const NO_HEAD: u64 = u64::MAX;
+
+impl Activity {
+    fn new() -> Self {
+        Self {
+            origin: Instant::now(),
+            last_byte: AtomicU64::new(0),
+            // The first head is awaited from the moment of accept.
+            head_started: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX - 1)
+    }
+
+    fn read(&self) {
+        let now = self.now();
+        self.last_byte.store(now, Ordering::Relaxed);
+        if self.in_flight.load(Ordering::Acquire) == 0 {
+            // The first byte of a new request; a head already begun keeps
+            // its start.
+            let _ = self.head_started.compare_exchange(
+                NO_HEAD,
+                now,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    fn wrote(&self) {
+        self.last_byte.store(self.now(), Ordering::Relaxed);
+    }
+
+    fn request_began(&self) {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.head_started.store(NO_HEAD, Ordering::Release);
+    }
+
+    fn response_ended(&self) {
+        self.last_byte.store(self.now(), Ordering::Relaxed);
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// When the connection must be closed, given what is known now; `None`
+    /// while a response is unfinished (it is re-checked when it ends).
+    fn deadline(&self, limits: &ConnectionLimits) -> Option<u64> {
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX / 4);
+        let idle = self
+            .last_byte
+            .load(Ordering::Relaxed)
+            .saturating_add(millis(limits.idle_timeout));
+        let head = match self.head_started.load(Ordering::Acquire) {
+            NO_HEAD => u64::MAX,
+            started => started.saturating_add(millis(limits.request_header_timeout)),
+        };
+        Some(idle.min(head))
+    }
+}
+
+async fn serve_connection(
+    stream: TcpStream,
+    router: Router,
+    limits: ConnectionLimits,
+    shutdown: CancellationToken,
+) {
+    let activity = Arc::new(Activity::new());
+    let io = TokioIo::new(Watched {
+        inner: stream,
+        activity: Arc::clone(&activity),
+    });
+    let service = {
+        let activity = Arc::clone(&activity);
+        hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+            let mut router = router.clone();
+            let activity = Arc::clone(&activity);
+            activity.request_began();
+            async move {
+                let guard = InFlight(activity);
+                let response = router.call(request.map(Body::new)).await?;
+                // The guard lives as long as the body: a response is in
+                // flight until its last byte (or its stream's end).
+                Ok::<_, std::convert::Infallible>(response.map(move |body| {
+                    Body::new(body.map_frame(move |frame| {
+                        let _ = &guard;
+                        frame
+                    }))
+                }))
+            }
+        })
+    };
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // Large enough that the router sees, and answers in JSON, what is past
+    // its own limits (`super::limits`); only far larger heads meet hyper's
+    // plain refusals.
+    builder
+        .http1()
+        .max_buf_size(HYPER_MAX_BUF_BYTES)
+        .max_headers(HYPER_MAX_HEADERS);
+    let connection = builder.serve_connection_with_upgrades(io, service);
+    tokio::pin!(connection);
+    let mut closing = false;
+    loop {
+        let wake = match activity.deadline(&limits) {
+            Some(at) => activity.origin + Duration::from_millis(at),
+            // Re-checked at least this often while a response runs.
+            None => Instant::now() + limits.request_header_timeout.min(limits.idle_timeout),
+        };
+        tokio::select! {
+            result = connection.as_mut() => {
+                if let Err(error) = result {
+                    tracing::debug!(%error, "connection ended with an error");
+                }
+                return;
+            }
+            () = tokio::time::sleep_until(wake), if !closing => {
+                if activity.deadline(&limits).is_some_and(|at| activity.now() >= at) {
+                    // Nothing is in flight: close now, not gracefully.
+                    return;
+                }
+            }
+            () = shutdown.cancelled(), if !closing => {
+                closing = true;
+                connection.as_mut().graceful_shutdown();
+            }
+        }
+    }
+}
+
+/// Marks a response finished when dropped.
+struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.response_ended();
+    }
+}
+
+/// A stream that tells the connection's [`Activity`] when bytes move.
+struct Watched {
+    inner: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let result = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.read();
+        }
+        result
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let result = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if matches!(result, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.wrote();
+        }
+        result
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let result = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(result, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.wrote();
+        }
+        result
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// What the open-file limit allows, raising the soft limit to the hard one
+/// first: the descriptors left once `reserve` are set aside for the
+/// database, workspaces and commands. At least 16.
+pub fn connection_budget(reserve: u64) -> usize {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current != limit.maximum {
+        let raised = rustix::process::Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        };
+        match setrlimit(Resource::Nofile, raised) {
+            Ok(()) => limit = getrlimit(Resource::Nofile),
+            Err(error) => tracing::warn!(%error, "cannot raise the open-file limit"),
+        }
+    }
+    let files = limit.current.unwrap_or(1 << 20);
+    usize::try_from(files.saturating_sub(reserve).max(16)).unwrap_or(usize::MAX)
+}
