@@ -69,7 +69,11 @@ impl Application {
             source,
         })?;
         let sandbox = Arc::new(prepare_sandbox(&config)?);
-        let (store, recovered) = Store::open(&config.storage.database_url).await?;
+        let (store, recovered) = Store::open(
+            &config.storage.database_url,
+            Duration::from_millis(config.storage.write_retry_ms),
+        )
+        .await?;
         if !recovered.interrupted.is_empty() || !recovered.queued.is_empty() {
             tracing::info!(
                 interrupted = recovered.interrupted.len(),

@@ -67,6 +67,9 @@ impl Default for ServerConfig {
 pub struct StorageConfig {
     pub database_url: String,
     pub workspaces_dir: PathBuf,
+    /// How long a run's records may go unstored (storage refusing writes)
+    /// before the run is stopped, to end `failed` once storage is back.
+    pub write_retry_ms: u64,
 }
 
 impl Default for StorageConfig {
@@ -74,6 +77,7 @@ impl Default for StorageConfig {
         Self {
             database_url: "sqlite://data/agent-runner.db".into(),
             workspaces_dir: PathBuf::from("data/workspaces"),
+            write_retry_ms: 30_000,
         }
     }
 }
@@ -231,6 +235,9 @@ impl Config {
             return invalid(
                 "server.request_header_timeout_ms and idle_timeout_ms must be at least 1".into(),
             );
+        }
+        if self.storage.write_retry_ms == 0 {
+            return invalid("storage.write_retry_ms must be at least 1".into());
         }
         if server.max_connections == Some(0) {
             return invalid("server.max_connections must be at least 1".into());

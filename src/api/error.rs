@@ -48,6 +48,9 @@ pub enum ApiError {
     ShuttingDown,
     #[error("{0}")]
     Unavailable(String),
+    /// The server's disk is full.
+    #[error("{0}")]
+    InsufficientStorage(String),
     /// Anything else: logged with its context, answered opaquely.
     #[error("internal error")]
     Internal(String),
@@ -80,6 +83,9 @@ impl ApiError {
             Self::QueueFull => (StatusCode::TOO_MANY_REQUESTS, "queue_full"),
             Self::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            Self::InsufficientStorage(_) => {
+                (StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage")
+            }
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }

@@ -68,6 +68,18 @@ pub async fn create(
         Err(SubmitError::QueueFull) => return Err(ApiError::QueueFull),
         Err(SubmitError::ShuttingDown) => return Err(ApiError::ShuttingDown),
         Err(SubmitError::Workspace(message)) => return Err(ApiError::Validation(message)),
+        Err(SubmitError::StorageFull(message)) => {
+            tracing::error!(%message, "a run could not be accepted: the disk is full");
+            return Err(ApiError::InsufficientStorage(
+                "the server's disk is full; the run was not created".into(),
+            ));
+        }
+        Err(SubmitError::StorageRefused(message)) => {
+            tracing::error!(%message, "a run could not be accepted: storage refuses writes");
+            return Err(ApiError::Unavailable(
+                "the server's storage refuses writes; the run was not created, retry later".into(),
+            ));
+        }
         Err(SubmitError::Store(error)) => {
             // Two requests raced with one key: the other one won.
             if let (Some(key), Some(hash)) = (&key, &hash)
@@ -82,7 +94,15 @@ pub async fn create(
         if let Some(live) = state.runner.live(run.id) {
             live.finished().await;
         }
-        fetch(&state, &tenant, run.id).await?
+        let run = fetch(&state, &tenant, run.id).await?;
+        // Only a stored end counts: one that storage refused to the last
+        // (the server stopping meanwhile) is not reported as an end.
+        if !run.status.is_terminal() {
+            return Err(ApiError::Unavailable(
+                "the run's end could not be stored; ask for it again later".into(),
+            ));
+        }
+        run
     } else {
         run
     };

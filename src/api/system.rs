@@ -18,6 +18,12 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiErr
     if state.runner.is_closing() {
         return Err(ApiError::ShuttingDown);
     }
+    if let Some(failing) = state.runner.store().writer().failing_for() {
+        return Err(ApiError::Unavailable(format!(
+            "storage has refused writes for {} ms",
+            failing.as_millis()
+        )));
+    }
     state
         .runner
         .store()

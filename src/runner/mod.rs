@@ -29,7 +29,9 @@ use crate::models::ScriptedModel;
 use crate::run::{ModelSpec, Run, RunSpec, Tenant, format_time};
 use crate::store::writer::RunRow;
 use crate::store::{NewRun, Store, StoreError, Unfinished};
-use crate::tools::{CommandPresets, CommandRunner, Sandbox, Workspace, builtin_tools};
+use crate::tools::{
+    CommandPresets, CommandRunner, Sandbox, Workspace, WorkspaceError, builtin_tools,
+};
 
 pub use observer::INTERRUPTED;
 
@@ -53,6 +55,11 @@ pub struct LiveRun {
     cancel: CancellationToken,
     /// Set when the server stops the run: it ends `interrupted`, not `aborted`.
     interrupted: AtomicBool,
+    /// Set once its start is stored: it is executing.
+    executing: AtomicBool,
+    /// Set when the run is stopped because storage refused its records for
+    /// longer than `write_retry_ms`: it ends `failed`.
+    storage_refused: AtomicBool,
     events: broadcast::Sender<Arc<LiveEvent>>,
     /// Fires once the run's end is committed.
     done: CancellationToken,
@@ -75,8 +82,16 @@ pub enum SubmitError {
     ShuttingDown,
     #[error("the queue is full")]
     QueueFull,
+    /// The request's files do not fit together (a file where another
+    /// needs a directory).
     #[error("{0}")]
     Workspace(String),
+    /// The disk is full (or over quota): the server's failure.
+    #[error("{0}")]
+    StorageFull(String),
+    /// Storage refuses writes (the database's disk full, an I/O error).
+    #[error("storage refuses writes: {0}")]
+    StorageRefused(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -121,7 +136,7 @@ impl Runner {
         profiles: Arc<ModelProfiles>,
         sandbox: Arc<Sandbox>,
     ) -> Self {
-        Self {
+        let runner = Self {
             shared: Arc::new(Shared {
                 store,
                 metrics,
@@ -139,7 +154,12 @@ impl Runner {
             tasks: TaskTracker::new(),
             closing: CancellationToken::new(),
             stop_queue: CancellationToken::new(),
-        }
+        };
+        tokio::spawn(watch_storage(
+            Arc::downgrade(&runner.shared),
+            Duration::from_millis(config.storage.write_retry_ms),
+        ));
+        runner
     }
 
     pub fn store(&self) -> &Store {
@@ -182,6 +202,12 @@ impl Runner {
         if self.is_closing() {
             return Err(SubmitError::ShuttingDown);
         }
+        if let Some(failing) = self.shared.store.writer().failing_for() {
+            return Err(SubmitError::StorageRefused(format!(
+                "for {} ms",
+                failing.as_millis()
+            )));
+        }
         let metrics = &self.shared.metrics;
         // A free slot starts the run now; otherwise it waits, if there is room.
         let slot = match Arc::clone(&self.slots).try_acquire_owned() {
@@ -222,7 +248,10 @@ impl Runner {
         if let Err(error) = inserted {
             unqueue();
             let _ = tokio::fs::remove_dir_all(&directory).await;
-            return Err(error.into());
+            return Err(match error {
+                StoreError::Refused(why) => SubmitError::StorageRefused(why),
+                error => error.into(),
+            });
         }
         metrics.runs_created.fetch_add(1, Ordering::Relaxed);
         self.start(run.clone(), tenant.clone(), spec, slot);
@@ -264,6 +293,8 @@ impl Runner {
             tenant,
             cancel: CancellationToken::new(),
             interrupted: AtomicBool::new(false),
+            executing: AtomicBool::new(false),
+            storage_refused: AtomicBool::new(false),
             events,
             done: CancellationToken::new(),
         });
@@ -317,11 +348,48 @@ impl Runner {
     }
 }
 
+/// How often the storage watch looks.
+const STORAGE_WATCH: Duration = Duration::from_millis(100);
+
+/// Stops the executing runs once storage has refused writes for
+/// `write_retry`: their records cannot be stored, so they must not go on as
+/// if they were. Each ends `failed` (see [`observer::STORAGE_REFUSED`]), and
+/// that end is stored once storage takes writes again. Ends with the runner.
+async fn watch_storage(shared: std::sync::Weak<Shared>, write_retry: Duration) {
+    loop {
+        tokio::time::sleep(STORAGE_WATCH).await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        if shared
+            .store
+            .writer()
+            .failing_for()
+            .is_none_or(|failing| failing < write_retry)
+        {
+            continue;
+        }
+        let live: Vec<Arc<LiveRun>> = shared
+            .live
+            .lock()
+            .map(|live| live.values().cloned().collect())
+            .unwrap_or_default();
+        for run in live {
+            if run.executing.load(Ordering::Acquire)
+                && !run.storage_refused.swap(true, Ordering::AcqRel)
+            {
+                tracing::error!(run_id = %run.id, "storage refuses the run's records; stopping it");
+                run.cancel.cancel();
+            }
+        }
+    }
+}
+
 /// Creates the run's workspace directory and the request's files in it.
 async fn seed_workspace(directory: &std::path::Path, spec: &RunSpec) -> Result<(), SubmitError> {
     tokio::fs::create_dir_all(directory)
         .await
-        .map_err(|e| SubmitError::Workspace(format!("cannot create the workspace: {e}")))?;
+        .map_err(|e| server_side(&e, format!("cannot create the workspace: {e}")))?;
     if spec.files.is_empty() {
         return Ok(());
     }
@@ -329,16 +397,32 @@ async fn seed_workspace(directory: &std::path::Path, spec: &RunSpec) -> Result<(
     let files = spec.files.clone();
     tokio::task::spawn_blocking(move || {
         let workspace = Workspace::open(&directory)
-            .map_err(|e| SubmitError::Workspace(format!("cannot open the workspace: {e}")))?;
+            .map_err(|e| server_side(&e, format!("cannot open the workspace: {e}")))?;
         for (path, content) in &files {
             workspace
                 .write_seed(path, content.as_bytes())
-                .map_err(|e| SubmitError::Workspace(format!("workspace.files.{path}: {e}")))?;
+                .map_err(|error| match &error {
+                    WorkspaceError::Io { source, .. } => {
+                        server_side(source, format!("seeding workspace.files.{path}: {error}"))
+                    }
+                    _ => SubmitError::Workspace(format!("workspace.files.{path}: {error}")),
+                })?;
         }
         Ok(())
     })
     .await
     .map_err(|e| SubmitError::Workspace(format!("seeding the workspace failed: {e}")))?
+}
+
+/// An I/O failure of the server's own disk while accepting a run: a full
+/// disk (or quota) is `StorageFull`, anything else the store's failure.
+fn server_side(error: &std::io::Error, message: String) -> SubmitError {
+    match error.kind() {
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
+            SubmitError::StorageFull(message)
+        }
+        _ => SubmitError::StorageRefused(message),
+    }
 }
 
 struct RunTask {
@@ -382,10 +466,24 @@ impl RunTask {
                 }
             }
         };
-        shared
+        // Executed only once its start is stored, so that a restart finds it
+        // `running` and never runs it a second time.
+        let started = shared
             .store
             .writer()
             .started(self.live.id, format_time(&Utc::now()));
+        tokio::select! {
+            stored = started => if let Err(error) = stored {
+                tracing::error!(%error, "the run's start could not be stored; it stays queued");
+                return self.leave_queued();
+            },
+            () = self.live.cancel.cancelled() => {
+                tracing::info!("cancelled before its start was stored");
+                observer.end_without_harness(RunStatus::Aborted, None);
+                return;
+            }
+        }
+        self.live.executing.store(true, Ordering::Release);
         shared.metrics.active_runs.fetch_add(1, Ordering::AcqRel);
         let began = Instant::now();
         tracing::info!("run started");

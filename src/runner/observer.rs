@@ -11,10 +11,14 @@ use uuid::Uuid;
 use super::{LiveEvent, LiveRun, Shared};
 use crate::harness::{Event, EventKind, Observer, ObserverError, RunStatus, UsageTotals};
 use crate::run::format_time;
-use crate::store::writer::Finish;
+use crate::store::writer::{AfterCommit, Finish};
 
 /// What a run that the server stopped is told.
 pub const INTERRUPTED: &str = "The server stopped while the run was running";
+
+/// What a run stopped because its records could not be stored is told.
+pub const STORAGE_REFUSED: &str =
+    "Storage refused the run's records for too long (the disk may be full); the run was stopped";
 
 pub(super) struct RunObserver {
     shared: Arc<Shared>,
@@ -103,13 +107,15 @@ impl Observer for RunObserver {
                 if self.ended.swap(true, Ordering::AcqRel) {
                     return Err("a second run_end was refused".into());
                 }
-                let (status, error) = if self.live.interrupted.load(Ordering::Acquire)
-                    && matches!(status, RunStatus::Aborted | RunStatus::Timeout)
-                {
-                    (RunStatus::Interrupted, Some(INTERRUPTED.to_owned()))
-                } else {
-                    (*status, error.clone())
-                };
+                let stopped = matches!(status, RunStatus::Aborted | RunStatus::Timeout);
+                let (status, error) =
+                    if stopped && self.live.storage_refused.load(Ordering::Acquire) {
+                        (RunStatus::Failed, Some(STORAGE_REFUSED.to_owned()))
+                    } else if stopped && self.live.interrupted.load(Ordering::Acquire) {
+                        (RunStatus::Interrupted, Some(INTERRUPTED.to_owned()))
+                    } else {
+                        (*status, error.clone())
+                    };
                 rewritten = Event {
                     kind: EventKind::RunEnd {
                         status,
@@ -142,20 +148,26 @@ impl Observer for RunObserver {
             kind,
             body: body.clone(),
         });
-        let after_commit: Box<dyn FnOnce() + Send + Sync> = match &finish {
+        // Subscribers hear only of what was stored; waiters are let go
+        // either way.
+        let after_commit: AfterCommit = match &finish {
             None => {
                 let live = Arc::clone(&self.live);
-                Box::new(move || {
-                    let _ = live.events.send(live_event);
+                Box::new(move |stored| {
+                    if stored {
+                        let _ = live.events.send(live_event);
+                    }
                 })
             }
             Some(finish) => {
                 let live = Arc::clone(&self.live);
                 let shared = Arc::clone(&self.shared);
                 let status = finish.status;
-                Box::new(move || {
+                Box::new(move |stored| {
                     shared.metrics.finished(status);
-                    let _ = live.events.send(live_event);
+                    if stored {
+                        let _ = live.events.send(live_event);
+                    }
                     shared.forget(live.id);
                     live.done.cancel();
                 })

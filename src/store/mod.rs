@@ -34,6 +34,10 @@ pub enum StoreError {
     Corrupt(String),
     #[error("the store is closed")]
     Closed,
+    /// Storage refuses writes (disk full, I/O error): the server's failure,
+    /// not the request's.
+    #[error("storage refuses writes: {0}")]
+    Refused(String),
 }
 
 /// A stored event, as served on the event stream.
@@ -77,7 +81,9 @@ impl Store {
     /// Opens (creating if needed) the database at `url`, applies the
     /// migrations, brings the previous process's live runs to rest (see
     /// [`recover`]), and starts the writer.
-    pub async fn open(url: &str) -> Result<(Self, Recovered), StoreError> {
+    /// `write_retry`: how long writes that storage refuses are still tried
+    /// when the store closes (see [`writer`]).
+    pub async fn open(url: &str, write_retry: Duration) -> Result<(Self, Recovered), StoreError> {
         let options = SqliteConnectOptions::from_str(url)?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
@@ -98,7 +104,7 @@ impl Store {
             .connect_with(options.read_only(true))
             .await?;
         let recovered = recover(&mut connection, Utc::now()).await?;
-        let writer = Writer::start(connection);
+        let writer = Writer::start(connection, write_retry);
         Ok((Self { read, writer }, recovered))
     }
 

@@ -6,9 +6,20 @@
 //! commits it at once, and only then runs each operation's `after_commit`
 //! (which is where live subscribers are told), so whatever a client sees live
 //! is already in storage.
+//!
+//! A write that fails because storage refuses it (the disk is full, an I/O
+//! error, the file is read-only or locked) is never dropped: the writer holds
+//! it, and everything sent after it, in order, and tries again with backoff
+//! until storage takes it; [`Writer::failing_for`] tells the service how
+//! long that has lasted. Only a new run's insert is answered with the error
+//! at once, so that its client hears of it instead of waiting. A write that
+//! fails for any other reason (a constraint: a bug or a race) fails alone,
+//! with its own error, and the rest of its batch is written.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use sqlx::sqlite::SqliteConnection;
 use sqlx::{Connection, Executor, QueryBuilder, Sqlite};
@@ -26,9 +37,16 @@ pub const MAX_BATCH: usize = 2048;
 /// well within SQLite's 32,766 variables).
 const MAX_ROWS_PER_STATEMENT: usize = 256;
 
-/// Runs once the operation's transaction has committed (or failed: storage
-/// errors are logged, and waiters must never hang).
-pub type AfterCommit = Box<dyn FnOnce() + Send + Sync>;
+/// First pause before a write that storage refused is tried again; it
+/// doubles up to [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_millis(25);
+const RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// Runs once the operation's transaction has committed (`true`), or once the
+/// writer gave up on it (`false`: a write that fails alone, or what is still
+/// held when the writer closes), so that waiters never hang. Only `true`
+/// may tell a client the write happened.
+pub type AfterCommit = Box<dyn FnOnce(bool) + Send + Sync>;
 
 /// A row of `runs`, owned, ready to insert.
 pub(crate) struct RunRow {
@@ -87,6 +105,7 @@ enum Op {
     Started {
         run_id: Uuid,
         at: String,
+        done: oneshot::Sender<Result<(), StoreError>>,
     },
     Event {
         run_id: Uuid,
@@ -109,23 +128,74 @@ pub struct WriterStats {
     pub failures: AtomicU64,
 }
 
+/// Since when storage has refused the writer's writes, if it does.
+#[derive(Debug, Default)]
+struct Health {
+    failing_since: Mutex<Option<Instant>>,
+}
+
+impl Health {
+    fn failing(&self) {
+        if let Ok(mut since) = self.failing_since.lock() {
+            since.get_or_insert_with(Instant::now);
+        }
+    }
+
+    fn recovered(&self) {
+        if let Ok(mut since) = self.failing_since.lock()
+            && let Some(since) = since.take()
+        {
+            tracing::info!(
+                refused_for_ms = since.elapsed().as_millis() as u64,
+                "storage takes writes again"
+            );
+        }
+    }
+
+    fn failing_for(&self) -> Option<Duration> {
+        self.failing_since
+            .lock()
+            .ok()
+            .and_then(|since| since.map(|since| since.elapsed()))
+    }
+}
+
 /// A handle to the writer task; cheap to clone.
 #[derive(Clone)]
 pub struct Writer {
     sender: mpsc::UnboundedSender<Op>,
     stats: Arc<WriterStats>,
+    health: Arc<Health>,
 }
 
 impl Writer {
-    pub(super) fn start(connection: SqliteConnection) -> Self {
+    /// Starts the writer. `give_up_after`: how long writes still held when
+    /// it is closed are tried before they are abandoned.
+    pub(super) fn start(connection: SqliteConnection, give_up_after: Duration) -> Self {
         let (sender, receiver) = mpsc::unbounded_channel();
         let stats = Arc::new(WriterStats::default());
-        tokio::spawn(run(connection, receiver, Arc::clone(&stats)));
-        Self { sender, stats }
+        let health = Arc::new(Health::default());
+        let task = Task {
+            connection,
+            stats: Arc::clone(&stats),
+            health: Arc::clone(&health),
+            give_up_after,
+        };
+        tokio::spawn(task.run(receiver));
+        Self {
+            sender,
+            stats,
+            health,
+        }
     }
 
     pub fn stats(&self) -> &WriterStats {
         &self.stats
+    }
+
+    /// How long storage has refused writes, while it does.
+    pub fn failing_for(&self) -> Option<Duration> {
+        self.health.failing_for()
     }
 
     /// Inserts a new run and waits for the commit.
@@ -137,9 +207,14 @@ impl Writer {
         wait.await.map_err(|_| StoreError::Closed)?
     }
 
-    /// Marks a run `running`.
-    pub fn started(&self, run_id: Uuid, at: String) {
-        self.send(Op::Started { run_id, at });
+    /// Marks a run `running`, and waits for the commit: a run executes only
+    /// once its start is stored, so that a restart never runs it again.
+    pub async fn started(&self, run_id: Uuid, at: String) -> Result<(), StoreError> {
+        let (done, wait) = oneshot::channel();
+        self.sender
+            .send(Op::Started { run_id, at, done })
+            .map_err(|_| StoreError::Closed)?;
+        wait.await.map_err(|_| StoreError::Closed)?
     }
 
     /// Appends an event (and the message it announces, if any). A `run_end`
@@ -178,92 +253,186 @@ impl Writer {
         if let Err(mpsc::error::SendError(op)) = self.sender.send(op) {
             tracing::error!("write after the store closed; dropped");
             // Never leave a waiter hanging.
-            if let Op::Event {
-                after_commit: Some(after),
-                ..
-            } = op
-            {
-                after();
-            }
+            finish(op, false);
         }
     }
 }
 
-async fn run(
-    mut connection: SqliteConnection,
-    mut receiver: mpsc::UnboundedReceiver<Op>,
+/// The writer task: its connection, and what it tells the handles.
+struct Task {
+    connection: SqliteConnection,
     stats: Arc<WriterStats>,
-) {
-    let mut batch = Vec::with_capacity(64);
-    let mut closing = None;
-    while closing.is_none() {
-        let Some(first) = receiver.recv().await else {
-            break;
-        };
-        batch.push(first);
-        while batch.len() < MAX_BATCH {
-            match receiver.try_recv() {
-                Ok(op) => batch.push(op),
-                Err(_) => break,
-            }
-        }
-        if let Some(position) = batch.iter().position(|op| matches!(op, Op::Close(_))) {
-            // Everything sent before the close is written; nothing after it is
-            // expected.
-            let rest = batch.split_off(position);
-            for op in rest {
-                if let Op::Close(done) = op {
-                    closing.get_or_insert(Vec::new()).push(done);
+    health: Arc<Health>,
+    give_up_after: Duration,
+}
+
+impl Task {
+    async fn run(mut self, mut receiver: mpsc::UnboundedReceiver<Op>) {
+        // Operations in the order they were sent: what is held after a
+        // refused write, then what arrived since.
+        let mut pending: VecDeque<Op> = VecDeque::new();
+        let mut closing: Vec<oneshot::Sender<()>> = Vec::new();
+        let mut retry = RETRY_FIRST;
+        let mut closed_at: Option<Instant> = None;
+        loop {
+            if pending.is_empty() {
+                if closed_at.is_some() {
+                    break;
+                }
+                match receiver.recv().await {
+                    Some(op) => pending.push_back(op),
+                    None => break,
                 }
             }
-        }
-        if !batch.is_empty() {
-            stats.batches.fetch_add(1, Ordering::Relaxed);
-            stats
+            if closed_at.is_none() {
+                while let Ok(op) = receiver.try_recv() {
+                    pending.push_back(op);
+                }
+            }
+            // Everything sent before a close is written; nothing after it is
+            // expected.
+            if let Some(position) = pending.iter().position(|op| matches!(op, Op::Close(_))) {
+                for op in pending.split_off(position) {
+                    if let Op::Close(done) = op {
+                        closing.push(done);
+                    }
+                }
+                closed_at.get_or_insert_with(Instant::now);
+            }
+            if pending.is_empty() {
+                continue;
+            }
+            let take = pending.len().min(MAX_BATCH);
+            let batch: Vec<Op> = pending.drain(..take).collect();
+            self.stats.batches.fetch_add(1, Ordering::Relaxed);
+            self.stats
                 .operations
                 .fetch_add(batch.len() as u64, Ordering::Relaxed);
-            commit(&mut connection, &mut batch, &stats).await;
+            let held = self.commit(batch).await;
+            if held.is_empty() {
+                self.health.recovered();
+                retry = RETRY_FIRST;
+                continue;
+            }
+            self.health.failing();
+            for op in held.into_iter().rev() {
+                pending.push_front(op);
+            }
+            if closed_at.is_some_and(|at| at.elapsed() >= self.give_up_after) {
+                tracing::error!(
+                    operations = pending.len(),
+                    "storage still refuses writes as the writer closes; giving them up"
+                );
+                for op in pending.drain(..) {
+                    finish(op, false);
+                }
+                break;
+            }
+            tokio::time::sleep(retry).await;
+            retry = (retry * 2).min(RETRY_MAX);
+        }
+        let _ = self.connection.close().await;
+        for done in closing {
+            let _ = done.send(());
         }
     }
-    let _ = connection.close().await;
-    for done in closing.into_iter().flatten() {
-        let _ = done.send(());
+
+    /// Commits `batch` in one transaction, and returns what storage refused
+    /// (in order) to be tried again. A new run's insert that storage refuses
+    /// is answered with the error instead. Should the transaction fail for
+    /// another reason, each operation is written in a transaction of its own,
+    /// so that one bad write loses nothing else and gets its own error.
+    async fn commit(&mut self, batch: Vec<Op>) -> Vec<Op> {
+        let error = match apply_all(&mut self.connection, &batch).await {
+            Ok(()) => {
+                for op in batch {
+                    finish(op, true);
+                }
+                return Vec::new();
+            }
+            Err(error) => error,
+        };
+        if is_refusal(&error) {
+            tracing::warn!(%error, operations = batch.len(), "storage refused a batch; holding it");
+            return hold(batch, &error);
+        }
+        tracing::warn!(%error, operations = batch.len(), "batch write failed; writing one by one");
+        let mut ops = batch.into_iter();
+        while let Some(op) = ops.next() {
+            match apply_all(&mut self.connection, std::slice::from_ref(&op)).await {
+                Ok(()) => finish(op, true),
+                Err(error) if is_refusal(&error) => {
+                    // Held with everything after it, to keep their order.
+                    let rest = std::iter::once(op).chain(ops).collect();
+                    return hold(rest, &error);
+                }
+                Err(error) => {
+                    self.stats.failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(%error, "write failed");
+                    fail(op, error);
+                }
+            }
+        }
+        Vec::new()
     }
 }
 
-/// Commits `batch` in one transaction. Should the transaction fail, each
-/// operation is retried in a transaction of its own, so that one bad write
-/// loses nothing else and gets its own error.
-async fn commit(connection: &mut SqliteConnection, batch: &mut Vec<Op>, stats: &WriterStats) {
-    let outcome = apply_all(connection, batch).await;
-    let individual = match outcome {
-        Ok(()) => false,
-        Err(error) => {
-            tracing::warn!(%error, operations = batch.len(), "batch write failed; writing one by one");
-            true
-        }
-    };
-    for op in batch.drain(..) {
-        let result = if individual {
-            apply_all(connection, std::slice::from_ref(&op)).await
-        } else {
-            Ok(())
-        };
-        if let Err(error) = &result {
-            stats.failures.fetch_add(1, Ordering::Relaxed);
-            tracing::error!(%error, "write failed");
-        }
+/// The operations of a batch that storage refused: inserts are answered with
+/// the error; the rest is returned, to be held.
+fn hold(batch: Vec<Op>, error: &StoreError) -> Vec<Op> {
+    let mut held = Vec::with_capacity(batch.len());
+    for op in batch {
         match op {
             Op::InsertRun(_, done) => {
-                let _ = done.send(result);
+                let _ = done.send(Err(StoreError::Refused(error.to_string())));
             }
-            Op::Event { after_commit, .. } => {
-                if let Some(after) = after_commit {
-                    after();
-                }
-            }
-            Op::Started { .. } | Op::Close(_) => {}
+            op => held.push(op),
         }
+    }
+    held
+}
+
+/// Tells an operation's waiters how it ended.
+fn finish(op: Op, stored: bool) {
+    match op {
+        Op::InsertRun(_, done) | Op::Started { done, .. } => {
+            let _ = done.send(if stored {
+                Ok(())
+            } else {
+                Err(StoreError::Refused("the write was given up".into()))
+            });
+        }
+        Op::Event { after_commit, .. } => {
+            if let Some(after) = after_commit {
+                after(stored);
+            }
+        }
+        Op::Close(_) => {}
+    }
+}
+
+/// Tells an operation's waiters that it failed alone, with `error`.
+fn fail(op: Op, error: StoreError) {
+    match op {
+        Op::InsertRun(_, done) | Op::Started { done, .. } => {
+            let _ = done.send(Err(error));
+        }
+        op => finish(op, false),
+    }
+}
+
+/// Whether `error` is storage refusing writes (the disk full, an I/O error,
+/// a read-only or locked file), rather than this write being wrong: SQLite's
+/// primary result codes BUSY, LOCKED, NOMEM, READONLY, IOERR, FULL,
+/// CANTOPEN and PROTOCOL, or an I/O error of the driver.
+fn is_refusal(error: &StoreError) -> bool {
+    match error {
+        StoreError::Database(sqlx::Error::Io(_)) => true,
+        StoreError::Database(sqlx::Error::Database(error)) => error
+            .code()
+            .and_then(|code| code.parse::<i64>().ok())
+            .is_some_and(|code| matches!(code & 0xff, 5 | 6 | 7 | 8 | 10 | 13 | 14 | 15)),
+        _ => false,
     }
 }
 
@@ -296,7 +465,7 @@ async fn apply(connection: &mut SqliteConnection, ops: &[Op]) -> Result<(), Stor
     for op in ops {
         match op {
             Op::InsertRun(row, _) => runs.push(&**row),
-            Op::Started { run_id, at } => started.push((run_id.to_string(), at.as_str())),
+            Op::Started { run_id, at, .. } => started.push((run_id.to_string(), at.as_str())),
             Op::Event {
                 run_id,
                 sequence,
@@ -475,7 +644,7 @@ mod tests {
     async fn a_failing_row_fails_alone_and_the_rest_of_its_batch_is_written() {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}/runs.db", dir.path().display());
-        let (store, _) = Store::open(&url).await.unwrap();
+        let (store, _) = Store::open(&url, Duration::from_secs(1)).await.unwrap();
         let spec = spec();
         let first = Run::queued(Uuid::now_v7(), &spec, chrono::Utc::now());
         let second = Run::queued(Uuid::now_v7(), &spec, chrono::Utc::now());

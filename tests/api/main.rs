@@ -15,4 +15,5 @@ mod sandbox;
 mod scenarios;
 mod secrets;
 mod sse;
+mod storage;
 mod tenants;
