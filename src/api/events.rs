@@ -128,23 +128,30 @@ fn sse(sequence: u64, kind: &str, body: &str) -> SseEvent {
         .data(body)
 }
 
-/// `Last-Event-ID` (header) or `?after=`: the sequence to resume after.
+/// `Last-Event-ID` (header) or `?after=`: the sequence to resume after. The
+/// header wins when both are given; both must be valid (an empty `after`
+/// means 0; an empty header, which no EventSource sends, is refused).
 fn resume_point(headers: &HeaderMap, query: &HashMap<String, String>) -> Result<u64, ApiError> {
+    let parse = |name: &str, text: &str| {
+        let text = text.trim();
+        if text.is_empty() && name == "after" {
+            return Ok(0);
+        }
+        text.parse::<u64>().map_err(|_| {
+            ApiError::InvalidQuery(format!(
+                "{name} must be a nonnegative integer sequence (got {text:?})"
+            ))
+        })
+    };
     let from_header = headers
         .get("last-event-id")
-        .map(|v| v.to_str().unwrap_or("invalid").trim().to_owned());
-    let from_query = query.get("after").cloned();
-    let Some(text) = from_header.or(from_query) else {
-        return Ok(0);
-    };
-    if text.is_empty() {
-        return Ok(0);
-    }
-    text.parse::<u64>().map_err(|_| {
-        ApiError::InvalidQuery(format!(
-            "Last-Event-ID / after must be a nonnegative integer sequence (got {text:?})"
-        ))
-    })
+        .map(|value| parse("Last-Event-ID", value.to_str().unwrap_or("invalid")))
+        .transpose()?;
+    let from_query = query
+        .get("after")
+        .map(|text| parse("after", text))
+        .transpose()?;
+    Ok(from_header.or(from_query).unwrap_or(0))
 }
 
 /// The default interval of keep-alive comments on an idle stream.

@@ -1,10 +1,11 @@
 //! What the HTTP layer refuses before any handler runs, in the JSON error
-//! shape: a URI or header block too large (414, 431), and a body announced
+//! shape: a URI or header block too large (414, 431), a body announced
 //! larger than `max_body_bytes` (413, answered at once, without waiting for
-//! a body that may never come).
+//! a body that may never come), and a query parameter the route does not
+//! take or one given twice (400 `invalid_query`).
 
-use axum::extract::{Request, State};
-use axum::http::header;
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -54,5 +55,71 @@ pub async fn check(State(state): State<AppState>, request: Request, next: Next) 
         );
         return response;
     }
+    if let Err(error) = check_query(&request) {
+        return error.into_response();
+    }
     next.run(request).await
+}
+
+/// The query parameters an operation takes, `None` for a method the route
+/// does not serve (its 405 is the router's). HEAD is served as GET.
+fn accepted_parameters(method: &Method, route: &str) -> Option<&'static [&'static str]> {
+    let method = if method == Method::HEAD {
+        "GET"
+    } else {
+        method.as_str()
+    };
+    Some(match (method, route) {
+        ("GET", "/v1/runs") => &["status", "limit", "cursor"],
+        ("POST", "/v1/runs") => &["wait"],
+        ("GET", "/v1/runs/{id}/events") => &["after"],
+        (
+            "GET",
+            "/v1/runs/{id}"
+            | "/v1/runs/{id}/messages"
+            | "/v1/runs/{id}/workspace"
+            | "/v1/runs/{id}/workspace/{*path}"
+            | "/v1/models"
+            | "/healthz"
+            | "/readyz"
+            | "/metrics",
+        )
+        | ("DELETE", "/v1/runs/{id}") => &[],
+        _ => return None,
+    })
+}
+
+/// Refuses a parameter the route does not take (a typo such as `?wiat=true`
+/// would otherwise be silently ignored) and one given twice (which value
+/// counts would be a guess). Unknown routes are left to the 404.
+fn check_query(request: &Request) -> Result<(), ApiError> {
+    let Some(query) = request.uri().query().filter(|query| !query.is_empty()) else {
+        return Ok(());
+    };
+    let Some(route) = request.extensions().get::<MatchedPath>() else {
+        return Ok(());
+    };
+    let Some(accepted) = accepted_parameters(request.method(), route.as_str()) else {
+        return Ok(());
+    };
+    let mut seen: Vec<String> = Vec::new();
+    for (name, _) in form_urlencoded::parse(query.as_bytes()) {
+        if !accepted.contains(&name.as_ref()) {
+            return Err(ApiError::InvalidQuery(if accepted.is_empty() {
+                format!("unknown query parameter {name:?}: this route takes none")
+            } else {
+                format!(
+                    "unknown query parameter {name:?} (this route takes: {})",
+                    accepted.join(", ")
+                )
+            }));
+        }
+        if seen.iter().any(|s| s == name.as_ref()) {
+            return Err(ApiError::InvalidQuery(format!(
+                "the query parameter {name:?} is given more than once"
+            )));
+        }
+        seen.push(name.into_owned());
+    }
+    Ok(())
 }

@@ -33,8 +33,14 @@ pub fn check_file_path(path: &str) -> Result<(), &'static str> {
     {
         return Err("the path must not contain empty, '.' or '..' components");
     }
+    if path.split('/').any(|part| part.len() > MAX_NAME_BYTES) {
+        return Err("a name in the path is longer than 255 bytes");
+    }
     Ok(())
 }
+
+/// Longest name of one path component, in bytes: the kernel's `NAME_MAX`.
+pub const MAX_NAME_BYTES: usize = 255;
 
 /// One step of a [`RelativePath`].
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -280,3 +280,54 @@ async fn a_key_given_twice_is_refused_not_silently_the_last() {
     }
     assert_eq!(app.get("/v1/runs").await.body["runs"], json!([]));
 }
+
+#[tokio::test]
+async fn unknown_and_repeated_query_parameters_are_refused() {
+    let app = spawn_app().await;
+    let run = app
+        .run_to_end(json!({"prompt": "x", "model": {"scripted": [{"content": "ok"}]}}))
+        .await;
+    let id = run["id"].as_str().unwrap();
+    for (path, named) in [
+        ("/v1/runs?wiat=true".to_owned(), "wiat"),
+        ("/v1/runs?limit=1&limit=2".to_owned(), "limit"),
+        ("/healthz?verbose=1".to_owned(), "verbose"),
+        (format!("/v1/runs/{id}/events?from=3"), "from"),
+        (format!("/v1/runs/{id}?after=1"), "after"),
+    ] {
+        let reply = app.get(&path).await;
+        assert_eq!(reply.status, 400, "{path}: {}", reply.text);
+        assert_eq!(reply.error_code(), "invalid_query");
+        assert!(reply.text.contains(named), "{path}: {}", reply.text);
+    }
+    // A resume point must be one, wherever it comes from; the header wins.
+    let events = format!("/v1/runs/{id}/events");
+    for (header, query) in [("", ""), ("3", "?after=x"), ("x", "?after=3")] {
+        let reply = app
+            .send(
+                app.request(Method::GET, &format!("{events}{query}"))
+                    .header("last-event-id", header),
+            )
+            .await;
+        assert_eq!(reply.status, 400, "{header:?} {query:?}: {}", reply.text);
+    }
+    // What a route takes is still taken.
+    assert_eq!(
+        app.get("/v1/runs?limit=1&status=completed").await.status,
+        200
+    );
+    let reply = app
+        .send(
+            app.request(Method::POST, "/v1/runs?wait=true&wait=false")
+                .json(&json!({"prompt": "x"})),
+        )
+        .await;
+    assert_eq!(reply.status, 400, "{}", reply.text);
+    assert_eq!(
+        app.get("/v1/runs").await.body["runs"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}
