@@ -34,6 +34,9 @@ pub enum ApiError {
     /// A request that contradicts the resource's state.
     #[error("{message}")]
     Conflict { code: &'static str, message: String },
+    /// The bytes are not an HTTP request (hyper's own refusal, made JSON).
+    #[error("the request is not valid HTTP")]
+    MalformedRequest,
     #[error("the request body exceeds the limit of {0} bytes")]
     PayloadTooLarge(usize),
     #[error("the request target exceeds the limit of {0} bytes")]
@@ -61,11 +64,20 @@ impl ApiError {
         Self::Internal(format!("{context}: {error}"))
     }
 
+    /// The status and the JSON body of this error, for the layers that write
+    /// bytes themselves (see `super::serve`).
+    pub fn status_and_body(&self) -> (StatusCode, String) {
+        let (status, code) = self.status_and_code();
+        let body = json!({"error": {"code": code, "message": self.to_string()}});
+        (status, body.to_string())
+    }
+
     fn status_and_code(&self) -> (StatusCode, &'static str) {
         match self {
             Self::InvalidJson(_) => (StatusCode::BAD_REQUEST, "invalid_json"),
             Self::InvalidQuery(_) => (StatusCode::BAD_REQUEST, "invalid_query"),
             Self::InvalidPath(_) => (StatusCode::BAD_REQUEST, "invalid_path"),
+            Self::MalformedRequest => (StatusCode::BAD_REQUEST, "bad_request"),
             Self::Validation(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
             Self::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
             Self::NotFound(_) | Self::NoRoute(_) => (StatusCode::NOT_FOUND, "not_found"),

@@ -20,12 +20,19 @@
 //! connections nobody will serve and clients see the refusal immediately.
 //! A failed `accept` (out of descriptors) is retried after a short pause
 //! rather than ending the server.
+//!
+//! hyper answers what it cannot parse itself (400 for bytes that are not a
+//! request, 414 and 431 past its own buffers), with an empty body, before
+//! any service sees it. Those answers are recognised as they are written (a
+//! 4xx with `content-length: 0` while no request is in flight: every
+//! response of the router carries a JSON body) and replaced with the same
+//! status in the JSON error shape.
 
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use axum::Router;
@@ -40,6 +47,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::Service;
+
+use super::error::ApiError;
 
 /// The head hyper buffers before it refuses a request itself.
 const HYPER_MAX_BUF_BYTES: usize = 256 * 1024;
@@ -188,6 +197,7 @@ async fn serve_connection(
     let io = TokioIo::new(Watched {
         inner: stream,
         activity: Arc::clone(&activity),
+        replacement: None,
     });
     let service = {
         let activity = Arc::clone(&activity);
@@ -256,10 +266,76 @@ impl Drop for InFlight {
     }
 }
 
-/// A stream that tells the connection's [`Activity`] when bytes move.
+/// A stream that tells the connection's [`Activity`] when bytes move, and
+/// turns hyper's own empty-bodied refusals into JSON ones.
 struct Watched {
     inner: TcpStream,
     activity: Arc<Activity>,
+    /// A JSON refusal written in place of hyper's, and how much of it is out.
+    replacement: Option<(Vec<u8>, usize)>,
+}
+
+impl Watched {
+    /// Whether `head` is hyper's own refusal; if so, its JSON replacement is
+    /// queued and the caller reports `head` as written.
+    fn replace_refusal(&mut self, head: &[u8]) -> bool {
+        // hyper closes the connection after its refusal: whatever it writes
+        // again (the same head, retried after a pending write) is consumed.
+        if self.replacement.is_some() {
+            return true;
+        }
+        if self.activity.in_flight.load(Ordering::Acquire) > 0 {
+            return false;
+        }
+        let Some(status) = hyper_refusal(head) else {
+            return false;
+        };
+        let error = match status {
+            414 => ApiError::UriTooLong(super::limits::MAX_URI_BYTES),
+            431 => ApiError::HeadersTooLarge {
+                count: super::limits::MAX_HEADER_COUNT,
+                bytes: super::limits::MAX_HEADER_BYTES,
+            },
+            _ => ApiError::MalformedRequest,
+        };
+        let (code, body) = error.status_and_body();
+        let response = format!(
+            "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+             connection: close\r\n\r\n{body}",
+            code.as_u16(),
+            code.canonical_reason().unwrap_or("Error"),
+            body.len()
+        );
+        self.replacement = Some((response.into_bytes(), 0));
+        true
+    }
+
+    /// Writes out a queued replacement; ready once all of it is out.
+    fn poll_replacement(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while let Some((bytes, written)) = &mut self.replacement {
+            if *written == bytes.len() {
+                break;
+            }
+            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &bytes[*written..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            *written += n;
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// The status of `head` if it is one of hyper's own refusals: a 4xx status
+/// line with an empty body.
+fn hyper_refusal(head: &[u8]) -> Option<u16> {
+    let rest = head.strip_prefix(b"HTTP/1.1 4")?;
+    if !head.windows(19).any(|w| w == b"content-length: 0\r\n") {
+        return None;
+    }
+    let digits = rest.get(..2)?;
+    let tens = std::str::from_utf8(digits).ok()?.parse::<u16>().ok()?;
+    Some(400 + tens)
 }
 
 impl AsyncRead for Watched {
@@ -283,6 +359,11 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
+        ready!(self.poll_replacement(cx))?;
+        if self.replace_refusal(buf) {
+            ready!(self.poll_replacement(cx))?;
+            return Poll::Ready(Ok(buf.len()));
+        }
         let result = Pin::new(&mut self.inner).poll_write(cx, buf);
         if matches!(result, Poll::Ready(Ok(n)) if n > 0) {
             self.activity.wrote();
@@ -295,6 +376,13 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
+        ready!(self.poll_replacement(cx))?;
+        if let Some(first) = bufs.iter().find(|b| !b.is_empty())
+            && self.replace_refusal(first)
+        {
+            ready!(self.poll_replacement(cx))?;
+            return Poll::Ready(Ok(bufs.iter().map(|b| b.len()).sum()));
+        }
         let result = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
         if matches!(result, Poll::Ready(Ok(n)) if n > 0) {
             self.activity.wrote();
@@ -307,10 +395,12 @@ impl AsyncWrite for Watched {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(self.poll_replacement(cx))?;
         Pin::new(&mut self.inner).poll_flush(cx)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(self.poll_replacement(cx))?;
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }

@@ -258,15 +258,50 @@ async fn an_oversized_target_or_header_block_gets_a_json_414_or_431() {
         ),
     ];
     for (request, status, code) in cases {
-        let mut stream = connect(&app).await;
-        stream.write_all(request.as_bytes()).await.unwrap();
-        let (got, head, body) = read_response(&mut stream).await;
-        assert_eq!(got, status, "{head}");
-        assert!(
-            head.to_ascii_lowercase()
-                .contains("content-type: application/json"),
-            "{head}"
-        );
-        assert_eq!(body["error"]["code"], code);
+        assert_json_refusal(&app, request.as_bytes(), status, code).await;
     }
+}
+
+/// Sends `request` on a fresh connection and asserts the JSON refusal.
+async fn assert_json_refusal(app: &TestApp, request: &[u8], status: u16, code: &str) {
+    let mut stream = connect(app).await;
+    // The server may refuse before it has read everything.
+    let _ = stream.write_all(request).await;
+    let (got, head, body) = read_response(&mut stream).await;
+    assert_eq!(got, status, "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: application/json"),
+        "{head}"
+    );
+    assert_eq!(body["error"]["code"], code, "{body}");
+}
+
+#[tokio::test]
+async fn what_hyper_refuses_itself_is_answered_in_json_too() {
+    let app = spawn_app().await;
+    let cases: [(Vec<u8>, u16, &str); 3] = [
+        (b"GARBAGE\r\n\r\n".to_vec(), 400, "bad_request"),
+        (
+            b"GET /healthz HTTP/9.9\r\n\r\n".to_vec(),
+            400,
+            "bad_request",
+        ),
+        (
+            // Past even hyper's buffer: the router never sees it.
+            [
+                b"GET /healthz HTTP/1.1\r\nHost: test\r\nX-Huge: ".as_slice(),
+                &vec![b'h'; 300 * 1024],
+                b"\r\n\r\n",
+            ]
+            .concat(),
+            431,
+            "headers_too_large",
+        ),
+    ];
+    for (request, status, code) in cases {
+        assert_json_refusal(&app, &request, status, code).await;
+    }
+    // And the server goes on serving.
+    assert_eq!(app.get("/healthz").await.status, 200);
 }
