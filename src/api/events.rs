@@ -12,7 +12,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use async_stream::stream;
-use axum::extract::{Extension, Path, Query, State};
+use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use futures_util::Stream;
@@ -21,8 +21,7 @@ use uuid::Uuid;
 
 use super::AppState;
 use super::error::ApiError;
-use super::runs::{fetch, parse_id};
-use crate::run::Tenant;
+use super::tenant_run::TenantRun;
 use crate::store::{Store, StoredEvent};
 
 /// Stored events read per query while replaying.
@@ -30,12 +29,10 @@ const REPLAY_PAGE: u32 = 500;
 
 pub async fn stream(
     State(state): State<AppState>,
-    Extension(tenant): Extension<Tenant>,
-    Path(id): Path<String>,
+    TenantRun { run, .. }: TenantRun,
     Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
-    let run = fetch(&state, &tenant, parse_id(&id)?).await?;
     let after = resume_point(&headers, &query)?;
     // Subscribe first: whatever is committed after this is either in the
     // channel or found by the storage read below.

@@ -11,6 +11,7 @@ pub mod limits;
 pub mod runs;
 pub mod serve;
 pub mod system;
+pub mod tenant_run;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -15,6 +15,7 @@ use super::AppState;
 use super::create::{Ceilings, CreateRunRequest, check_workspace_path};
 use super::error::ApiError;
 use super::json::ApiJson;
+use super::tenant_run::{TenantRun, read};
 use crate::harness::RunStatus;
 use crate::run::{Run, Tenant};
 use crate::runner::SubmitError;
@@ -94,7 +95,7 @@ pub async fn create(
         if let Some(live) = state.runner.live(run.id) {
             live.finished().await;
         }
-        let run = fetch(&state, &tenant, run.id).await?;
+        let run = read(&state, &tenant, run.id).await?;
         // Only a stored end counts: one that storage refused to the last
         // (the server stopping meanwhile) is not reported as an end.
         if !run.status.is_terminal() {
@@ -199,12 +200,8 @@ fn request_hash(body: &Value) -> String {
 }
 
 /// `GET /v1/runs/{id}`
-pub async fn get(
-    State(state): State<AppState>,
-    Extension(tenant): Extension<Tenant>,
-    Path(id): Path<String>,
-) -> Result<Json<Run>, ApiError> {
-    Ok(Json(fetch(&state, &tenant, parse_id(&id)?).await?))
+pub async fn get(TenantRun { run, .. }: TenantRun) -> Json<Run> {
+    Json(run)
 }
 
 /// `GET /v1/runs`
@@ -261,10 +258,8 @@ pub async fn list(
 /// `GET /v1/runs/{id}/messages`
 pub async fn messages(
     State(state): State<AppState>,
-    Extension(tenant): Extension<Tenant>,
-    Path(id): Path<String>,
+    TenantRun { run, .. }: TenantRun,
 ) -> Result<Response, ApiError> {
-    let run = fetch(&state, &tenant, parse_id(&id)?).await?;
     let messages = state
         .runner
         .store()
@@ -287,14 +282,12 @@ pub async fn messages(
 /// `DELETE /v1/runs/{id}`
 pub async fn cancel(
     State(state): State<AppState>,
-    Extension(tenant): Extension<Tenant>,
-    Path(id): Path<String>,
+    TenantRun { tenant, run }: TenantRun,
 ) -> Result<Response, ApiError> {
-    let id = parse_id(&id)?;
-    let run = fetch(&state, &tenant, id).await?;
+    let id = run.id;
     if run.status.is_terminal() || state.runner.cancel(&tenant, id).is_none() {
         // Terminal, or it ended between the read and the cancel.
-        let run = fetch(&state, &tenant, id).await?;
+        let run = read(&state, &tenant, id).await?;
         return Err(ApiError::Conflict {
             code: "run_not_live",
             message: format!("the run has already ended with status {}", run.status),
@@ -306,10 +299,8 @@ pub async fn cancel(
 /// `GET /v1/runs/{id}/workspace`
 pub async fn workspace(
     State(state): State<AppState>,
-    Extension(tenant): Extension<Tenant>,
-    Path(id): Path<String>,
+    TenantRun { run, .. }: TenantRun,
 ) -> Result<Json<Value>, ApiError> {
-    let run = fetch(&state, &tenant, parse_id(&id)?).await?;
     let directory = state.runner.workspace_dir(run.id);
     let files = tokio::task::spawn_blocking(move || {
         let workspace = Workspace::open(&directory).map_err(|e| e.to_string())?;
@@ -328,10 +319,9 @@ pub async fn workspace(
 /// `GET /v1/runs/{id}/workspace/{*path}`
 pub async fn workspace_file(
     State(state): State<AppState>,
-    Extension(tenant): Extension<Tenant>,
-    Path((id, path)): Path<(String, String)>,
+    TenantRun { run, .. }: TenantRun,
+    Path((_, path)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let run = fetch(&state, &tenant, parse_id(&id)?).await?;
     check_workspace_path(&path)
         .map_err(|why| ApiError::InvalidPath(format!("path {path:?}: {why}")))?;
     let directory = state.runner.workspace_dir(run.id);
@@ -362,18 +352,4 @@ pub async fn workspace_file(
         Body::from(bytes),
     )
         .into_response())
-}
-
-pub(super) fn parse_id(id: &str) -> Result<Uuid, ApiError> {
-    Uuid::parse_str(id).map_err(|_| ApiError::NotFound("run"))
-}
-
-pub(super) async fn fetch(state: &AppState, tenant: &Tenant, id: Uuid) -> Result<Run, ApiError> {
-    state
-        .runner
-        .store()
-        .get_run(tenant, id)
-        .await
-        .map_err(|e| ApiError::internal("reading a run", e))?
-        .ok_or(ApiError::NotFound("run"))
 }
