@@ -478,6 +478,11 @@ impl RunTask {
                 return self.leave_queued();
             },
             () = self.live.cancel.cancelled() => {
+                // The server stopping lets it wait for the next process, as
+                // every queued run; a client's cancel ends it.
+                if self.live.interrupted.load(Ordering::Acquire) {
+                    return self.leave_queued();
+                }
                 tracing::info!("cancelled before its start was stored");
                 observer.end_without_harness(RunStatus::Aborted, None);
                 return;

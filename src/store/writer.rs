@@ -128,23 +128,42 @@ pub struct WriterStats {
     pub failures: AtomicU64,
 }
 
+/// How long a refused insert alone (nothing held) keeps storage reported
+/// as failing: long enough that a burst of new runs is refused at once,
+/// short enough that the next insert, a probe of its own, comes soon.
+const REFUSAL_MEMORY: Duration = Duration::from_secs(2);
+
 /// Since when storage has refused the writer's writes, if it does.
 #[derive(Debug, Default)]
 struct Health {
-    failing_since: Mutex<Option<Instant>>,
+    state: Mutex<HealthState>,
+}
+
+#[derive(Debug, Default)]
+struct HealthState {
+    /// The first refusal since the last successful commit.
+    since: Option<Instant>,
+    /// The latest refusal.
+    last: Option<Instant>,
+    /// Whether refused writes are held, to be tried again.
+    holding: bool,
 }
 
 impl Health {
-    fn failing(&self) {
-        if let Ok(mut since) = self.failing_since.lock() {
-            since.get_or_insert_with(Instant::now);
+    fn refused(&self, holding: bool) {
+        if let Ok(mut state) = self.state.lock() {
+            let now = Instant::now();
+            state.since.get_or_insert(now);
+            state.last = Some(now);
+            state.holding = holding;
         }
     }
 
     fn recovered(&self) {
-        if let Ok(mut since) = self.failing_since.lock()
-            && let Some(since) = since.take()
+        if let Ok(mut state) = self.state.lock()
+            && let Some(since) = state.since.take()
         {
+            *state = HealthState::default();
             tracing::info!(
                 refused_for_ms = since.elapsed().as_millis() as u64,
                 "storage takes writes again"
@@ -153,10 +172,13 @@ impl Health {
     }
 
     fn failing_for(&self) -> Option<Duration> {
-        self.failing_since
-            .lock()
-            .ok()
-            .and_then(|since| since.map(|since| since.elapsed()))
+        let state = self.state.lock().ok()?;
+        let since = state.since?;
+        let stale = !state.holding
+            && state
+                .last
+                .is_none_or(|last| last.elapsed() > REFUSAL_MEMORY);
+        (!stale).then(|| since.elapsed())
     }
 }
 
@@ -293,8 +315,9 @@ impl Task {
             // expected.
             if let Some(position) = pending.iter().position(|op| matches!(op, Op::Close(_))) {
                 for op in pending.split_off(position) {
-                    if let Op::Close(done) = op {
-                        closing.push(done);
+                    match op {
+                        Op::Close(done) => closing.push(done),
+                        op => finish(op, false),
                     }
                 }
                 closed_at.get_or_insert_with(Instant::now);
@@ -308,13 +331,16 @@ impl Task {
             self.stats
                 .operations
                 .fetch_add(batch.len() as u64, Ordering::Relaxed);
-            let held = self.commit(batch).await;
-            if held.is_empty() {
+            let (held, refused) = self.commit(batch).await;
+            if refused {
+                self.health.refused(!held.is_empty());
+            } else {
                 self.health.recovered();
+            }
+            if held.is_empty() {
                 retry = RETRY_FIRST;
                 continue;
             }
-            self.health.failing();
             for op in held.into_iter().rev() {
                 pending.push_front(op);
             }
@@ -331,6 +357,12 @@ impl Task {
             tokio::time::sleep(retry).await;
             retry = (retry * 2).min(RETRY_MAX);
         }
+        // Whatever was sent after the close (a race with the last run) is
+        // told it was not stored rather than left waiting.
+        receiver.close();
+        while let Ok(op) = receiver.try_recv() {
+            finish(op, false);
+        }
         let _ = self.connection.close().await;
         for done in closing {
             let _ = done.send(());
@@ -338,23 +370,23 @@ impl Task {
     }
 
     /// Commits `batch` in one transaction, and returns what storage refused
-    /// (in order) to be tried again. A new run's insert that storage refuses
+    /// (in order) to be tried again, and whether it refused anything. A new run's insert that storage refuses
     /// is answered with the error instead. Should the transaction fail for
     /// another reason, each operation is written in a transaction of its own,
     /// so that one bad write loses nothing else and gets its own error.
-    async fn commit(&mut self, batch: Vec<Op>) -> Vec<Op> {
+    async fn commit(&mut self, batch: Vec<Op>) -> (Vec<Op>, bool) {
         let error = match apply_all(&mut self.connection, &batch).await {
             Ok(()) => {
                 for op in batch {
                     finish(op, true);
                 }
-                return Vec::new();
+                return (Vec::new(), false);
             }
             Err(error) => error,
         };
         if is_refusal(&error) {
             tracing::warn!(%error, operations = batch.len(), "storage refused a batch; holding it");
-            return hold(batch, &error);
+            return (hold(batch, &error), true);
         }
         tracing::warn!(%error, operations = batch.len(), "batch write failed; writing one by one");
         let mut ops = batch.into_iter();
@@ -364,7 +396,7 @@ impl Task {
                 Err(error) if is_refusal(&error) => {
                     // Held with everything after it, to keep their order.
                     let rest = std::iter::once(op).chain(ops).collect();
-                    return hold(rest, &error);
+                    return (hold(rest, &error), true);
                 }
                 Err(error) => {
                     self.stats.failures.fetch_add(1, Ordering::Relaxed);
@@ -373,7 +405,7 @@ impl Task {
                 }
             }
         }
-        Vec::new()
+        (Vec::new(), false)
     }
 }
 
@@ -427,7 +459,7 @@ fn fail(op: Op, error: StoreError) {
 /// CANTOPEN and PROTOCOL, or an I/O error of the driver.
 fn is_refusal(error: &StoreError) -> bool {
     match error {
-        StoreError::Database(sqlx::Error::Io(_)) => true,
+        StoreError::Refused(_) | StoreError::Database(sqlx::Error::Io(_)) => true,
         StoreError::Database(sqlx::Error::Database(error)) => error
             .code()
             .and_then(|code| code.parse::<i64>().ok())
@@ -437,7 +469,18 @@ fn is_refusal(error: &StoreError) -> bool {
 }
 
 async fn apply_all(connection: &mut SqliteConnection, ops: &[Op]) -> Result<(), StoreError> {
-    connection.execute("BEGIN IMMEDIATE").await?;
+    if let Err(error) = connection.execute("BEGIN IMMEDIATE").await {
+        // A rollback that failed under an I/O error can leave the connection
+        // inside a transaction: end it and begin again. Not being able to
+        // begin at all is storage's refusal, not this batch's fault.
+        let _ = connection.execute("ROLLBACK").await;
+        connection
+            .execute("BEGIN IMMEDIATE")
+            .await
+            .map_err(|again| {
+                StoreError::Refused(format!("cannot begin a transaction: {error}; {again}"))
+            })?;
+    }
     if let Err(error) = apply(connection, ops).await {
         let _ = connection.execute("ROLLBACK").await;
         return Err(error);
