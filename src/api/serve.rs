@@ -31,7 +31,7 @@
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -119,6 +119,9 @@ struct Activity {
     last_byte: AtomicU64,
     head_started: AtomicU64,
     in_flight: AtomicUsize,
+    /// The connection speaks HTTP/2 (its first bytes were the preface):
+    /// frames between requests (pings, window updates) are no request head.
+    http2: AtomicBool,
 }
 
 /// `head_started` when no head is being read.
@@ -132,17 +135,30 @@ impl Activity {
             // The first head is awaited from the moment of accept.
             head_started: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
+            http2: AtomicBool::new(false),
         }
+    }
+
+    fn is_http2(&self) -> bool {
+        self.http2.load(Ordering::Relaxed)
     }
 
     fn now(&self) -> u64 {
         u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX - 1)
     }
 
-    fn read(&self) {
+    fn read(&self, bytes: &[u8], first: bool) {
         let now = self.now();
         self.last_byte.store(now, Ordering::Relaxed);
-        if self.in_flight.load(Ordering::Acquire) == 0 {
+        // (A preface split over two first reads is taken for HTTP/1; its
+        // connection is then cut at the header deadline when idle.)
+        if first && bytes.starts_with(b"PRI * HTTP/2.0") {
+            self.http2.store(true, Ordering::Relaxed);
+            // HTTP/2 has no head to wait for: only idleness counts.
+            self.head_started.store(NO_HEAD, Ordering::Release);
+            return;
+        }
+        if !self.is_http2() && self.in_flight.load(Ordering::Acquire) == 0 {
             // The first byte of a new request; a head already begun keeps
             // its start.
             let _ = self.head_started.compare_exchange(
@@ -198,15 +214,17 @@ async fn serve_connection(
         inner: stream,
         activity: Arc::clone(&activity),
         replacement: None,
+        read_any: false,
     });
     let service = {
         let activity = Arc::clone(&activity);
         hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
             let mut router = router.clone();
-            let activity = Arc::clone(&activity);
             activity.request_began();
+            // Made now, not in the future: a future dropped unpolled still
+            // ends its request.
+            let guard = InFlight(Arc::clone(&activity));
             async move {
-                let guard = InFlight(activity);
                 let response = router.call(request.map(Body::new)).await?;
                 // The guard lives as long as the body: a response is in
                 // flight until its last byte (or its stream's end).
@@ -243,9 +261,19 @@ async fn serve_connection(
                 }
                 return;
             }
-            () = tokio::time::sleep_until(wake), if !closing => {
+            // Also while closing: a graceful shutdown does not end a
+            // connection whose head is half received.
+            () = tokio::time::sleep_until(wake) => {
                 if activity.deadline(&limits).is_some_and(|at| activity.now() >= at) {
-                    // Nothing is in flight: close now, not gracefully.
+                    if activity.is_http2() && !closing {
+                        // A GOAWAY lets the client finish cleanly; the
+                        // next deadline drops it if it does not.
+                        closing = true;
+                        activity.last_byte.store(activity.now(), Ordering::Relaxed);
+                        connection.as_mut().graceful_shutdown();
+                        continue;
+                    }
+                    // Nothing is in flight: close now.
                     return;
                 }
             }
@@ -273,6 +301,8 @@ struct Watched {
     activity: Arc<Activity>,
     /// A JSON refusal written in place of hyper's, and how much of it is out.
     replacement: Option<(Vec<u8>, usize)>,
+    /// Whether any byte was read yet (the first tell the protocol).
+    read_any: bool,
 }
 
 impl Watched {
@@ -330,7 +360,10 @@ impl Watched {
 /// line with an empty body.
 fn hyper_refusal(head: &[u8]) -> Option<u16> {
     let rest = head.strip_prefix(b"HTTP/1.1 4")?;
-    if !head.windows(19).any(|w| w == b"content-length: 0\r\n") {
+    // Exactly one head, nothing after it: a buffer holding a router response
+    // and the next one's head is never mistaken for a refusal.
+    let end = head.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    if end != head.len() || !head.windows(19).any(|w| w == b"content-length: 0\r\n") {
         return None;
     }
     let digits = rest.get(..2)?;
@@ -347,7 +380,9 @@ impl AsyncRead for Watched {
         let before = buf.filled().len();
         let result = Pin::new(&mut self.inner).poll_read(cx, buf);
         if buf.filled().len() > before {
-            self.activity.read();
+            let first = before == 0 && !self.read_any;
+            self.read_any = true;
+            self.activity.read(&buf.filled()[before..], first);
         }
         result
     }

@@ -82,23 +82,69 @@ async fn a_head_dribbled_slowly_is_cut_at_the_header_timeout_and_others_are_serv
             .unwrap();
         slow.push(stream);
     }
-    // Keep every head unfinished, one header at a time, past the timeout;
-    // meanwhile others are served.
-    for round in 0..6 {
+    // Keep every head unfinished, one header at a time, for as long as the
+    // server keeps the connection: a deadline that a byte pushed back would
+    // never come. Meanwhile others are served.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let mut open = slow.len();
+    let mut round = 0;
+    while open > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{open} dribbled heads were never cut"
+        );
+        open = 0;
         for stream in &mut slow {
-            let _ = stream
-                .write_all(format!("X-Slow-{round}: 1\r\n").as_bytes())
-                .await;
+            let mut byte = [0u8; 1];
+            let closed = matches!(stream.try_read(&mut byte), Ok(0))
+                || stream
+                    .write_all(format!("X-Slow-{round}: 1\r\n").as_bytes())
+                    .await
+                    .is_err();
+            if !closed {
+                open += 1;
+            }
         }
         assert_eq!(app.get("/healthz").await.status, 200);
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        round += 1;
     }
-    for stream in &mut slow {
-        assert!(
-            closed_by_server(stream).await,
-            "a slowloris head was not cut"
-        );
-    }
+}
+
+#[tokio::test]
+async fn a_half_received_head_does_not_hold_up_a_shutdown() {
+    let mut app = spawn_with(|config| config.server.request_header_timeout_ms = 300).await;
+    let mut partial = connect(&app).await;
+    partial.write_all(b"G").await.unwrap();
+    app.begin_stop();
+    assert!(
+        closed_by_server(&mut partial).await,
+        "the half-received connection was kept open through the shutdown"
+    );
+}
+
+#[tokio::test]
+async fn a_router_response_and_a_pipelined_bad_request_are_each_answered_as_they_are() {
+    let app = spawn_app().await;
+    let mut stream = connect(&app).await;
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\nGARBAGE\r\n\r\n")
+        .await
+        .unwrap();
+    // Both answers, until the server closes after the refusal.
+    let mut bytes = Vec::new();
+    tokio::time::timeout(PATIENCE, stream.read_to_end(&mut bytes))
+        .await
+        .expect("the connection closes after the refusal")
+        .unwrap();
+    let text = String::from_utf8(bytes).unwrap();
+    let (ok, refusal) = text.split_at(text.find("HTTP/1.1 400").expect("a 400 follows"));
+    assert!(ok.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(ok.ends_with(r#"{"status":"ok"}"#), "{text}");
+    let (head, body) = refusal.split_once("\r\n\r\n").unwrap();
+    assert!(head.contains("content-type: application/json"), "{head}");
+    let body: Value = serde_json::from_str(body).unwrap();
+    assert_eq!(body["error"]["code"], "bad_request");
 }
 
 #[tokio::test]
