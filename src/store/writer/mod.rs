@@ -15,27 +15,32 @@
 //! at once, so that its client hears of it instead of waiting. A write that
 //! fails for any other reason (a constraint: a bug or a race) fails alone,
 //! with its own error, and the rest of its batch is written.
+//!
+//! - this module: the handle, the operations, the task and its holding;
+//! - [`health`]: since when storage refuses writes;
+//! - [`sql`]: the rows and the statements that write a batch.
+
+mod health;
+mod sql;
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use sqlx::Connection;
 use sqlx::sqlite::SqliteConnection;
-use sqlx::{Connection, Executor, QueryBuilder, Sqlite};
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
-use super::{NewRun, StoreError};
+use super::StoreError;
 use crate::harness::{RunStatus, UsageTotals};
-use crate::run::format_time;
+use health::Health;
+pub(crate) use sql::RunRow;
+use sql::apply_all;
 
 /// Most operations committed in one transaction.
 pub const MAX_BATCH: usize = 2048;
-
-/// Most rows one statement writes (the runs insert binds 14 values a row,
-/// well within SQLite's 32,766 variables).
-const MAX_ROWS_PER_STATEMENT: usize = 256;
 
 /// First pause before a write that storage refused is tried again; it
 /// doubles up to [`RETRY_MAX`].
@@ -47,46 +52,6 @@ const RETRY_MAX: Duration = Duration::from_secs(1);
 /// held when the writer closes), so that waiters never hang. Only `true`
 /// may tell a client the write happened.
 pub type AfterCommit = Box<dyn FnOnce(bool) + Send + Sync>;
-
-/// A row of `runs`, owned, ready to insert.
-pub(crate) struct RunRow {
-    id: String,
-    tenant: String,
-    status: &'static str,
-    prompt: String,
-    limits: String,
-    context: String,
-    tools: String,
-    commands: String,
-    model: String,
-    metadata: String,
-    model_spec: String,
-    idempotency_key: Option<String>,
-    request_hash: Option<String>,
-    created_at: String,
-}
-
-impl RunRow {
-    pub(crate) fn new(new: NewRun<'_>) -> Result<Self, StoreError> {
-        let run = new.run;
-        Ok(Self {
-            id: run.id.to_string(),
-            tenant: new.tenant.0.clone(),
-            status: run.status.as_str(),
-            prompt: run.prompt.clone(),
-            limits: json(&run.limits)?,
-            context: json(&run.context)?,
-            tools: json(&run.tools)?,
-            commands: json(&run.commands)?,
-            model: json(&run.model)?,
-            metadata: json(&run.metadata)?,
-            model_spec: json(&new.spec.model)?,
-            idempotency_key: new.idempotency.map(|(key, _)| key.to_owned()),
-            request_hash: new.idempotency.map(|(_, hash)| hash.to_owned()),
-            created_at: format_time(&run.created_at),
-        })
-    }
-}
 
 /// The end of a run, written with its `run_end` event in one transaction.
 pub struct Finish {
@@ -100,7 +65,7 @@ pub struct Finish {
     pub finished_at: String,
 }
 
-enum Op {
+pub(super) enum Op {
     InsertRun(Box<RunRow>, oneshot::Sender<Result<(), StoreError>>),
     Started {
         run_id: Uuid,
@@ -126,60 +91,6 @@ pub struct WriterStats {
     pub batches: AtomicU64,
     pub operations: AtomicU64,
     pub failures: AtomicU64,
-}
-
-/// How long a refused insert alone (nothing held) keeps storage reported
-/// as failing: long enough that a burst of new runs is refused at once,
-/// short enough that the next insert, a probe of its own, comes soon.
-const REFUSAL_MEMORY: Duration = Duration::from_secs(2);
-
-/// Since when storage has refused the writer's writes, if it does.
-#[derive(Debug, Default)]
-struct Health {
-    state: Mutex<HealthState>,
-}
-
-#[derive(Debug, Default)]
-struct HealthState {
-    /// The first refusal since the last successful commit.
-    since: Option<Instant>,
-    /// The latest refusal.
-    last: Option<Instant>,
-    /// Whether refused writes are held, to be tried again.
-    holding: bool,
-}
-
-impl Health {
-    fn refused(&self, holding: bool) {
-        if let Ok(mut state) = self.state.lock() {
-            let now = Instant::now();
-            state.since.get_or_insert(now);
-            state.last = Some(now);
-            state.holding = holding;
-        }
-    }
-
-    fn recovered(&self) {
-        if let Ok(mut state) = self.state.lock()
-            && let Some(since) = state.since.take()
-        {
-            *state = HealthState::default();
-            tracing::info!(
-                refused_for_ms = since.elapsed().as_millis() as u64,
-                "storage takes writes again"
-            );
-        }
-    }
-
-    fn failing_for(&self) -> Option<Duration> {
-        let state = self.state.lock().ok()?;
-        let since = state.since?;
-        let stale = !state.holding
-            && state
-                .last
-                .is_none_or(|last| last.elapsed() > REFUSAL_MEMORY);
-        (!stale).then(|| since.elapsed())
-    }
 }
 
 /// A handle to the writer task; cheap to clone.
@@ -468,182 +379,11 @@ fn is_refusal(error: &StoreError) -> bool {
     }
 }
 
-async fn apply_all(connection: &mut SqliteConnection, ops: &[Op]) -> Result<(), StoreError> {
-    if let Err(error) = connection.execute("BEGIN IMMEDIATE").await {
-        // A rollback that failed under an I/O error can leave the connection
-        // inside a transaction: end it and begin again. Not being able to
-        // begin at all is storage's refusal, not this batch's fault.
-        let _ = connection.execute("ROLLBACK").await;
-        connection
-            .execute("BEGIN IMMEDIATE")
-            .await
-            .map_err(|again| {
-                StoreError::Refused(format!("cannot begin a transaction: {error}; {again}"))
-            })?;
-    }
-    if let Err(error) = apply(connection, ops).await {
-        let _ = connection.execute("ROLLBACK").await;
-        return Err(error);
-    }
-    if let Err(error) = connection.execute("COMMIT").await {
-        let _ = connection.execute("ROLLBACK").await;
-        return Err(error.into());
-    }
-    Ok(())
-}
-
-/// Writes `ops` with a few multi-row statements, one kind of row at a time,
-/// rather than a statement per row: every statement is a round trip to the
-/// connection's worker thread, and under load those round trips, not SQLite,
-/// bounded the writer (see docs/benchmarks.md).
-///
-/// The kinds go in an order that keeps every run's rows consistent: a run is
-/// inserted before its events and marked running before it ends.
-async fn apply(connection: &mut SqliteConnection, ops: &[Op]) -> Result<(), StoreError> {
-    let mut runs = Vec::new();
-    let mut started = Vec::new();
-    let mut messages = Vec::new();
-    let mut events = Vec::new();
-    let mut finishes = Vec::new();
-    for op in ops {
-        match op {
-            Op::InsertRun(row, _) => runs.push(&**row),
-            Op::Started { run_id, at, .. } => started.push((run_id.to_string(), at.as_str())),
-            Op::Event {
-                run_id,
-                sequence,
-                kind,
-                body,
-                message,
-                finish,
-                ..
-            } => {
-                let run_id = run_id.to_string();
-                if let Some((position, message)) = message {
-                    messages.push((run_id.clone(), *position, message.as_str()));
-                }
-                if let Some(finish) = finish {
-                    finishes.push((run_id.clone(), &**finish));
-                }
-                events.push((run_id, saturate(*sequence), *kind, body.as_str()));
-            }
-            Op::Close(_) => {}
-        }
-    }
-    for chunk in chunks(&runs) {
-        let mut query = QueryBuilder::<Sqlite>::new(
-            "INSERT INTO runs (id, tenant, status, prompt, limits, context, tools, commands, \
-             model, metadata, model_spec, idempotency_key, request_hash, created_at) ",
-        );
-        query.push_values(chunk, |mut values, row| {
-            values
-                .push_bind(row.id.as_str())
-                .push_bind(row.tenant.as_str())
-                .push_bind(row.status)
-                .push_bind(row.prompt.as_str())
-                .push_bind(row.limits.as_str())
-                .push_bind(row.context.as_str())
-                .push_bind(row.tools.as_str())
-                .push_bind(row.commands.as_str())
-                .push_bind(row.model.as_str())
-                .push_bind(row.metadata.as_str())
-                .push_bind(row.model_spec.as_str())
-                .push_bind(row.idempotency_key.as_deref())
-                .push_bind(row.request_hash.as_deref())
-                .push_bind(row.created_at.as_str());
-        });
-        query.build().execute(&mut *connection).await?;
-    }
-    for chunk in chunks(&started) {
-        let mut query = QueryBuilder::<Sqlite>::new(
-            "UPDATE runs SET status = 'running', started_at = v.column2 FROM (",
-        );
-        query.push_values(chunk, |mut values, (run_id, at)| {
-            values.push_bind(run_id.as_str()).push_bind(*at);
-        });
-        query.push(") AS v WHERE runs.id = v.column1");
-        query.build().execute(&mut *connection).await?;
-    }
-    for chunk in chunks(&messages) {
-        let mut query =
-            QueryBuilder::<Sqlite>::new("INSERT INTO messages (run_id, position, body) ");
-        query.push_values(chunk, |mut values, (run_id, position, body)| {
-            values
-                .push_bind(run_id.as_str())
-                .push_bind(i64::from(*position))
-                .push_bind(*body);
-        });
-        query.build().execute(&mut *connection).await?;
-    }
-    for chunk in chunks(&events) {
-        let mut query =
-            QueryBuilder::<Sqlite>::new("INSERT INTO events (run_id, sequence, type, body) ");
-        query.push_values(chunk, |mut values, (run_id, sequence, kind, body)| {
-            values
-                .push_bind(run_id.as_str())
-                .push_bind(*sequence)
-                .push_bind(*kind)
-                .push_bind(*body);
-        });
-        query.build().execute(&mut *connection).await?;
-    }
-    for chunk in chunks(&finishes) {
-        let mut query = QueryBuilder::<Sqlite>::new(
-            "UPDATE runs SET status = v.column2, answer = v.column3, error = v.column4, \
-             steps = v.column5, tool_calls = v.column6, input_tokens = v.column7, \
-             output_tokens = v.column8, model_calls_with_usage = v.column9, \
-             finished_at = v.column10 FROM (",
-        );
-        query.push_values(chunk, |mut values, (run_id, finish)| {
-            values
-                .push_bind(run_id.as_str())
-                .push_bind(finish.status.as_str())
-                .push_bind(finish.answer.as_deref())
-                .push_bind(finish.error.as_deref())
-                .push_bind(i64::from(finish.steps))
-                .push_bind(i64::from(finish.tool_calls))
-                .push_bind(saturate(finish.usage.input_tokens))
-                .push_bind(saturate(finish.usage.output_tokens))
-                .push_bind(saturate(finish.usage.model_calls_with_usage))
-                .push_bind(finish.finished_at.as_str());
-        });
-        query.push(") AS v WHERE runs.id = v.column1");
-        query.build().execute(&mut *connection).await?;
-    }
-    Ok(())
-}
-
-/// Cuts `rows` into chunks whose lengths are powers of two, at most
-/// [`MAX_ROWS_PER_STATEMENT`]: whatever a batch holds, each kind of statement
-/// comes in at most a few shapes, which the connection's statement cache
-/// keeps prepared.
-fn chunks<T>(rows: &[T]) -> impl Iterator<Item = &[T]> {
-    let mut rest = rows;
-    std::iter::from_fn(move || {
-        if rest.is_empty() {
-            return None;
-        }
-        let length = MAX_ROWS_PER_STATEMENT.min(1 << rest.len().ilog2());
-        let (chunk, tail) = rest.split_at(length);
-        rest = tail;
-        Some(chunk)
-    })
-}
-
-fn saturate(value: u64) -> i64 {
-    i64::try_from(value).unwrap_or(i64::MAX)
-}
-
-fn json<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
-    serde_json::to_string(value)
-        .map_err(|e| StoreError::Corrupt(format!("cannot serialise a run: {e}")))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::run::{ModelInfo, ModelSpec, Run, RunContext, RunLimits, RunSpec, Tenant};
-    use crate::store::Store;
+    use crate::store::{NewRun, Store};
 
     fn spec() -> RunSpec {
         RunSpec {
@@ -704,18 +444,5 @@ mod tests {
         assert!(store.get_run(&tenant, first.id).await.unwrap().is_some());
         assert!(store.get_run(&tenant, second.id).await.unwrap().is_none());
         store.close().await;
-    }
-
-    #[test]
-    fn rows_are_cut_in_powers_of_two_up_to_the_most_per_statement() {
-        let lengths = |n: usize| -> Vec<usize> {
-            let rows = vec![0u8; n];
-            chunks(&rows).map(<[u8]>::len).collect()
-        };
-        assert_eq!(lengths(0), Vec::<usize>::new());
-        assert_eq!(lengths(1), [1]);
-        assert_eq!(lengths(7), [4, 2, 1]);
-        assert_eq!(lengths(200), [128, 64, 8]);
-        assert_eq!(lengths(600), [256, 256, 64, 16, 8]);
     }
 }
