@@ -442,7 +442,9 @@ impl AsyncWrite for Watched {
 
 /// What the open-file limit allows, raising the soft limit to the hard one
 /// first: the descriptors left once `reserve` are set aside for the
-/// database, workspaces and commands. At least 16.
+/// database, workspaces and commands, but never less than half the limit
+/// (a reserve sized for many concurrent runs must not starve their clients,
+/// whose event streams are connections too). At least 16.
 pub fn connection_budget(reserve: u64) -> usize {
     use rustix::process::{Resource, getrlimit, setrlimit};
     let mut limit = getrlimit(Resource::Nofile);
@@ -456,6 +458,40 @@ pub fn connection_budget(reserve: u64) -> usize {
             Err(error) => tracing::warn!(%error, "cannot raise the open-file limit"),
         }
     }
-    let files = limit.current.unwrap_or(1 << 20);
-    usize::try_from(files.saturating_sub(reserve).max(16)).unwrap_or(usize::MAX)
+    budget(limit.current.unwrap_or(1 << 20), reserve)
+}
+
+fn budget(files: u64, reserve: u64) -> usize {
+    let budget = files.saturating_sub(reserve.min(files / 2)).max(16);
+    usize::try_from(budget).unwrap_or(usize::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_connection_budget_keeps_the_reserve_but_never_less_than_half() {
+        assert_eq!(budget(20_000, 768), 19_232);
+        // A reserve for 2,000 concurrent runs does not starve their streams.
+        assert_eq!(budget(20_000, 256 + 16 * 2_000), 10_000);
+        assert_eq!(budget(1_024, 768), 512);
+        assert_eq!(budget(20, 768), 16);
+    }
+
+    #[test]
+    fn only_a_lone_empty_4xx_head_is_taken_for_a_refusal() {
+        let refusal = b"HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
+        assert_eq!(hyper_refusal(refusal), Some(400));
+        let big = b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\n\r\n";
+        assert_eq!(hyper_refusal(big), Some(431));
+        let with_body = b"HTTP/1.1 404 Not Found\r\ncontent-length: 52\r\n\r\n";
+        assert_eq!(hyper_refusal(with_body), None);
+        let two = [refusal.as_slice(), b"HTTP/1.1 200 OK\r\n\r\n"].concat();
+        assert_eq!(hyper_refusal(&two), None);
+        assert_eq!(
+            hyper_refusal(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"),
+            None
+        );
+    }
 }
