@@ -323,15 +323,12 @@ impl Runner {
     pub async fn shutdown(&self, grace: Duration) {
         self.closing.cancel();
         self.tasks.close();
-        let deadline = Instant::now() + grace;
-        // Waiting runs must not start now.
+        // Waiting runs must not start now: their tasks end at once, so the
+        // tracker then waits for the running ones alone.
         self.stop_queue.cancel();
-        loop {
-            let running = self.shared.metrics.active_runs.load(Ordering::Acquire);
-            if running == 0 || Instant::now() >= deadline {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        if tokio::time::timeout(grace, self.tasks.wait()).await.is_ok() {
+            self.shared.store.close().await;
+            return;
         }
         let live: Vec<_> = self
             .shared
