@@ -33,12 +33,19 @@ impl Timing {
     }
 }
 
+/// What `/metrics` reads from the state that owns it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Gauges {
+    pub active_runs: u64,
+    pub queued_runs: u64,
+    pub writer_batches: u64,
+    pub writer_operations: u64,
+}
+
 #[derive(Debug, Default)]
 pub struct Metrics {
     pub runs_created: AtomicU64,
     finished: [AtomicU64; RunStatus::ALL.len()],
-    pub active_runs: AtomicU64,
-    pub queued_runs: AtomicU64,
     pub model_calls: AtomicU64,
     pub model_errors: AtomicU64,
     pub tool_calls: AtomicU64,
@@ -56,8 +63,15 @@ impl Metrics {
         }
     }
 
-    /// The Prometheus text exposition of every counter.
-    pub fn render(&self, writer_batches: u64, writer_operations: u64) -> String {
+    /// The Prometheus text exposition of every counter, with the gauges of
+    /// state that lives elsewhere (the runner's queue, the store's writer).
+    pub fn render(&self, gauges: Gauges) -> String {
+        let Gauges {
+            active_runs,
+            queued_runs,
+            writer_batches,
+            writer_operations,
+        } = gauges;
         let mut out = String::with_capacity(4096);
         let counter = |out: &mut String, name: &str, help: &str, value: u64| {
             let _ = writeln!(
@@ -94,13 +108,13 @@ impl Metrics {
             &mut out,
             "agent_runner_active_runs",
             "Runs running now.",
-            self.active_runs.load(Ordering::Relaxed),
+            active_runs,
         );
         gauge(
             &mut out,
             "agent_runner_queue_length",
             "Runs waiting for a slot.",
-            self.queued_runs.load(Ordering::Relaxed),
+            queued_runs,
         );
         counter(
             &mut out,

@@ -34,11 +34,7 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiErr
 }
 
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    let stats = state.runner.store().writer().stats();
-    let text = state.runner.metrics().render(
-        stats.batches.load(std::sync::atomic::Ordering::Relaxed),
-        stats.operations.load(std::sync::atomic::Ordering::Relaxed),
-    );
+    let text = state.runner.metrics().render(state.runner.gauges());
     (
         [(
             header::CONTENT_TYPE,

@@ -7,7 +7,7 @@ mod observer;
 use std::collections::HashMap;
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -23,7 +23,7 @@ use crate::config::Config;
 use crate::harness::{
     ContextLimits, Harness, Limits, Model, RunConfig, RunStatus, SchemaCache, Tool, ToolRegistry,
 };
-use crate::metrics::Metrics;
+use crate::metrics::{Gauges, Metrics};
 use crate::models::ModelProfiles;
 use crate::models::ScriptedModel;
 use crate::run::{ModelSpec, Run, RunSpec, Tenant, format_time};
@@ -106,6 +106,11 @@ pub(crate) struct Shared {
     schemas: SchemaCache,
     workspaces: PathBuf,
     live: Mutex<HashMap<Uuid, Arc<LiveRun>>>,
+    /// Runs waiting for a slot: the queue's length, which admission checks
+    /// against `max_queued`.
+    waiting: AtomicUsize,
+    /// Runs executing now.
+    running: AtomicUsize,
 }
 
 impl Shared {
@@ -148,6 +153,8 @@ impl Runner {
                 schemas: SchemaCache::default(),
                 workspaces: config.storage.workspaces_dir.clone(),
                 live: Mutex::new(HashMap::new()),
+                waiting: AtomicUsize::new(0),
+                running: AtomicUsize::new(0),
             }),
             slots: Arc::new(Semaphore::new(config.runs.max_concurrent)),
             max_queued: config.runs.max_queued,
@@ -164,6 +171,18 @@ impl Runner {
 
     pub fn store(&self) -> &Store {
         &self.shared.store
+    }
+
+    /// The gauges `/metrics` shows, read from the state that owns them.
+    pub fn gauges(&self) -> Gauges {
+        let stats = self.shared.store.writer().stats();
+        let count = |n: &AtomicUsize| u64::try_from(n.load(Ordering::Relaxed)).unwrap_or(u64::MAX);
+        Gauges {
+            active_runs: count(&self.shared.running),
+            queued_runs: count(&self.shared.waiting),
+            writer_batches: stats.batches.load(Ordering::Relaxed),
+            writer_operations: stats.operations.load(Ordering::Relaxed),
+        }
     }
 
     pub fn metrics(&self) -> &Metrics {
@@ -213,9 +232,9 @@ impl Runner {
         let slot = match Arc::clone(&self.slots).try_acquire_owned() {
             Ok(permit) => Some(permit),
             Err(_) => {
-                let waiting = metrics.queued_runs.fetch_add(1, Ordering::AcqRel);
-                if waiting as usize >= self.max_queued {
-                    metrics.queued_runs.fetch_sub(1, Ordering::AcqRel);
+                let waiting = self.shared.waiting.fetch_add(1, Ordering::AcqRel);
+                if waiting >= self.max_queued {
+                    self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
                     metrics.rejected_queue_full.fetch_add(1, Ordering::Relaxed);
                     return Err(SubmitError::QueueFull);
                 }
@@ -224,7 +243,7 @@ impl Runner {
         };
         let unqueue = || {
             if slot.is_none() {
-                metrics.queued_runs.fetch_sub(1, Ordering::AcqRel);
+                self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
             }
         };
         let id = Uuid::now_v7();
@@ -261,10 +280,7 @@ impl Runner {
     /// Starts again the runs a previous process left queued, oldest first.
     pub fn resume(&self, unfinished: Vec<Unfinished>) {
         for Unfinished { run, tenant, model } in unfinished {
-            self.shared
-                .metrics
-                .queued_runs
-                .fetch_add(1, Ordering::AcqRel);
+            self.shared.waiting.fetch_add(1, Ordering::AcqRel);
             let spec = RunSpec {
                 prompt: run.prompt.clone(),
                 model,
@@ -444,7 +460,7 @@ impl RunTask {
                     () = self.runner.stop_queue.cancelled() => None,
                     permit = Arc::clone(&self.runner.slots).acquire_owned() => permit.ok(),
                 };
-                shared.metrics.queued_runs.fetch_sub(1, Ordering::AcqRel);
+                shared.waiting.fetch_sub(1, Ordering::AcqRel);
                 let stopping = self.runner.stop_queue.is_cancelled();
                 match acquired {
                     Some(permit) if !stopping => permit,
@@ -486,7 +502,7 @@ impl RunTask {
             }
         }
         self.live.executing.store(true, Ordering::Release);
-        shared.metrics.active_runs.fetch_add(1, Ordering::AcqRel);
+        shared.running.fetch_add(1, Ordering::AcqRel);
         let began = Instant::now();
         tracing::info!("run started");
         let outcome = std::panic::AssertUnwindSafe(self.run_harness(&observer))
@@ -504,7 +520,7 @@ impl RunTask {
             observer.end_without_harness(RunStatus::Failed, Some(error));
         }
         shared.metrics.run_duration.record(began.elapsed());
-        shared.metrics.active_runs.fetch_sub(1, Ordering::AcqRel);
+        shared.running.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// Lets go of a run that never started, leaving it `queued` in storage.
