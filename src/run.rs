@@ -22,6 +22,10 @@ impl Tenant {
     }
 }
 
+/// The `error` of a run that the server stopped while it ran (at shutdown,
+/// or found `running` by the next process).
+pub const INTERRUPTED: &str = "The server stopped while the run was running";
+
 /// Budgets of a run as the API shows them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunLimits {

@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 
 use super::error::ApiError;
 use crate::config::LimitsConfig;
+use crate::harness::agent;
 use crate::models::ModelProfiles;
 use crate::run::{ModelInfo, ModelSpec, RunContext, RunLimits, RunSpec};
 use crate::tools::command::RUN_COMMAND;
@@ -16,21 +17,23 @@ use crate::tools::{BUILTIN_TOOL_NAMES, CommandPresets};
 /// Defaults of a run that says nothing of its budgets (capped by the server's
 /// ceilings).
 pub const DEFAULT_LIMITS: RunLimits = RunLimits {
-    max_steps: 10,
-    max_tool_calls: 30,
-    timeout_ms: 120_000,
+    max_steps: agent::DEFAULT_MAX_STEPS,
+    max_tool_calls: agent::DEFAULT_MAX_TOOL_CALLS,
+    timeout_ms: agent::DEFAULT_TIMEOUT_MS,
 };
 pub const DEFAULT_CONTEXT: RunContext = RunContext {
-    max_context_chars: 32_000,
-    max_tool_result_chars: 8_000,
+    max_context_chars: agent::DEFAULT_MAX_CONTEXT_CHARS,
+    max_tool_result_chars: agent::DEFAULT_MAX_TOOL_RESULT_CHARS,
 };
 
 /// Largest serialised `metadata` accepted.
 pub const MAX_METADATA_BYTES: usize = 16 * 1024;
 /// Most files a request may seed its workspace with.
 pub const MAX_WORKSPACE_FILES: usize = 1000;
-/// Longest workspace path accepted, in bytes.
-pub const MAX_PATH_BYTES: usize = 1024;
+/// Longest workspace path a request may name (seeds and downloads), in
+/// bytes: tighter than the kernel's `PATH_MAX` that bounds the tools
+/// ([`crate::tools::path::MAX_PATH_BYTES`]).
+pub const MAX_REQUEST_PATH_BYTES: usize = 1024;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -311,7 +314,7 @@ fn list_or_none(names: &[String]) -> String {
 /// A workspace file's path: the shared form rule of
 /// [`crate::tools::path::check_file_path`], within this API's length limit.
 pub fn check_workspace_path(path: &str) -> Result<(), &'static str> {
-    if path.len() > MAX_PATH_BYTES {
+    if path.len() > MAX_REQUEST_PATH_BYTES {
         return Err("the path is too long");
     }
     crate::tools::path::check_file_path(path)

@@ -35,12 +35,20 @@ pub struct Limits {
     pub timeout: Option<Duration>,
 }
 
+/// A run's budgets when it names none: the one home of these numbers, which
+/// the service's run defaults are built from.
+pub const DEFAULT_MAX_STEPS: u32 = 10;
+pub const DEFAULT_MAX_TOOL_CALLS: u32 = 30;
+pub const DEFAULT_TIMEOUT_MS: u64 = 120_000;
+pub const DEFAULT_MAX_CONTEXT_CHARS: usize = 32_000;
+pub const DEFAULT_MAX_TOOL_RESULT_CHARS: usize = 8_000;
+
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            max_steps: NonZeroU32::new(10).expect("nonzero"),
-            max_tool_calls: 30,
-            timeout: Some(Duration::from_secs(120)),
+            max_steps: NonZeroU32::new(DEFAULT_MAX_STEPS).expect("nonzero"),
+            max_tool_calls: DEFAULT_MAX_TOOL_CALLS,
+            timeout: Some(Duration::from_millis(DEFAULT_TIMEOUT_MS)),
         }
     }
 }
@@ -57,8 +65,9 @@ pub struct ContextLimits {
 impl Default for ContextLimits {
     fn default() -> Self {
         Self {
-            max_context_chars: NonZeroUsize::new(32_000).expect("nonzero"),
-            max_tool_result_chars: NonZeroUsize::new(8_000).expect("nonzero"),
+            max_context_chars: NonZeroUsize::new(DEFAULT_MAX_CONTEXT_CHARS).expect("nonzero"),
+            max_tool_result_chars: NonZeroUsize::new(DEFAULT_MAX_TOOL_RESULT_CHARS)
+                .expect("nonzero"),
         }
     }
 }

@@ -33,7 +33,7 @@ use crate::tools::{
     CommandPresets, CommandRunner, Sandbox, Workspace, WorkspaceError, builtin_tools,
 };
 
-pub use observer::INTERRUPTED;
+pub use crate::run::INTERRUPTED;
 
 /// Events buffered per live run for subscribers; one that falls further
 /// behind catches up from storage.

@@ -10,11 +10,8 @@ use uuid::Uuid;
 
 use super::{LiveEvent, LiveRun, Shared};
 use crate::harness::{Event, EventKind, Observer, ObserverError, RunStatus, UsageTotals};
-use crate::run::format_time;
+use crate::run::{INTERRUPTED, format_time};
 use crate::store::writer::{AfterCommit, Finish};
-
-/// What a run that the server stopped is told.
-pub const INTERRUPTED: &str = "The server stopped while the run was running";
 
 /// What a run stopped because its records could not be stored is told.
 pub const STORAGE_REFUSED: &str =

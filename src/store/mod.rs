@@ -246,7 +246,7 @@ async fn recover(
         .bind(run.id.to_string())
         .fetch_one(&mut *tx)
         .await?;
-        let error = "The server stopped while the run was running".to_owned();
+        let error = crate::run::INTERRUPTED.to_owned();
         let event = crate::harness::Event {
             run_id: run.id,
             sequence: u64::try_from(sequence).unwrap_or(1),

@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use agent_runner::api::create::{
-    DEFAULT_CONTEXT, DEFAULT_LIMITS, MAX_PATH_BYTES, MAX_WORKSPACE_FILES,
+    DEFAULT_CONTEXT, DEFAULT_LIMITS, MAX_REQUEST_PATH_BYTES, MAX_WORKSPACE_FILES,
 };
 use agent_runner::api::runs::{DEFAULT_PAGE, MAX_IDEMPOTENCY_KEY, MAX_PAGE};
 use agent_runner::harness::{MAX_TOKEN_COUNT, RunStatus};
@@ -1520,7 +1520,7 @@ fn constants_in_the_document_match_the_code() {
         "drift: workspace.files maxProperties"
     );
     assert_eq!(
-        files["propertyNames"]["maxLength"], MAX_PATH_BYTES,
+        files["propertyNames"]["maxLength"], MAX_REQUEST_PATH_BYTES,
         "drift: workspace path length"
     );
 
