@@ -32,27 +32,28 @@
 //! them) is a result, not an error; a preset that cannot start is a tool
 //! error.
 
-use std::collections::BTreeMap;
+mod preset;
+mod tool;
+
+pub use preset::{CommandPreset, CommandPresets};
+pub use tool::RunCommand;
+
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde::Serialize;
 use tokio::process::Command;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::SelectionError;
 use super::capture::Capture;
-use super::sandbox::{CommandPolicy, Sandbox, SandboxReport};
-use super::workspace::Workspace;
-use crate::harness::{Tool, ToolDefinition, ToolError};
+use super::sandbox::{Sandbox, SandboxReport};
+use crate::harness::ToolError;
 
 pub const RUN_COMMAND: &str = "run_command";
 
@@ -77,111 +78,6 @@ const REAP_WITHIN_CANCELLED: Duration = Duration::from_millis(150);
 
 /// `PATH` when the server's own has no usable entry.
 pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
-
-fn default_timeout_ms() -> u64 {
-    DEFAULT_TIMEOUT_MS
-}
-
-/// A command the model may run by name: a fixed program and arguments.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CommandPreset {
-    /// A program name looked up in `PATH`, or a path.
-    pub program: String,
-    #[serde(default)]
-    pub args: Vec<String>,
-    #[serde(default = "default_timeout_ms")]
-    pub timeout_ms: u64,
-    /// Where this preset may also read and execute (its toolchain, say
-    /// `~/.cargo` and `~/.rustup` for `cargo test`).
-    #[serde(default)]
-    pub read_paths: Vec<PathBuf>,
-    /// The host's network; without it the command can open no socket.
-    #[serde(default)]
-    pub network: bool,
-    /// Overrides `[sandbox] memory_max_bytes`.
-    #[serde(default)]
-    pub memory_max_bytes: Option<u64>,
-    /// Overrides `[sandbox] pids_max`.
-    #[serde(default)]
-    pub pids_max: Option<u64>,
-}
-
-impl CommandPreset {
-    pub fn new(
-        program: impl Into<String>,
-        args: impl IntoIterator<Item = impl Into<String>>,
-    ) -> Self {
-        Self {
-            program: program.into(),
-            args: args.into_iter().map(Into::into).collect(),
-            timeout_ms: DEFAULT_TIMEOUT_MS,
-            read_paths: Vec::new(),
-            network: false,
-            memory_max_bytes: None,
-            pids_max: None,
-        }
-    }
-
-    /// The sandbox rules of this preset, for a command in `workspace`.
-    pub fn policy<'a>(&'a self, workspace: &'a Path) -> CommandPolicy<'a> {
-        CommandPolicy {
-            workspace,
-            read_paths: &self.read_paths,
-            network: self.network,
-            memory_max_bytes: self.memory_max_bytes,
-            pids_max: self.pids_max,
-        }
-    }
-
-    pub fn with_timeout_ms(mut self, timeout_ms: u64) -> Self {
-        self.timeout_ms = timeout_ms;
-        self
-    }
-}
-
-/// The server's presets, by name (the `[commands.NAME]` tables of its
-/// configuration).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct CommandPresets(BTreeMap<String, CommandPreset>);
-
-impl CommandPresets {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    pub fn insert(&mut self, name: impl Into<String>, preset: CommandPreset) {
-        self.0.insert(name.into(), preset);
-    }
-
-    pub fn get(&self, name: &str) -> Option<&CommandPreset> {
-        self.0.get(name)
-    }
-
-    pub fn contains(&self, name: &str) -> bool {
-        self.0.contains_key(name)
-    }
-
-    /// Sorted.
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.0.keys().map(String::as_str)
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl<S: Into<String>> FromIterator<(S, CommandPreset)> for CommandPresets {
-    fn from_iter<I: IntoIterator<Item = (S, CommandPreset)>>(iter: I) -> Self {
-        Self(iter.into_iter().map(|(name, p)| (name.into(), p)).collect())
-    }
-}
 
 /// What a command did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -444,130 +340,9 @@ fn signal_name(signal: i32) -> String {
         .map_or_else(|| format!("SIG{signal}"), |name| (*name).to_owned())
 }
 
-/// The `run_command` tool of one run: the presets that run allows, run in its
-/// workspace.
-pub struct RunCommand {
-    runner: Arc<CommandRunner>,
-    workspace: Arc<Workspace>,
-    allowed: Vec<String>,
-    definition: ToolDefinition,
-}
-
-impl RunCommand {
-    /// `allowed` must name presets of `runner`; the first that does not is
-    /// the error. The model sees exactly the allowed names as the enum of
-    /// `command`.
-    pub fn new(
-        runner: Arc<CommandRunner>,
-        workspace: Arc<Workspace>,
-        allowed: impl IntoIterator<Item = impl Into<String>>,
-    ) -> Result<Self, SelectionError> {
-        let mut allowed: Vec<String> = allowed.into_iter().map(Into::into).collect();
-        allowed.sort();
-        allowed.dedup();
-        if let Some(unknown) = allowed.iter().find(|name| !runner.presets.contains(name)) {
-            return Err(SelectionError::UnknownCommand(unknown.clone()));
-        }
-        let listed: Vec<String> = allowed
-            .iter()
-            .filter_map(|name| {
-                let preset = runner.presets.get(name)?;
-                let mut line = std::iter::once(preset.program.as_str())
-                    .chain(preset.args.iter().map(String::as_str))
-                    .collect::<Vec<_>>()
-                    .join(" ");
-                line = format!("{name} (runs `{line}`, timeout {} ms)", preset.timeout_ms);
-                Some(line)
-            })
-            .collect();
-        let description = format!(
-            "Run one of the server's preset commands in the workspace, with no shell and no \
-             stdin. Returns {{exit_code, stdout, stderr, timed_out, truncated}} (and signal when \
-             a signal ended it); stdout and stderr keep at most {MAX_OUTPUT_CHARS} characters \
-             each, and more ends the command. Available: {}.",
-            if listed.is_empty() {
-                "none".to_owned()
-            } else {
-                listed.join("; ")
-            }
-        );
-        let definition = ToolDefinition {
-            name: RUN_COMMAND.into(),
-            description,
-            parameters: json!({
-                "type": "object",
-                "properties": {
-                    "command": {
-                        "type": "string",
-                        "enum": allowed,
-                        "description": "The name of the preset command to run."
-                    }
-                },
-                "required": ["command"],
-                "additionalProperties": false
-            }),
-        };
-        Ok(Self {
-            runner,
-            workspace,
-            allowed,
-            definition,
-        })
-    }
-}
-
-#[async_trait]
-impl Tool for RunCommand {
-    fn definition(&self) -> &ToolDefinition {
-        &self.definition
-    }
-
-    async fn execute(
-        &self,
-        arguments: &Value,
-        cancel: &CancellationToken,
-    ) -> Result<Value, ToolError> {
-        let name = arguments
-            .get("command")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        if !self.allowed.iter().any(|allowed| allowed == name) {
-            return Err(CommandError::NotPermitted {
-                name: name.to_owned(),
-                allowed: self.allowed.join(", "),
-            }
-            .into());
-        }
-        let output = self.runner.run(name, self.workspace.root(), cancel).await?;
-        serde_json::to_value(output)
-            .map_err(|error| ToolError::new(format!("Command result not serialisable: {error}")))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_preset_defaults_its_timeout_and_refuses_unknown_keys() {
-        let presets: CommandPresets = serde_json::from_value(json!({
-            "test": {"program": "cargo", "args": ["test", "--quiet"]},
-            "slow": {"program": "sleep", "args": ["5"], "timeout_ms": 100},
-        }))
-        .unwrap();
-        assert_eq!(
-            presets.get("test"),
-            Some(&CommandPreset::new("cargo", ["test", "--quiet"]))
-        );
-        assert_eq!(presets.get("slow").unwrap().timeout_ms, 100);
-        assert_eq!(presets.names().collect::<Vec<_>>(), ["slow", "test"]);
-        assert!(
-            serde_json::from_value::<CommandPresets>(json!({
-                "x": {"program": "ls", "shell": true}
-            }))
-            .is_err()
-        );
-    }
 
     #[test]
     fn path_keeps_only_absolute_entries() {
@@ -593,43 +368,6 @@ mod tests {
         assert_eq!(
             describe(Some(ExitStatus::from_raw(3 << 8))),
             (Some(3), None)
-        );
-    }
-
-    #[test]
-    fn the_schema_lists_exactly_the_allowed_presets() {
-        let presets: CommandPresets = [
-            ("test", CommandPreset::new("cargo", ["test"])),
-            ("lint", CommandPreset::new("cargo", ["clippy"])),
-            ("fmt", CommandPreset::new("cargo", ["fmt"])),
-        ]
-        .into_iter()
-        .collect();
-        let runner = Arc::new(CommandRunner::new(presets, Arc::new(Sandbox::unconfined())));
-        let dir = tempfile::tempdir().unwrap();
-        let workspace = Arc::new(Workspace::open(dir.path()).unwrap());
-        let tool = RunCommand::new(runner.clone(), workspace.clone(), ["test", "lint"]).unwrap();
-        assert_eq!(
-            tool.definition().parameters,
-            json!({
-                "type": "object",
-                "properties": {"command": {
-                    "type": "string",
-                    "enum": ["lint", "test"],
-                    "description": "The name of the preset command to run."
-                }},
-                "required": ["command"],
-                "additionalProperties": false
-            })
-        );
-        assert!(
-            tool.definition()
-                .description
-                .contains("test (runs `cargo test`")
-        );
-        assert_eq!(
-            RunCommand::new(runner, workspace, ["test", "deploy"]).err(),
-            Some(SelectionError::UnknownCommand("deploy".to_owned()))
         );
     }
 }

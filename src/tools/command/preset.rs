@@ -1,0 +1,140 @@
+//! Command presets: what the server's `[commands.NAME]` tables say.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::DEFAULT_TIMEOUT_MS;
+use crate::tools::sandbox::CommandPolicy;
+
+fn default_timeout_ms() -> u64 {
+    DEFAULT_TIMEOUT_MS
+}
+
+/// A command the model may run by name: a fixed program and arguments.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandPreset {
+    /// A program name looked up in `PATH`, or a path.
+    pub program: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+    /// Where this preset may also read and execute (its toolchain, say
+    /// `~/.cargo` and `~/.rustup` for `cargo test`).
+    #[serde(default)]
+    pub read_paths: Vec<PathBuf>,
+    /// The host's network; without it the command can open no socket.
+    #[serde(default)]
+    pub network: bool,
+    /// Overrides `[sandbox] memory_max_bytes`.
+    #[serde(default)]
+    pub memory_max_bytes: Option<u64>,
+    /// Overrides `[sandbox] pids_max`.
+    #[serde(default)]
+    pub pids_max: Option<u64>,
+}
+
+impl CommandPreset {
+    pub fn new(
+        program: impl Into<String>,
+        args: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Self {
+        Self {
+            program: program.into(),
+            args: args.into_iter().map(Into::into).collect(),
+            timeout_ms: DEFAULT_TIMEOUT_MS,
+            read_paths: Vec::new(),
+            network: false,
+            memory_max_bytes: None,
+            pids_max: None,
+        }
+    }
+
+    /// The sandbox rules of this preset, for a command in `workspace`.
+    pub fn policy<'a>(&'a self, workspace: &'a Path) -> CommandPolicy<'a> {
+        CommandPolicy {
+            workspace,
+            read_paths: &self.read_paths,
+            network: self.network,
+            memory_max_bytes: self.memory_max_bytes,
+            pids_max: self.pids_max,
+        }
+    }
+
+    pub fn with_timeout_ms(mut self, timeout_ms: u64) -> Self {
+        self.timeout_ms = timeout_ms;
+        self
+    }
+}
+
+/// The server's presets, by name (the `[commands.NAME]` tables of its
+/// configuration).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct CommandPresets(BTreeMap<String, CommandPreset>);
+
+impl CommandPresets {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn insert(&mut self, name: impl Into<String>, preset: CommandPreset) {
+        self.0.insert(name.into(), preset);
+    }
+
+    pub fn get(&self, name: &str) -> Option<&CommandPreset> {
+        self.0.get(name)
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.0.contains_key(name)
+    }
+
+    /// Sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.0.keys().map(String::as_str)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl<S: Into<String>> FromIterator<(S, CommandPreset)> for CommandPresets {
+    fn from_iter<I: IntoIterator<Item = (S, CommandPreset)>>(iter: I) -> Self {
+        Self(iter.into_iter().map(|(name, p)| (name.into(), p)).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    #[test]
+    fn a_preset_defaults_its_timeout_and_refuses_unknown_keys() {
+        let presets: CommandPresets = serde_json::from_value(json!({
+            "test": {"program": "cargo", "args": ["test", "--quiet"]},
+            "slow": {"program": "sleep", "args": ["5"], "timeout_ms": 100},
+        }))
+        .unwrap();
+        assert_eq!(
+            presets.get("test"),
+            Some(&CommandPreset::new("cargo", ["test", "--quiet"]))
+        );
+        assert_eq!(presets.get("slow").unwrap().timeout_ms, 100);
+        assert_eq!(presets.names().collect::<Vec<_>>(), ["slow", "test"]);
+        assert!(
+            serde_json::from_value::<CommandPresets>(json!({
+                "x": {"program": "ls", "shell": true}
+            }))
+            .is_err()
+        );
+    }
+}
