@@ -27,6 +27,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use agent_runner::models::http::SseParser;
 use futures_util::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -719,11 +720,16 @@ async fn check_stored_run(http: &reqwest::Client, server: &Server, id: &str) -> 
         .await?
         .text()
         .await?;
-    let mut parser = SseParser::default();
-    let events = parser.push(&text);
-    let sequences: Vec<u64> = events.iter().filter_map(|e| e.id).collect();
+    let mut parser = SseParser::new();
+    parser.push(text.as_bytes());
+    parser.finish();
+    let events: Vec<_> = std::iter::from_fn(|| parser.next_event()).collect();
+    let sequences: Vec<u64> = events
+        .iter()
+        .filter_map(|e| e.id.as_deref()?.parse().ok())
+        .collect();
     let expected: Vec<u64> = (1..=TWO_STEP_EVENTS as u64).collect();
-    if sequences != expected || events.last().map(|e| e.kind.as_str()) != Some("run_end") {
+    if sequences != expected || events.last().and_then(|e| e.event.as_deref()) != Some("run_end") {
         return Err(format!("run {id}: events {sequences:?}").into());
     }
     Ok(())
@@ -952,61 +958,20 @@ async fn subscribe(http: &reqwest::Client, url: &str, subscribed: &AtomicUsize) 
         return Err(format!("subscribing: HTTP {}", response.status()).into());
     }
     let mut body = response.bytes_stream();
-    let mut parser = SseParser::default();
+    let mut parser = SseParser::new();
     let mut counted = false;
     while let Some(chunk) = body.next().await {
-        for event in parser.push(&String::from_utf8_lossy(&chunk?)) {
-            if event.kind == "model_start" && !counted {
+        for event in parser.push_and_take(&chunk?) {
+            let kind = event.event.as_deref().unwrap_or("message");
+            if kind == "model_start" && !counted {
                 counted = true;
                 subscribed.fetch_add(1, Ordering::AcqRel);
             }
-            if event.kind == "run_end" {
+            if kind == "run_end" {
                 let data: Value = serde_json::from_str(&event.data)?;
                 return Ok(data["status"].as_str().unwrap_or("?").to_owned());
             }
         }
     }
     Err("the stream closed before run_end".into())
-}
-
-#[derive(Debug)]
-struct SseEvent {
-    id: Option<u64>,
-    kind: String,
-    data: String,
-}
-
-/// Splits a text/event-stream into events, across chunk boundaries.
-#[derive(Default)]
-struct SseParser {
-    buffer: String,
-}
-
-impl SseParser {
-    fn push(&mut self, text: &str) -> Vec<SseEvent> {
-        self.buffer.push_str(text);
-        let mut events = Vec::new();
-        while let Some(end) = self.buffer.find("\n\n") {
-            let block: String = self.buffer.drain(..end + 2).collect();
-            let mut event = SseEvent {
-                id: None,
-                kind: String::new(),
-                data: String::new(),
-            };
-            for line in block.lines() {
-                if let Some(v) = line.strip_prefix("id:") {
-                    event.id = v.trim().parse().ok();
-                } else if let Some(v) = line.strip_prefix("event:") {
-                    event.kind = v.trim().to_owned();
-                } else if let Some(v) = line.strip_prefix("data:") {
-                    event.data.push_str(v.trim_start());
-                }
-            }
-            // A keep-alive comment has neither.
-            if !event.kind.is_empty() || !event.data.is_empty() {
-                events.push(event);
-            }
-        }
-        events
-    }
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use agent_runner::app::Application;
 use agent_runner::config::Config;
+use agent_runner::models::http::SseParser;
 use futures_util::StreamExt;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -249,46 +250,22 @@ pub struct SseEvent {
 /// Reads events until the stream ends; also counts keep-alive comments.
 pub async fn read_sse(response: reqwest::Response) -> (Vec<SseEvent>, usize) {
     let mut stream = response.bytes_stream();
-    let mut buffer = String::new();
+    let mut parser = SseParser::new();
     let mut events = Vec::new();
-    let mut comments = 0;
     while let Some(chunk) = tokio::time::timeout(Duration::from_secs(30), stream.next())
         .await
         .expect("the stream goes on or ends")
     {
-        buffer.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
-        while let Some(end) = buffer.find("\n\n") {
-            let block: String = buffer.drain(..end + 2).collect();
-            let mut event = SseEvent {
-                id: None,
-                event: "message".into(),
-                data: Value::Null,
-            };
-            let mut data = String::new();
-            let mut is_comment = true;
-            for line in block.lines() {
-                if line.is_empty() || line.starts_with(':') {
-                    continue;
-                }
-                is_comment = false;
-                if let Some(value) = line.strip_prefix("id: ") {
-                    event.id = Some(value.parse().unwrap());
-                } else if let Some(value) = line.strip_prefix("event: ") {
-                    event.event = value.to_owned();
-                } else if let Some(value) = line.strip_prefix("data: ") {
-                    data.push_str(value);
-                }
-            }
-            if is_comment {
-                comments += 1;
-                continue;
-            }
-            event.data = serde_json::from_str(&data)
-                .unwrap_or_else(|e| panic!("bad event block {block:?}: {e}"));
-            events.push(event);
+        for event in parser.push_and_take(&chunk.unwrap()) {
+            events.push(SseEvent {
+                id: event.id.map(|id| id.parse().unwrap()),
+                event: event.event.unwrap_or_else(|| "message".into()),
+                data: serde_json::from_str(&event.data)
+                    .unwrap_or_else(|e| panic!("bad event data {:?}: {e}", event.data)),
+            });
         }
     }
-    (events, comments)
+    (events, parser.comments())
 }
 
 pub fn call(id: &str, name: &str, arguments: Value) -> Value {

@@ -8,6 +8,8 @@ use super::error::error_chain;
 /// One Server-Sent Event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SseEvent {
+    /// The `id:` field of the event's own block, if it has one.
+    pub id: Option<String>,
     /// The `event:` field, if the server named the event.
     pub event: Option<String>,
     /// The `data:` lines, joined with `\n`.
@@ -22,9 +24,12 @@ pub struct SseParser {
     line: Vec<u8>,
     /// The last byte seen was `\r`, so a `\n` right after it ends nothing.
     after_cr: bool,
+    id: Option<String>,
     event: Option<String>,
     data: String,
     has_data: bool,
+    /// Comment lines seen (`: keep-alive`).
+    comments: usize,
     ready: VecDeque<SseEvent>,
 }
 
@@ -51,6 +56,17 @@ impl SseParser {
         }
     }
 
+    /// Comment lines seen so far (keep-alives).
+    pub fn comments(&self) -> usize {
+        self.comments
+    }
+
+    /// Feeds bytes and returns the events they completed.
+    pub fn push_and_take(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
+        self.push(bytes);
+        self.ready.drain(..).collect()
+    }
+
     /// The next complete event, if any.
     pub fn next_event(&mut self) -> Option<SseEvent> {
         self.ready.pop_front()
@@ -74,15 +90,18 @@ impl SseParser {
                     data.pop();
                 }
                 self.ready.push_back(SseEvent {
+                    id: self.id.take(),
                     event: self.event.take(),
                     data,
                 });
             }
+            self.id = None;
             self.event = None;
             self.has_data = false;
             return;
         }
         if line.starts_with(':') {
+            self.comments += 1;
             return;
         }
         let (field, value) = match line.split_once(':') {
@@ -96,6 +115,7 @@ impl SseParser {
                 self.has_data = true;
             }
             "event" => self.event = Some(value.to_owned()),
+            "id" => self.id = Some(value.to_owned()),
             _ => {}
         }
     }
@@ -163,6 +183,7 @@ mod tests {
 
     fn event(name: Option<&str>, data: &str) -> SseEvent {
         SseEvent {
+            id: None,
             event: name.map(str::to_owned),
             data: data.to_owned(),
         }
@@ -190,9 +211,33 @@ mod tests {
 
     #[test]
     fn sse_ignores_events_without_data_and_unknown_fields() {
+        // `retry` is not kept; `id` is, with its event.
         assert_eq!(
             events(&[b"event: lonely\n\nid: 3\nretry: 10\ndata\n\n"]),
-            vec![event(None, "")]
+            vec![SseEvent {
+                id: Some("3".into()),
+                ..event(None, "")
+            }]
         );
+    }
+
+    #[test]
+    fn ids_belong_to_their_event_and_comments_are_counted() {
+        let mut parser = SseParser::new();
+        let events = parser.push_and_take(
+            b": keep-alive\n\nid: 7\nevent: run_end\ndata: {}\n\nevent: model_delta\ndata: x\n\n",
+        );
+        assert_eq!(
+            events,
+            [
+                SseEvent {
+                    id: Some("7".into()),
+                    event: Some("run_end".into()),
+                    data: "{}".into()
+                },
+                event(Some("model_delta"), "x"),
+            ]
+        );
+        assert_eq!(parser.comments(), 1);
     }
 }
