@@ -16,8 +16,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use agent_runner::harness::{
-    Event, Harness, Observer, ObserverError, RunConfig, RunStatus, Tool, ToolDefinition, ToolError,
-    ToolRegistry,
+    Event, Harness, Observer, ObserverError, RunConfig, RunStatus, Stop, Tool, ToolDefinition,
+    ToolError, ToolRegistry,
 };
 use agent_runner::models::ScriptedModel;
 
@@ -110,7 +110,7 @@ fn bench_runs(c: &mut Criterion) {
                             tools,
                             observer,
                         };
-                        let result = harness.run(config, &CancellationToken::new()).await;
+                        let result = harness.run(config, &Stop::new()).await;
                         assert_eq!(result.status, RunStatus::Completed);
                         black_box(result)
                     }

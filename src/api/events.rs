@@ -22,7 +22,8 @@ use uuid::Uuid;
 use super::AppState;
 use super::error::ApiError;
 use super::tenant_run::TenantRun;
-use crate::store::{Store, StoredEvent};
+use crate::harness::EventKind;
+use crate::store::{LiveEvent, Store, StoredEvent};
 
 /// Stored events read per query while replaying.
 const REPLAY_PAGE: u32 = 500;
@@ -36,84 +37,91 @@ pub async fn stream(
     let after = resume_point(&headers, &query)?;
     // Subscribe first: whatever is committed after this is either in the
     // channel or found by the storage read below.
-    let live = state.runner.live(run.id).map(|live| live.subscribe());
-    let store = state.runner.store().clone();
-    let run_id = run.id;
+    let live = state.runner.store().live().subscribe(run.id);
+    let mut cursor = Cursor {
+        store: state.runner.store().clone(),
+        run_id: run.id,
+        last: after,
+        ended: false,
+    };
     let events = stream! {
-        let mut last = after;
-        match catch_up(&store, run_id, &mut last).await {
-            Ok((events, ended)) => {
-                for event in events { yield Ok(event); }
-                if ended { return; }
-            }
-            Err(()) => return,
-        }
+        for event in cursor.catch_up().await { yield Ok(event); }
         let Some(mut live) = live else { return };
-        loop {
-            let next = live.recv().await;
-            match next {
-                Ok(event) => match event.sequence {
-                    None => yield Ok(SseEvent::default().event(event.kind).data(&event.body)),
-                    Some(sequence) if sequence <= last => {}
-                    Some(sequence) if sequence == last + 1 => {
-                        last = sequence;
-                        yield Ok(sse(sequence, event.kind, &event.body));
-                        if event.kind == "run_end" { return; }
-                    }
-                    Some(_) => match catch_up(&store, run_id, &mut last).await {
-                        Ok((events, ended)) => {
-                            for event in events { yield Ok(event); }
-                            if ended { return; }
-                        }
-                        Err(()) => return,
-                    },
-                },
+        while !cursor.ended {
+            let events = match live.recv().await {
+                Ok(event) => cursor.follow(&event).await,
                 Err(RecvError::Lagged(skipped)) => {
-                    tracing::debug!(%run_id, skipped, "subscriber lagged; catching up from storage");
-                    match catch_up(&store, run_id, &mut last).await {
-                        Ok((events, ended)) => {
-                            for event in events { yield Ok(event); }
-                            if ended { return; }
-                        }
-                        Err(()) => return,
-                    }
+                    tracing::debug!(run_id = %cursor.run_id, skipped, "subscriber lagged; catching up from storage");
+                    cursor.catch_up().await
                 }
                 Err(RecvError::Closed) => {
                     // The run is over (or the server stops): storage has the rest.
-                    if let Ok((events, _)) = catch_up(&store, run_id, &mut last).await {
-                        for event in events { yield Ok(event); }
-                    }
-                    return;
+                    let rest = cursor.catch_up().await;
+                    cursor.ended = true;
+                    rest
                 }
-            }
+            };
+            for event in events { yield Ok(event); }
         }
     };
     Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(state.keep_alive)))
 }
 
-/// Reads every stored event after `last`, advancing it; tells whether the
-/// run's end was among them.
-async fn catch_up(
-    store: &Store,
+/// Where a stream stands: the last sequence it sent, and whether that was the
+/// run's end (or the stream cannot go on).
+struct Cursor {
+    store: Store,
     run_id: Uuid,
-    last: &mut u64,
-) -> Result<(Vec<SseEvent>, bool), ()> {
-    let mut out = Vec::new();
-    loop {
-        let page: Vec<StoredEvent> = store
-            .events_after(run_id, *last, REPLAY_PAGE)
-            .await
-            .map_err(|error| tracing::error!(%run_id, %error, "reading stored events failed"))?;
-        let full = page.len() == REPLAY_PAGE as usize;
-        for event in page {
-            *last = event.sequence;
-            out.push(sse(event.sequence, &event.kind, &event.body));
-            if event.kind == "run_end" {
-                return Ok((out, true));
+    last: u64,
+    ended: bool,
+}
+
+impl Cursor {
+    /// Every stored event after the last one sent, up to the run's end. A
+    /// storage failure ends the stream (the client resumes from its last id).
+    async fn catch_up(&mut self) -> Vec<SseEvent> {
+        let mut out = Vec::new();
+        while !self.ended {
+            let page: Vec<StoredEvent> = match self
+                .store
+                .events_after(self.run_id, self.last, REPLAY_PAGE)
+                .await
+            {
+                Ok(page) => page,
+                Err(error) => {
+                    tracing::error!(run_id = %self.run_id, %error, "reading stored events failed");
+                    self.ended = true;
+                    break;
+                }
+            };
+            let full = page.len() == REPLAY_PAGE as usize;
+            for event in page {
+                self.last = event.sequence;
+                out.push(sse(event.sequence, &event.kind, &event.body));
+                if event.kind == EventKind::RUN_END {
+                    self.ended = true;
+                    break;
+                }
+            }
+            if !full {
+                break;
             }
         }
-        if !full {
-            return Ok((out, false));
+        out
+    }
+
+    /// A live event: sent when it is the next one, skipped when already sent,
+    /// and a gap (some events went by unseen) is filled from storage.
+    async fn follow(&mut self, event: &LiveEvent) -> Vec<SseEvent> {
+        match event.sequence {
+            None => vec![SseEvent::default().event(event.kind).data(&*event.body)],
+            Some(sequence) if sequence <= self.last => Vec::new(),
+            Some(sequence) if sequence == self.last + 1 => {
+                self.last = sequence;
+                self.ended = event.is_end();
+                vec![sse(sequence, event.kind, &event.body)]
+            }
+            Some(_) => self.catch_up().await,
         }
     }
 }

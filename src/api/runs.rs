@@ -92,8 +92,8 @@ pub async fn create(
         }
     };
     let run = if wait {
-        if let Some(live) = state.runner.live(run.id) {
-            live.finished().await;
+        if let Some(finished) = state.runner.finished(run.id) {
+            finished.await;
         }
         let run = read(&state, &tenant, run.id).await?;
         // Only a stored end counts: one that storage refused to the last

@@ -19,6 +19,7 @@ use super::events::{Emitter, EventKind, Observer, RunStatus};
 use super::message::{Message, ToolCall, UsageTotals};
 use super::model::{DeltaSink, Model, ModelError, ModelRequest};
 use super::registry::ToolRegistry;
+use super::stop::{Stop, StopReason};
 
 /// How long a tool may go on after the run's token fired before the harness
 /// stops waiting for it (and drops it). Cooperative tools stop well within it.
@@ -118,12 +119,19 @@ pub struct Harness<'a> {
     pub observer: Option<&'a dyn Observer>,
 }
 
+/// Why the run's token fired, had it fired: the run's own deadline, or a
+/// stop from outside (which came first wins).
+enum Stopped<'a> {
+    Deadline,
+    From(&'a StopReason),
+}
+
 /// How the loop ended, before it is turned into a status.
 enum End {
     Completed(String),
     StepLimit,
     ToolLimit,
-    /// The run's token fired: a client cancel or the deadline.
+    /// The run's token fired: its deadline, or a stop from outside.
     Stopped,
     ModelError(String),
     ContextLimit(String),
@@ -132,8 +140,8 @@ enum End {
 impl Harness<'_> {
     /// Runs the loop to its end. Never panics on anything a model or a tool
     /// does, and emits `run_end` exactly once, whatever the path.
-    pub async fn run(&self, config: RunConfig, cancel: &CancellationToken) -> RunResult {
-        let token = cancel.child_token();
+    pub async fn run(&self, config: RunConfig, stop: &Stop) -> RunResult {
+        let token = stop.token().child_token();
         let deadline = config
             .limits
             .timeout
@@ -153,22 +161,27 @@ impl Harness<'_> {
         let end = {
             let body = run.drive(&token, deadline);
             match deadline {
-                Some(deadline) => with_deadline(body, deadline, cancel, &token, &timed_out).await,
+                Some(deadline) => with_deadline(body, deadline, stop, &token, &timed_out).await,
                 None => body.await,
             }
         };
         token.cancel();
-        run.finish(end, timed_out.load(Ordering::Acquire))
+        let stopped = if timed_out.load(Ordering::Acquire) {
+            Stopped::Deadline
+        } else {
+            Stopped::From(stop.reason().unwrap_or(&StopReason::Cancelled))
+        };
+        run.finish(end, stopped)
     }
 }
 
 /// Drives `body`; when `deadline` passes first, marks the run timed out (unless
-/// the client cancelled first), fires the run's token, and keeps driving `body`
+/// it was stopped from outside first), fires the run's token, and keeps driving `body`
 /// so it ends through its ordinary cancellation path.
 async fn with_deadline<F: Future>(
     body: F,
     deadline: tokio::time::Instant,
-    external: &CancellationToken,
+    external: &Stop,
     token: &CancellationToken,
     timed_out: &AtomicBool,
 ) -> F::Output {
@@ -177,7 +190,7 @@ async fn with_deadline<F: Future>(
         biased;
         end = &mut body => return end,
         () = tokio::time::sleep_until(deadline) => {
-            if !external.is_cancelled() {
+            if !external.is_stopped() {
                 timed_out.store(true, Ordering::Release);
             }
             token.cancel();
@@ -337,21 +350,34 @@ impl Run<'_, '_> {
 
     fn append(&mut self, message: Message) -> Arc<Message> {
         let message = Arc::new(message);
-        self.index.push(&message, message.serialized_chars());
+        // Serialised once: the context is measured in this JSON, and the
+        // observer records and sends the same bytes.
+        let json: Arc<str> = message.to_json().into();
+        self.index.push(&message, json.chars().count());
         self.messages.push(Arc::clone(&message));
         self.emitter.emit(|| EventKind::Message {
             message: Arc::clone(&message),
+            json,
         });
         message
     }
 
-    fn finish(mut self, end: End, timed_out: bool) -> RunResult {
+    /// Ends the run; `stopped` says why, should it have been stopped.
+    fn finish(mut self, end: End, stopped: Stopped<'_>) -> RunResult {
         let (status, answer, error) = match end {
             End::Completed(answer) => (RunStatus::Completed, Some(answer), None),
             End::StepLimit => (RunStatus::StepLimit, None, None),
             End::ToolLimit => (RunStatus::ToolLimit, None, None),
-            End::Stopped if timed_out => (RunStatus::Timeout, None, None),
-            End::Stopped => (RunStatus::Aborted, None, None),
+            End::Stopped => match stopped {
+                Stopped::Deadline => (RunStatus::Timeout, None, None),
+                Stopped::From(StopReason::Cancelled) => (RunStatus::Aborted, None, None),
+                Stopped::From(StopReason::Interrupted(why)) => {
+                    (RunStatus::Interrupted, None, Some(why.clone()))
+                }
+                Stopped::From(StopReason::Failed(why)) => {
+                    (RunStatus::Failed, None, Some(why.clone()))
+                }
+            },
             End::ModelError(error) => (RunStatus::ModelError, None, Some(error)),
             End::ContextLimit(error) => (RunStatus::ContextLimit, None, Some(error)),
         };

@@ -114,6 +114,10 @@ pub enum EventKind {
     /// A message just appended to the transcript.
     Message {
         message: Arc<Message>,
+        /// The message's JSON, made once by the harness (which measures the
+        /// context in it) for whoever records or sends it on.
+        #[serde(skip)]
+        json: Arc<str>,
     },
     RunEnd {
         status: RunStatus,
@@ -128,6 +132,9 @@ pub enum EventKind {
 }
 
 impl EventKind {
+    /// The `type` of a run's last event.
+    pub const RUN_END: &'static str = "run_end";
+
     pub fn type_name(&self) -> &'static str {
         match self {
             Self::RunStart => "run_start",
@@ -137,7 +144,7 @@ impl EventKind {
             Self::ToolStart { .. } => "tool_start",
             Self::ToolEnd { .. } => "tool_end",
             Self::Message { .. } => "message",
-            Self::RunEnd { .. } => "run_end",
+            Self::RunEnd { .. } => Self::RUN_END,
         }
     }
 }

@@ -53,6 +53,12 @@ impl Message {
         }
     }
 
+    /// The message's JSON serialisation.
+    pub fn to_json(&self) -> String {
+        // A message always serialises: its only map keys are strings.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
     /// Length of the message's JSON serialisation, in characters (Unicode scalar
     /// values), computed without building the string. Context budgets are
     /// measured in these units.

@@ -8,6 +8,7 @@ pub mod events;
 pub mod message;
 pub mod model;
 pub mod registry;
+pub mod stop;
 pub mod tool;
 
 pub use agent::{ContextLimits, Harness, Limits, RunConfig, RunResult, TOOL_CANCEL_GRACE};
@@ -16,4 +17,5 @@ pub use events::{Event, EventKind, Observer, ObserverError, RunStatus};
 pub use message::{MAX_TOKEN_COUNT, Message, ToolCall, Usage, UsageError, UsageTotals};
 pub use model::{ContextView, DeltaSink, Model, ModelError, ModelRequest, ModelResponse, NoDeltas};
 pub use registry::{RegistryError, SchemaCache, ToolRegistry, is_valid_tool_name};
+pub use stop::{Stop, StopReason};
 pub use tool::{Tool, ToolDefinition, ToolError};

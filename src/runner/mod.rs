@@ -1,6 +1,6 @@
-//! The runner: accepts runs, queues them FIFO behind a concurrency limit, runs
-//! each as its own task with its own cancellation token and workspace, and
-//! fans its events out to live subscribers.
+//! The runner: accepts runs, queues them FIFO behind a concurrency limit, and
+//! runs each as its own task with its own stop signal and workspace. Its
+//! events go to the store, which publishes them to live subscribers.
 
 mod observer;
 
@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use futures_util::FutureExt;
-use tokio::sync::{Semaphore, broadcast};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
@@ -21,7 +21,8 @@ use uuid::Uuid;
 
 use crate::config::Config;
 use crate::harness::{
-    ContextLimits, Harness, Limits, Model, RunConfig, RunStatus, SchemaCache, Tool, ToolRegistry,
+    ContextLimits, Harness, Limits, Model, RunConfig, RunStatus, SchemaCache, Stop, StopReason,
+    Tool, ToolRegistry,
 };
 use crate::metrics::{Gauges, Metrics};
 use crate::models::ModelProfiles;
@@ -35,45 +36,15 @@ use crate::tools::{
 
 pub use crate::run::INTERRUPTED;
 
-/// Events buffered per live run for subscribers; one that falls further
-/// behind catches up from storage.
-const LIVE_BUFFER: usize = 64;
-
-/// An event on its way to live subscribers. Sequenced events are already
-/// stored; `model_delta` ones (no sequence) are live only.
-#[derive(Debug)]
-pub struct LiveEvent {
-    pub sequence: Option<u64>,
-    pub kind: &'static str,
-    pub body: String,
-}
-
 /// A run that is queued or running.
 pub struct LiveRun {
     pub id: Uuid,
     pub tenant: Tenant,
-    cancel: CancellationToken,
-    /// Set when the server stops the run: it ends `interrupted`, not `aborted`.
-    interrupted: AtomicBool,
+    /// Stops it, saying why: a client's cancel, the server stopping, storage
+    /// refusing its records.
+    stop: Stop,
     /// Set once its start is stored: it is executing.
     executing: AtomicBool,
-    /// Set when the run is stopped because storage refused its records for
-    /// longer than `write_retry_ms`: it ends `failed`.
-    storage_refused: AtomicBool,
-    events: broadcast::Sender<Arc<LiveEvent>>,
-    /// Fires once the run's end is committed.
-    done: CancellationToken,
-}
-
-impl LiveRun {
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<LiveEvent>> {
-        self.events.subscribe()
-    }
-
-    /// Resolves once the run's final state is in storage.
-    pub async fn finished(&self) {
-        self.done.cancelled().await;
-    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -171,6 +142,12 @@ impl Runner {
 
     pub fn store(&self) -> &Store {
         &self.shared.store
+    }
+
+    /// Resolves once the live run `id`'s end is stored (or given up);
+    /// `None` when it is not live.
+    pub fn finished(&self, id: Uuid) -> Option<impl Future<Output = ()> + use<>> {
+        self.shared.store.live().ended(id)
     }
 
     /// The gauges `/metrics` shows, read from the state that owns them.
@@ -303,17 +280,13 @@ impl Runner {
         spec: RunSpec,
         slot: Option<tokio::sync::OwnedSemaphorePermit>,
     ) {
-        let (events, _) = broadcast::channel(LIVE_BUFFER);
         let live = Arc::new(LiveRun {
             id: run.id,
             tenant,
-            cancel: CancellationToken::new(),
-            interrupted: AtomicBool::new(false),
+            stop: Stop::new(),
             executing: AtomicBool::new(false),
-            storage_refused: AtomicBool::new(false),
-            events,
-            done: CancellationToken::new(),
         });
+        self.shared.store.live().open(run.id);
         if let Ok(mut registry) = self.shared.live.lock() {
             registry.insert(run.id, Arc::clone(&live));
         }
@@ -329,7 +302,7 @@ impl Runner {
     /// Cancels a live run. `None` when it is not live (terminal or unknown).
     pub fn cancel(&self, tenant: &Tenant, id: Uuid) -> Option<Arc<LiveRun>> {
         let live = self.live(id).filter(|live| &live.tenant == tenant)?;
-        live.cancel.cancel();
+        live.stop.cancel();
         Some(live)
     }
 
@@ -353,8 +326,8 @@ impl Runner {
             .map(|live| live.values().cloned().collect())
             .unwrap_or_default();
         for run in live {
-            run.interrupted.store(true, Ordering::Release);
-            run.cancel.cancel();
+            run.stop
+                .stop(StopReason::Interrupted(INTERRUPTED.to_owned()));
         }
         self.tasks.wait().await;
         self.shared.store.close().await;
@@ -389,10 +362,11 @@ async fn watch_storage(shared: std::sync::Weak<Shared>, write_retry: Duration) {
             .unwrap_or_default();
         for run in live {
             if run.executing.load(Ordering::Acquire)
-                && !run.storage_refused.swap(true, Ordering::AcqRel)
+                && run
+                    .stop
+                    .stop(StopReason::Failed(observer::STORAGE_REFUSED.to_owned()))
             {
                 tracing::error!(run_id = %run.id, "storage refuses the run's records; stopping it");
-                run.cancel.cancel();
             }
         }
     }
@@ -447,8 +421,14 @@ struct RunTask {
 impl RunTask {
     async fn execute(self, slot: Option<tokio::sync::OwnedSemaphorePermit>) {
         let shared = Arc::clone(&self.runner.shared);
-        let observer = observer::RunObserver::new(Arc::clone(&shared), Arc::clone(&self.live));
-        let _slot = match slot {
+        let observer = observer::RunObserver::new(
+            self.live.id,
+            shared.store.clone(),
+            Arc::clone(&shared.metrics),
+        );
+        let stop = &self.live.stop;
+        let interrupted = || matches!(stop.reason(), Some(StopReason::Interrupted(_)));
+        let slot = match slot {
             // A run accepted just as the server began to stop waits for the
             // next process, like every queued run.
             Some(_) if self.runner.stop_queue.is_cancelled() => return self.leave_queued(),
@@ -456,7 +436,7 @@ impl RunTask {
             None => {
                 let acquired = tokio::select! {
                     biased;
-                    () = self.live.cancel.cancelled() => None,
+                    () = stop.stopped() => None,
                     () = self.runner.stop_queue.cancelled() => None,
                     permit = Arc::clone(&self.runner.slots).acquire_owned() => permit.ok(),
                 };
@@ -466,15 +446,13 @@ impl RunTask {
                     Some(permit) if !stopping => permit,
                     // The server is stopping (the run is not cancelled by a
                     // client): it stays queued in storage for the next process.
-                    _ if stopping && !self.live.cancel.is_cancelled()
-                        || self.live.interrupted.load(Ordering::Acquire) =>
-                    {
+                    _ if stopping && !stop.is_stopped() || interrupted() => {
                         return self.leave_queued();
                     }
                     _ => {
                         tracing::info!("cancelled while queued");
                         observer.end_without_harness(RunStatus::Aborted, None);
-                        return;
+                        return self.ended(&observer).await;
                     }
                 }
             }
@@ -490,15 +468,15 @@ impl RunTask {
                 tracing::error!(%error, "the run's start could not be stored; it stays queued");
                 return self.leave_queued();
             },
-            () = self.live.cancel.cancelled() => {
+            () = stop.stopped() => {
                 // The server stopping lets it wait for the next process, as
                 // every queued run; a client's cancel ends it.
-                if self.live.interrupted.load(Ordering::Acquire) {
+                if interrupted() {
                     return self.leave_queued();
                 }
                 tracing::info!("cancelled before its start was stored");
                 observer.end_without_harness(RunStatus::Aborted, None);
-                return;
+                return self.ended(&observer).await;
             }
         }
         self.live.executing.store(true, Ordering::Release);
@@ -514,19 +492,39 @@ impl RunTask {
             Err(_) => Some("the run's task panicked".to_owned()),
         };
         if let Some(error) = failure
-            && !observer.has_ended()
+            && observer.ended().is_none()
         {
             tracing::error!(%error, "run failed");
             observer.end_without_harness(RunStatus::Failed, Some(error));
         }
         shared.metrics.run_duration.record(began.elapsed());
         shared.running.fetch_sub(1, Ordering::AcqRel);
+        drop(slot);
+        self.ended(&observer).await;
+    }
+
+    /// After the run's end was handed to the store: counts it, and waits for
+    /// it to be stored before the run stops being live, so that whoever
+    /// finds it not live finds its end in storage. A server that is stopping
+    /// does not wait (closing the store commits it, or gives it up).
+    async fn ended(&self, observer: &observer::RunObserver) {
+        let shared = &self.runner.shared;
+        if let Some(status) = observer.ended() {
+            shared.metrics.finished(status);
+        }
+        if let Some(stored) = shared.store.live().ended(self.live.id) {
+            tokio::select! {
+                () = stored => {}
+                () = self.runner.stop_queue.cancelled() => {}
+            }
+        }
+        shared.forget(self.live.id);
     }
 
     /// Lets go of a run that never started, leaving it `queued` in storage.
     fn leave_queued(&self) {
+        self.runner.shared.store.live().close(self.live.id);
         self.runner.shared.forget(self.live.id);
-        self.live.done.cancel();
     }
 
     /// Builds the run's model and tools and runs the harness. An error is the
@@ -574,7 +572,7 @@ impl RunTask {
             tools: &registry,
             observer: Some(observer),
         }
-        .run(config, &self.live.cancel)
+        .run(config, &self.live.stop)
         .await;
         tracing::info!(status = %result.status, steps = result.steps, tool_calls = result.tool_calls, "run ended");
         Ok(())

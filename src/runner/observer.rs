@@ -1,52 +1,57 @@
-//! The observer the service gives every run: it hands each event to the store's
-//! writer and returns at once. Live subscribers are told after the commit, by
-//! the writer, so a client never sees an event that storage does not have.
+//! The observer the service gives every run: it turns each event into one
+//! [`NewEvent`] (its JSON made once) and hands it to the store's writer,
+//! which stores it and then publishes it to the run's subscribers. It never
+//! waits, and it never rewrites what the harness reported.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
-use chrono::Utc;
+use chrono::{SecondsFormat, Utc};
 use uuid::Uuid;
 
-use super::{LiveEvent, LiveRun, Shared};
 use crate::harness::{Event, EventKind, Observer, ObserverError, RunStatus, UsageTotals};
-use crate::run::{INTERRUPTED, format_time};
-use crate::store::writer::{AfterCommit, Finish};
+use crate::metrics::Metrics;
+use crate::run::format_time;
+use crate::store::{Finish, LiveEvent, NewEvent, Store};
 
 /// What a run stopped because its records could not be stored is told.
 pub const STORAGE_REFUSED: &str =
     "Storage refused the run's records for too long (the disk may be full); the run was stopped";
 
 pub(super) struct RunObserver {
-    shared: Arc<Shared>,
-    live: Arc<LiveRun>,
+    run_id: Uuid,
+    store: Store,
+    metrics: Arc<Metrics>,
     /// Transcript messages recorded so far: the next message's position.
     messages: AtomicU32,
     /// The last sequence seen, so the service can continue the sequence.
     last_sequence: AtomicU64,
-    ended: AtomicBool,
+    /// The status the run ended with, once its `run_end` was handed over.
+    ended: OnceLock<RunStatus>,
 }
 
 impl RunObserver {
-    pub(super) fn new(shared: Arc<Shared>, live: Arc<LiveRun>) -> Self {
+    pub(super) fn new(run_id: Uuid, store: Store, metrics: Arc<Metrics>) -> Self {
         Self {
-            shared,
-            live,
+            run_id,
+            store,
+            metrics,
             messages: AtomicU32::new(0),
             last_sequence: AtomicU64::new(0),
-            ended: AtomicBool::new(false),
+            ended: OnceLock::new(),
         }
     }
 
-    pub(super) fn has_ended(&self) -> bool {
-        self.ended.load(Ordering::Acquire)
+    /// The status of the run's `run_end`, once it was emitted.
+    pub(super) fn ended(&self) -> Option<RunStatus> {
+        self.ended.get().copied()
     }
 
     /// Ends a run the harness did not (or could not) end: one cancelled while
     /// queued, or one whose model or tools could not be set up.
     pub(super) fn end_without_harness(&self, status: RunStatus, error: Option<String>) {
         let event = Event {
-            run_id: self.live.id,
+            run_id: self.run_id,
             sequence: self.last_sequence.load(Ordering::Acquire) + 1,
             timestamp: Utc::now(),
             kind: EventKind::RunEnd {
@@ -60,21 +65,10 @@ impl RunObserver {
         };
         let _ = self.on_event(&event);
     }
-}
 
-impl Observer for RunObserver {
-    fn on_event(&self, event: &Event) -> Result<(), ObserverError> {
-        self.last_sequence.store(event.sequence, Ordering::Release);
-        let metrics = &self.shared.metrics;
-        let mut finish = None;
-        let mut message = None;
-        let rewritten;
-        let mut event = event;
-        match &event.kind {
-            EventKind::Message { message: m } => {
-                let position = self.messages.fetch_add(1, Ordering::AcqRel);
-                message = Some((position, serde_json::to_string(&**m)?));
-            }
+    fn count(&self, kind: &EventKind) {
+        let metrics = &self.metrics;
+        match kind {
             EventKind::ModelEnd { duration_ms, .. } => {
                 metrics.model_calls.fetch_add(1, Ordering::Relaxed);
                 metrics.model_duration.record_millis(*duration_ms);
@@ -93,6 +87,22 @@ impl Observer for RunObserver {
                 }
                 metrics.tool_duration.record_millis(*duration_ms);
             }
+            _ => {}
+        }
+    }
+}
+
+impl Observer for RunObserver {
+    fn on_event(&self, event: &Event) -> Result<(), ObserverError> {
+        self.last_sequence.store(event.sequence, Ordering::Release);
+        self.count(&event.kind);
+        let mut message = None;
+        let mut finish = None;
+        match &event.kind {
+            EventKind::Message { json, .. } => {
+                let position = self.messages.fetch_add(1, Ordering::AcqRel);
+                message = Some((position, Arc::clone(json)));
+            }
             EventKind::RunEnd {
                 status,
                 steps,
@@ -101,84 +111,29 @@ impl Observer for RunObserver {
                 answer,
                 error,
             } => {
-                if self.ended.swap(true, Ordering::AcqRel) {
+                if self.ended.set(*status).is_err() {
                     return Err("a second run_end was refused".into());
                 }
-                let stopped = matches!(status, RunStatus::Aborted | RunStatus::Timeout);
-                let (status, error) =
-                    if stopped && self.live.storage_refused.load(Ordering::Acquire) {
-                        (RunStatus::Failed, Some(STORAGE_REFUSED.to_owned()))
-                    } else if stopped && self.live.interrupted.load(Ordering::Acquire) {
-                        (RunStatus::Interrupted, Some(INTERRUPTED.to_owned()))
-                    } else {
-                        (*status, error.clone())
-                    };
-                rewritten = Event {
-                    kind: EventKind::RunEnd {
-                        status,
-                        steps: *steps,
-                        tool_calls: *tool_calls,
-                        usage: *usage,
-                        answer: answer.clone(),
-                        error: error.clone(),
-                    },
-                    ..event.clone()
-                };
-                event = &rewritten;
-                finish = Some(Finish {
-                    run_id: self.live.id,
-                    status,
+                finish = Some(Box::new(Finish {
+                    status: *status,
                     answer: answer.clone(),
-                    error,
+                    error: error.clone(),
                     steps: *steps,
                     tool_calls: *tool_calls,
                     usage: *usage,
                     finished_at: format_time(&event.timestamp),
-                });
+                }));
             }
-            EventKind::RunStart | EventKind::ModelStart | EventKind::ToolStart { .. } => {}
+            _ => {}
         }
-        let kind = event.kind.type_name();
-        let body = serde_json::to_string(event)?;
-        let live_event = Arc::new(LiveEvent {
-            sequence: Some(event.sequence),
-            kind,
-            body: body.clone(),
-        });
-        // Subscribers hear only of what was stored; waiters are let go
-        // either way.
-        let after_commit: AfterCommit = match &finish {
-            None => {
-                let live = Arc::clone(&self.live);
-                Box::new(move |stored| {
-                    if stored {
-                        let _ = live.events.send(live_event);
-                    }
-                })
-            }
-            Some(finish) => {
-                let live = Arc::clone(&self.live);
-                let shared = Arc::clone(&self.shared);
-                let status = finish.status;
-                Box::new(move |stored| {
-                    shared.metrics.finished(status);
-                    if stored {
-                        let _ = live.events.send(live_event);
-                    }
-                    shared.forget(live.id);
-                    live.done.cancel();
-                })
-            }
-        };
-        self.shared.store.writer().event(
-            self.live.id,
-            event.sequence,
-            kind,
-            body,
+        self.store.writer().append(NewEvent {
+            run_id: self.run_id,
+            sequence: event.sequence,
+            kind: event.kind.type_name(),
+            body: event_json(event)?.into(),
             message,
             finish,
-            Some(after_commit),
-        );
+        });
         Ok(())
     }
 
@@ -198,11 +153,70 @@ impl Observer for RunObserver {
             text,
         });
         if let Ok(body) = body {
-            let _ = self.live.events.send(Arc::new(LiveEvent {
-                sequence: None,
-                kind: "model_delta",
-                body,
-            }));
+            self.store.live().publish(
+                run_id,
+                Arc::new(LiveEvent {
+                    sequence: None,
+                    kind: "model_delta",
+                    body: body.into(),
+                }),
+            );
         }
+    }
+}
+
+/// The event's JSON. A `message` event reuses the JSON the harness made of
+/// its message rather than serialising the message again.
+fn event_json(event: &Event) -> Result<String, serde_json::Error> {
+    let EventKind::Message { json, .. } = &event.kind else {
+        return serde_json::to_string(event);
+    };
+    if json.is_empty() {
+        return serde_json::to_string(event);
+    }
+    #[derive(serde::Serialize)]
+    struct Head<'a> {
+        run_id: Uuid,
+        sequence: u64,
+        timestamp: String,
+        #[serde(rename = "type")]
+        kind: &'a str,
+    }
+    let head = serde_json::to_string(&Head {
+        run_id: event.run_id,
+        sequence: event.sequence,
+        timestamp: event.timestamp.to_rfc3339_opts(SecondsFormat::Micros, true),
+        kind: event.kind.type_name(),
+    })?;
+    let mut body = String::with_capacity(head.len() + json.len() + 12);
+    // `head` is an object: its last byte is the closing brace.
+    body.push_str(&head[..head.len() - 1]);
+    body.push_str(",\"message\":");
+    body.push_str(json);
+    body.push('}');
+    Ok(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::harness::Message;
+
+    #[test]
+    fn a_message_event_reads_as_if_serialised_whole() {
+        let message = Arc::new(Message::tool("1", "a \"quoted\" é", false));
+        let event = Event {
+            run_id: Uuid::now_v7(),
+            sequence: 7,
+            timestamp: Utc::now(),
+            kind: EventKind::Message {
+                json: message.to_json().into(),
+                message,
+            },
+        };
+        let spliced: serde_json::Value =
+            serde_json::from_str(&event_json(&event).unwrap()).unwrap();
+        let whole = serde_json::to_value(&event).unwrap();
+        assert_eq!(spliced, whole);
     }
 }

@@ -5,10 +5,12 @@
 //! pool. With one writer there is never a lock to wait for, and WAL lets the
 //! readers go on while it writes.
 
+pub mod live;
 mod rows;
 pub mod writer;
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -22,7 +24,8 @@ use uuid::Uuid;
 use crate::harness::RunStatus;
 use crate::run::{ModelSpec, Run, RunSpec, Tenant, format_time};
 
-pub use writer::{Writer, WriterStats};
+pub use live::{Channels, LiveEvent};
+pub use writer::{Finish, NewEvent, Writer, WriterStats};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -68,6 +71,7 @@ pub struct IdempotentRun {
 pub struct Store {
     read: SqlitePool,
     writer: Writer,
+    channels: Arc<Channels>,
 }
 
 impl Store {
@@ -104,12 +108,25 @@ impl Store {
             .connect_with(options.read_only(true))
             .await?;
         let recovered = recover(&mut connection, Utc::now()).await?;
-        let writer = Writer::start(connection, write_retry);
-        Ok((Self { read, writer }, recovered))
+        let channels = Arc::new(Channels::default());
+        let writer = Writer::start(connection, write_retry, Arc::clone(&channels));
+        Ok((
+            Self {
+                read,
+                writer,
+                channels,
+            },
+            recovered,
+        ))
     }
 
     pub fn writer(&self) -> &Writer {
         &self.writer
+    }
+
+    /// The live runs' event channels: subscribe to a run, wait for its end.
+    pub fn live(&self) -> &Channels {
+        &self.channels
     }
 
     /// Waits for every queued write to be committed, then closes.

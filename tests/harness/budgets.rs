@@ -4,8 +4,7 @@ use std::sync::atomic::Ordering;
 
 use serde_json::json;
 
-use agent_runner::harness::{Message, RunConfig, RunStatus};
-use tokio_util::sync::CancellationToken;
+use agent_runner::harness::{Message, RunConfig, RunStatus, Stop};
 
 use crate::support::*;
 
@@ -38,7 +37,7 @@ async fn seeded_batches_respect_tool_budgets() {
             vec![tool_turn(calls), answer("done")],
             std::slice::from_ref(&noop),
             config,
-            &CancellationToken::new(),
+            &Stop::new(),
             None,
         )
         .await;
@@ -101,7 +100,7 @@ async fn unknown_and_invalid_calls_use_the_budget() {
         ],
         std::slice::from_ref(&strict),
         config,
-        &CancellationToken::new(),
+        &Stop::new(),
         None,
     )
     .await;
@@ -122,7 +121,7 @@ async fn zero_tool_calls_allows_only_answers() {
         vec![answer("direct")],
         &[noop()],
         config.clone(),
-        &CancellationToken::new(),
+        &Stop::new(),
         None,
     )
     .await;
@@ -131,7 +130,7 @@ async fn zero_tool_calls_allows_only_answers() {
         vec![tool_turn(vec![call("1", "noop", json!({}))])],
         &[noop()],
         config,
-        &CancellationToken::new(),
+        &Stop::new(),
         None,
     )
     .await;

@@ -4,16 +4,17 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
-use agent_runner::harness::{Harness, Message, RunConfig, RunStatus, ToolRegistry};
+use agent_runner::harness::{
+    EventKind, Harness, Message, RunConfig, RunStatus, Stop, StopReason, ToolRegistry,
+};
 use agent_runner::models::ScriptedModel;
 
 use crate::support::*;
 
 #[tokio::test]
 async fn a_run_cancelled_before_it_starts_never_calls_the_model() {
-    let cancel = CancellationToken::new();
+    let cancel = Stop::new();
     cancel.cancel();
     let model = ScriptedModel::new(vec![answer("never")]);
     let registry = ToolRegistry::new([]).unwrap();
@@ -32,7 +33,7 @@ async fn a_run_cancelled_before_it_starts_never_calls_the_model() {
 
 #[tokio::test]
 async fn cancel_during_a_model_call_aborts_promptly() {
-    let cancel = CancellationToken::new();
+    let cancel = Stop::new();
     let trigger = cancel.clone();
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -56,7 +57,7 @@ async fn cancel_during_a_model_call_aborts_promptly() {
 
 #[tokio::test]
 async fn cancel_during_a_tool_reaches_the_tool() {
-    let cancel = CancellationToken::new();
+    let cancel = Stop::new();
     let trigger = cancel.clone();
     let waiting = tool("wait", json!({"type": "object"}), move |_, token| {
         let trigger = trigger.clone();
@@ -99,7 +100,7 @@ async fn cancel_during_a_tool_reaches_the_tool() {
 
 #[tokio::test]
 async fn a_tool_that_ignores_cancellation_is_abandoned() {
-    let cancel = CancellationToken::new();
+    let cancel = Stop::new();
     let trigger = cancel.clone();
     let stubborn = tool("stubborn", json!({"type": "object"}), move |_, _| {
         let trigger = trigger.clone();
@@ -138,7 +139,7 @@ async fn the_deadline_is_reached_inside_a_cooperative_model() {
         vec![json!({"delay_ms": 10_000, "content": "late"})],
         &[],
         config,
-        &CancellationToken::new(),
+        &Stop::new(),
         None,
     )
     .await;
@@ -162,7 +163,7 @@ async fn the_deadline_is_reached_inside_a_cooperative_tool() {
         ],
         &[waiting],
         config,
-        &CancellationToken::new(),
+        &Stop::new(),
         None,
     )
     .await;
@@ -176,11 +177,64 @@ async fn the_deadline_is_reached_inside_a_cooperative_tool() {
 
 #[tokio::test]
 async fn a_client_cancel_is_not_reported_as_a_timeout() {
-    let cancel = CancellationToken::new();
+    let cancel = Stop::new();
     cancel.cancel();
     let mut config = RunConfig::new("go");
     config.limits.timeout = Some(Duration::from_millis(1));
     tokio::time::sleep(Duration::from_millis(5)).await;
     let result = run_with(vec![answer("x")], &[], config, &cancel, None).await;
     assert_eq!(result.status, RunStatus::Aborted);
+}
+
+/// The reason a run was stopped for is its `run_end`, the first time: the
+/// server stopping is `interrupted`, the service failing is `failed`, each
+/// with its message, and a later reason does not replace the first.
+#[tokio::test]
+async fn a_stop_ends_the_run_with_its_reason() {
+    for (reason, status) in [
+        (
+            StopReason::Interrupted("the server stopped".into()),
+            RunStatus::Interrupted,
+        ),
+        (
+            StopReason::Failed("storage refused".into()),
+            RunStatus::Failed,
+        ),
+    ] {
+        let stop = Stop::new();
+        let trigger = stop.clone();
+        let expected = match &reason {
+            StopReason::Interrupted(why) | StopReason::Failed(why) => why.clone(),
+            StopReason::Cancelled => unreachable!(),
+        };
+        let tool = tool("wait", json!({"type": "object"}), move |_, token| {
+            let trigger = trigger.clone();
+            let reason = reason.clone();
+            async move {
+                trigger.stop(reason);
+                trigger.cancel();
+                token.cancelled().await;
+                Ok(json!("stopped"))
+            }
+        });
+        let recorder = Recorder::default();
+        let result = run_with(
+            vec![
+                tool_turn(vec![call("1", "wait", json!({}))]),
+                answer("never"),
+            ],
+            &[tool],
+            RunConfig::new("go"),
+            &stop,
+            Some(&recorder),
+        )
+        .await;
+        assert_eq!(result.status, status);
+        assert_eq!(result.error.as_deref(), Some(expected.as_str()));
+        let end = recorder.events().pop().unwrap();
+        assert!(
+            matches!(&end.kind, EventKind::RunEnd { status: s, error: Some(e), .. } if *s == status && *e == expected),
+            "{end:?}"
+        );
+    }
 }

@@ -4,10 +4,9 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
 use agent_runner::harness::{
-    Harness, Message, Model, ModelError, ModelRequest, ModelResponse, RunConfig, RunStatus,
+    Harness, Message, Model, ModelError, ModelRequest, ModelResponse, RunConfig, RunStatus, Stop,
 };
 use agent_runner::models::ScriptedModel;
 
@@ -52,7 +51,7 @@ async fn the_model_sees_a_trimmed_context_and_the_transcript_keeps_everything() 
         tools: &registry,
         observer: None,
     }
-    .run(config, &CancellationToken::new())
+    .run(config, &Stop::new())
     .await;
     assert_eq!(result.status, RunStatus::Completed);
     assert_eq!(
@@ -82,14 +81,7 @@ async fn the_model_sees_a_trimmed_context_and_the_transcript_keeps_everything() 
 async fn a_prompt_larger_than_the_context_ends_the_run_with_context_limit() {
     let mut config = RunConfig::new("p".repeat(100));
     config.context.max_context_chars = 50.try_into().unwrap();
-    let result = run_with(
-        vec![answer("x")],
-        &[],
-        config,
-        &CancellationToken::new(),
-        None,
-    )
-    .await;
+    let result = run_with(vec![answer("x")], &[], config, &Stop::new(), None).await;
     assert_eq!(result.status, RunStatus::ContextLimit);
     assert_eq!(result.steps, 0);
     assert!(result.error.as_deref().unwrap().contains("too small"));
@@ -109,7 +101,7 @@ async fn a_latest_group_that_cannot_fit_ends_the_run_with_context_limit() {
         ],
         &[big],
         config,
-        &CancellationToken::new(),
+        &Stop::new(),
         None,
     )
     .await;

@@ -4,10 +4,9 @@
 use std::time::Duration;
 
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
 use agent_runner::harness::{
-    Event, EventKind, Observer, ObserverError, RunConfig, RunStatus, Usage, UsageTotals,
+    Event, EventKind, Observer, ObserverError, RunConfig, RunStatus, Stop, Usage, UsageTotals,
 };
 
 use crate::support::*;
@@ -28,7 +27,7 @@ async fn events_come_in_order_with_a_gap_free_sequence() {
         hello_script(),
         &[noop()],
         config,
-        &CancellationToken::new(),
+        &Stop::new(),
         Some(&recorder),
     )
     .await;
@@ -60,7 +59,7 @@ async fn events_come_in_order_with_a_gap_free_sequence() {
     let messages: Vec<_> = events
         .iter()
         .filter_map(|e| match &e.kind {
-            EventKind::Message { message } => Some((**message).clone()),
+            EventKind::Message { message, .. } => Some((**message).clone()),
             _ => None,
         })
         .collect();
@@ -132,7 +131,7 @@ async fn an_observer_that_fails_or_panics_cannot_change_the_run() {
             hello_script(),
             std::slice::from_ref(&noop),
             config,
-            &CancellationToken::new(),
+            &Stop::new(),
             Some(observer),
         )
         .await;
@@ -194,7 +193,7 @@ fn endings() -> Vec<(RunStatus, Vec<serde_json::Value>, RunConfig, bool)> {
 async fn run_end_comes_exactly_once_and_last_on_every_path() {
     for (expected, script, config, cancelled) in endings() {
         let recorder = Recorder::default();
-        let cancel = CancellationToken::new();
+        let cancel = Stop::new();
         if cancelled {
             cancel.cancel();
         }
@@ -227,7 +226,7 @@ async fn a_model_failure_is_reported_as_a_model_error_event() {
         vec![json!({"error": "provider down"})],
         &[],
         RunConfig::new("x"),
-        &CancellationToken::new(),
+        &Stop::new(),
         Some(&recorder),
     )
     .await;

@@ -5,10 +5,9 @@ use std::sync::atomic::Ordering;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 use agent_runner::harness::{
-    Harness, Message, Model, ModelError, ModelRequest, ModelResponse, RunConfig, RunStatus,
+    Harness, Message, Model, ModelError, ModelRequest, ModelResponse, RunConfig, RunStatus, Stop,
     ToolCall, UsageTotals,
 };
 
@@ -62,7 +61,7 @@ async fn every_malformed_envelope_ends_the_run_with_no_side_effect() {
             vec![envelope.clone(), answer("never")],
             std::slice::from_ref(&noop),
             RunConfig::new("go"),
-            &CancellationToken::new(),
+            &Stop::new(),
             Some(&recorder),
         )
         .await;
@@ -107,7 +106,7 @@ async fn typed_responses_from_adapters_are_validated_too() {
         tools: &registry,
         observer: None,
     }
-    .run(RunConfig::new("go"), &CancellationToken::new())
+    .run(RunConfig::new("go"), &Stop::new())
     .await;
     assert_eq!(result.status, RunStatus::ModelError);
     assert_eq!(
@@ -134,7 +133,7 @@ async fn a_model_that_panics_is_a_model_error() {
         tools: &registry,
         observer: None,
     }
-    .run(RunConfig::new("go"), &CancellationToken::new())
+    .run(RunConfig::new("go"), &Stop::new())
     .await;
     assert_eq!(result.status, RunStatus::ModelError);
     assert_eq!(result.error.as_deref(), Some("Model panicked: adapter bug"));

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use agent_runner::harness::{
-    Event, EventKind, Harness, Observer, ObserverError, RunConfig, RunResult, Tool, ToolDefinition,
-    ToolError, ToolRegistry,
+    Event, EventKind, Harness, Observer, ObserverError, RunConfig, RunResult, Stop, Tool,
+    ToolDefinition, ToolError, ToolRegistry,
 };
 use agent_runner::models::ScriptedModel;
 use async_trait::async_trait;
@@ -119,7 +119,7 @@ pub async fn run_with(
     script: Vec<Value>,
     tools: &[Arc<FnTool>],
     config: RunConfig,
-    cancel: &CancellationToken,
+    cancel: &Stop,
     observer: Option<&dyn Observer>,
 ) -> RunResult {
     let model = ScriptedModel::new(script);
@@ -135,12 +135,5 @@ pub async fn run_with(
 
 /// Runs `prompt` with default budgets and no observer.
 pub async fn run(script: Vec<Value>, tools: &[Arc<FnTool>], prompt: &str) -> RunResult {
-    run_with(
-        script,
-        tools,
-        RunConfig::new(prompt),
-        &CancellationToken::new(),
-        None,
-    )
-    .await
+    run_with(script, tools, RunConfig::new(prompt), &Stop::new(), None).await
 }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_runner::harness::{Harness, Limits, Message, Model, RunConfig, RunStatus};
+use agent_runner::harness::{Harness, Limits, Message, Model, RunConfig, RunStatus, Stop};
 use agent_runner::models::{AnthropicConfig, AnthropicModel, OpenAiConfig, OpenAiModel};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -80,7 +80,7 @@ async fn a_cancelled_run_against_a_hanging_server_ends_aborted_promptly() {
     server.otherwise(Reply::Hang);
     for (name, model) in adapters(&server) {
         let tools = weather_tools();
-        let cancel = CancellationToken::new();
+        let cancel = Stop::new();
         let trigger = cancel.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -119,7 +119,7 @@ async fn the_run_deadline_ends_a_hanging_request_as_a_timeout() {
             ..Limits::default()
         };
         let began = Instant::now();
-        let result = harness.run(config, &CancellationToken::new()).await;
+        let result = harness.run(config, &Stop::new()).await;
         assert_eq!(result.status, RunStatus::Timeout, "{name}");
         assert!(
             began.elapsed() < Duration::from_millis(800),

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use agent_runner::harness::{
-    Harness, Message, RunConfig, RunStatus, Tool, ToolDefinition, ToolError, ToolRegistry,
+    Harness, Message, RunConfig, RunStatus, Stop, Tool, ToolDefinition, ToolError, ToolRegistry,
     UsageTotals,
 };
 use agent_runner::models::{ModelProfile, ModelProfiles, ProfileError, ProfileInfo, ProfileKind};
@@ -286,10 +286,7 @@ async fn run_profile(profiles: &ModelProfiles, name: &str) -> agent_runner::harn
         tools: &tools,
         observer: None,
     }
-    .run(
-        RunConfig::new("Inspect the project"),
-        &CancellationToken::new(),
-    )
+    .run(RunConfig::new("Inspect the project"), &Stop::new())
     .await
 }
 

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use agent_runner::harness::{
     ContextView, DeltaSink, Event, Harness, Message, Model, ModelError, ModelRequest,
-    ModelResponse, Observer, ObserverError, RunConfig, RunResult, Tool, ToolDefinition, ToolError,
-    ToolRegistry,
+    ModelResponse, Observer, ObserverError, RunConfig, RunResult, Stop, Tool, ToolDefinition,
+    ToolError, ToolRegistry,
 };
 use agent_runner::models::{HttpSettings, RetryPolicy, Secret};
 use async_trait::async_trait;
@@ -385,9 +385,7 @@ pub async fn run(model: &dyn Model, prompt: &str, observer: &Recorder) -> RunRes
         tools: &tools,
         observer: Some(observer),
     };
-    harness
-        .run(RunConfig::new(prompt), &CancellationToken::new())
-        .await
+    harness.run(RunConfig::new(prompt), &Stop::new()).await
 }
 
 /// The transcript as the API serves it.

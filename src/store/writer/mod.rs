@@ -3,9 +3,9 @@
 //!
 //! Senders never wait: a run's observer hands over its events and goes on. The
 //! writer drains whatever has accumulated (up to [`MAX_BATCH`] operations),
-//! commits it at once, and only then runs each operation's `after_commit`
-//! (which is where live subscribers are told), so whatever a client sees live
-//! is already in storage.
+//! commits it at once, and only then publishes the batch's events to their
+//! runs' live channels ([`super::live`]), so whatever a client sees live is
+//! already in storage.
 //!
 //! A write that fails because storage refuses it (the disk is full, an I/O
 //! error, the file is read-only or locked) is never dropped: the writer holds
@@ -34,6 +34,7 @@ use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use super::StoreError;
+use super::live::{Channels, LiveEvent};
 use crate::harness::{RunStatus, UsageTotals};
 use health::Health;
 pub(crate) use sql::RunRow;
@@ -47,15 +48,9 @@ pub const MAX_BATCH: usize = 2048;
 const RETRY_FIRST: Duration = Duration::from_millis(25);
 const RETRY_MAX: Duration = Duration::from_secs(1);
 
-/// Runs once the operation's transaction has committed (`true`), or once the
-/// writer gave up on it (`false`: a write that fails alone, or what is still
-/// held when the writer closes), so that waiters never hang. Only `true`
-/// may tell a client the write happened.
-pub type AfterCommit = Box<dyn FnOnce(bool) + Send + Sync>;
-
 /// The end of a run, written with its `run_end` event in one transaction.
+#[derive(Debug)]
 pub struct Finish {
-    pub run_id: Uuid,
     pub status: RunStatus,
     pub answer: Option<String>,
     pub error: Option<String>,
@@ -65,6 +60,20 @@ pub struct Finish {
     pub finished_at: String,
 }
 
+/// One event of a run, ready to store: its JSON made once, shared by the row
+/// and what live subscribers are sent.
+#[derive(Debug)]
+pub struct NewEvent {
+    pub run_id: Uuid,
+    pub sequence: u64,
+    pub kind: &'static str,
+    pub body: Arc<str>,
+    /// The transcript message the event announces: its position and JSON.
+    pub message: Option<(u32, Arc<str>)>,
+    /// For `run_end`: the run's final state.
+    pub finish: Option<Box<Finish>>,
+}
+
 pub(super) enum Op {
     InsertRun(Box<RunRow>, oneshot::Sender<Result<(), StoreError>>),
     Started {
@@ -72,16 +81,7 @@ pub(super) enum Op {
         at: String,
         done: oneshot::Sender<Result<(), StoreError>>,
     },
-    Event {
-        run_id: Uuid,
-        sequence: u64,
-        kind: &'static str,
-        body: String,
-        /// The transcript message the event announces: (position, JSON).
-        message: Option<(u32, String)>,
-        finish: Option<Box<Finish>>,
-        after_commit: Option<AfterCommit>,
-    },
+    Event(NewEvent),
     Close(oneshot::Sender<()>),
 }
 
@@ -99,12 +99,17 @@ pub struct Writer {
     sender: mpsc::UnboundedSender<Op>,
     stats: Arc<WriterStats>,
     health: Arc<Health>,
+    channels: Arc<Channels>,
 }
 
 impl Writer {
     /// Starts the writer. `give_up_after`: how long writes still held when
     /// it is closed are tried before they are abandoned.
-    pub(super) fn start(connection: SqliteConnection, give_up_after: Duration) -> Self {
+    pub(super) fn start(
+        connection: SqliteConnection,
+        give_up_after: Duration,
+        channels: Arc<Channels>,
+    ) -> Self {
         let (sender, receiver) = mpsc::unbounded_channel();
         let stats = Arc::new(WriterStats::default());
         let health = Arc::new(Health::default());
@@ -112,6 +117,7 @@ impl Writer {
             connection,
             stats: Arc::clone(&stats),
             health: Arc::clone(&health),
+            channels: Arc::clone(&channels),
             give_up_after,
         };
         tokio::spawn(task.run(receiver));
@@ -119,6 +125,7 @@ impl Writer {
             sender,
             stats,
             health,
+            channels,
         }
     }
 
@@ -150,28 +157,11 @@ impl Writer {
         wait.await.map_err(|_| StoreError::Closed)?
     }
 
-    /// Appends an event (and the message it announces, if any). A `run_end`
-    /// event carries the run's final state, written in the same transaction.
-    #[allow(clippy::too_many_arguments)]
-    pub fn event(
-        &self,
-        run_id: Uuid,
-        sequence: u64,
-        kind: &'static str,
-        body: String,
-        message: Option<(u32, String)>,
-        finish: Option<Finish>,
-        after_commit: Option<AfterCommit>,
-    ) {
-        self.send(Op::Event {
-            run_id,
-            sequence,
-            kind,
-            body,
-            message,
-            finish: finish.map(Box::new),
-            after_commit,
-        });
+    /// Appends an event (and the message it announces, if any); a `run_end`
+    /// carries the run's final state, written in the same transaction. Its
+    /// subscribers hear of it once it is committed.
+    pub fn append(&self, event: NewEvent) {
+        self.send(Op::Event(event));
     }
 
     /// Commits everything sent before, then stops the writer.
@@ -186,7 +176,7 @@ impl Writer {
         if let Err(mpsc::error::SendError(op)) = self.sender.send(op) {
             tracing::error!("write after the store closed; dropped");
             // Never leave a waiter hanging.
-            finish(op, false);
+            finish(op, false, &self.channels);
         }
     }
 }
@@ -196,6 +186,7 @@ struct Task {
     connection: SqliteConnection,
     stats: Arc<WriterStats>,
     health: Arc<Health>,
+    channels: Arc<Channels>,
     give_up_after: Duration,
 }
 
@@ -228,7 +219,7 @@ impl Task {
                 for op in pending.split_off(position) {
                     match op {
                         Op::Close(done) => closing.push(done),
-                        op => finish(op, false),
+                        op => finish(op, false, &self.channels),
                     }
                 }
                 closed_at.get_or_insert_with(Instant::now);
@@ -261,7 +252,7 @@ impl Task {
                     "storage still refuses writes as the writer closes; giving them up"
                 );
                 for op in pending.drain(..) {
-                    finish(op, false);
+                    finish(op, false, &self.channels);
                 }
                 break;
             }
@@ -272,7 +263,7 @@ impl Task {
         // told it was not stored rather than left waiting.
         receiver.close();
         while let Ok(op) = receiver.try_recv() {
-            finish(op, false);
+            finish(op, false, &self.channels);
         }
         let _ = self.connection.close().await;
         for done in closing {
@@ -289,7 +280,7 @@ impl Task {
         let error = match apply_all(&mut self.connection, &batch).await {
             Ok(()) => {
                 for op in batch {
-                    finish(op, true);
+                    finish(op, true, &self.channels);
                 }
                 return (Vec::new(), false);
             }
@@ -303,7 +294,7 @@ impl Task {
         let mut ops = batch.into_iter();
         while let Some(op) = ops.next() {
             match apply_all(&mut self.connection, std::slice::from_ref(&op)).await {
-                Ok(()) => finish(op, true),
+                Ok(()) => finish(op, true, &self.channels),
                 Err(error) if is_refusal(&error) => {
                     // Held with everything after it, to keep their order.
                     let rest = std::iter::once(op).chain(ops).collect();
@@ -312,7 +303,7 @@ impl Task {
                 Err(error) => {
                     self.stats.failures.fetch_add(1, Ordering::Relaxed);
                     tracing::error!(%error, "write failed");
-                    fail(op, error);
+                    fail(op, error, &self.channels);
                 }
             }
         }
@@ -335,8 +326,9 @@ fn hold(batch: Vec<Op>, error: &StoreError) -> Vec<Op> {
     held
 }
 
-/// Tells an operation's waiters how it ended.
-fn finish(op: Op, stored: bool) {
+/// Tells an operation's waiters how it ended: a stored event is published to
+/// its run's subscribers; a run's end, stored or given up, closes its channel.
+fn finish(op: Op, stored: bool, channels: &Channels) {
     match op {
         Op::InsertRun(_, done) | Op::Started { done, .. } => {
             let _ = done.send(if stored {
@@ -345,9 +337,19 @@ fn finish(op: Op, stored: bool) {
                 Err(StoreError::Refused("the write was given up".into()))
             });
         }
-        Op::Event { after_commit, .. } => {
-            if let Some(after) = after_commit {
-                after(stored);
+        Op::Event(event) => {
+            if stored {
+                channels.publish(
+                    event.run_id,
+                    Arc::new(LiveEvent {
+                        sequence: Some(event.sequence),
+                        kind: event.kind,
+                        body: event.body,
+                    }),
+                );
+            }
+            if event.finish.is_some() {
+                channels.close(event.run_id);
             }
         }
         Op::Close(_) => {}
@@ -355,12 +357,12 @@ fn finish(op: Op, stored: bool) {
 }
 
 /// Tells an operation's waiters that it failed alone, with `error`.
-fn fail(op: Op, error: StoreError) {
+fn fail(op: Op, error: StoreError, channels: &Channels) {
     match op {
         Op::InsertRun(_, done) | Op::Started { done, .. } => {
             let _ = done.send(Err(error));
         }
-        op => finish(op, false),
+        op => finish(op, false, channels),
     }
 }
 

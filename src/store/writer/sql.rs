@@ -95,23 +95,15 @@ async fn apply(connection: &mut SqliteConnection, ops: &[Op]) -> Result<(), Stor
         match op {
             Op::InsertRun(row, _) => runs.push(&**row),
             Op::Started { run_id, at, .. } => started.push((run_id.to_string(), at.as_str())),
-            Op::Event {
-                run_id,
-                sequence,
-                kind,
-                body,
-                message,
-                finish,
-                ..
-            } => {
-                let run_id = run_id.to_string();
-                if let Some((position, message)) = message {
-                    messages.push((run_id.clone(), *position, message.as_str()));
+            Op::Event(event) => {
+                let run_id = event.run_id.to_string();
+                if let Some((position, message)) = &event.message {
+                    messages.push((run_id.clone(), *position, &**message));
                 }
-                if let Some(finish) = finish {
+                if let Some(finish) = &event.finish {
                     finishes.push((run_id.clone(), &**finish));
                 }
-                events.push((run_id, saturate(*sequence), *kind, body.as_str()));
+                events.push((run_id, saturate(event.sequence), event.kind, &*event.body));
             }
             Op::Close(_) => {}
         }
