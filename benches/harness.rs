@@ -25,8 +25,8 @@ struct Noop(ToolDefinition);
 
 #[async_trait]
 impl Tool for Noop {
-    fn definition(&self) -> &ToolDefinition {
-        &self.0
+    fn definition(&self) -> Arc<ToolDefinition> {
+        Arc::new(self.0.clone())
     }
     async fn execute(&self, _: &Value, _: &CancellationToken) -> Result<Value, ToolError> {
         Ok(json!("ok"))

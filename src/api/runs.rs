@@ -303,7 +303,12 @@ pub async fn workspace(
 ) -> Result<Json<Value>, ApiError> {
     let directory = state.runner.workspace_dir(run.id);
     let files = tokio::task::spawn_blocking(move || {
-        let workspace = Workspace::open(&directory).map_err(|e| e.to_string())?;
+        let workspace = match Workspace::open(&directory) {
+            Ok(workspace) => workspace,
+            // Never written to: the directory is made on the first write.
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(error) => return Err(error.to_string()),
+        };
         workspace.list_files().map_err(|e| e.to_string())
     })
     .await
@@ -330,8 +335,14 @@ pub async fn workspace_file(
             max_read_bytes: MAX_DOWNLOAD_BYTES,
             ..WorkspaceOptions::default()
         };
-        let workspace = Workspace::open_with(&directory, options)
-            .map_err(|e| ApiError::internal("opening a workspace", e))?;
+        let workspace = Workspace::open_with(&directory, options).map_err(|error| {
+            if error.kind() == std::io::ErrorKind::NotFound {
+                // Never written to: it has no files.
+                ApiError::NotFound("file")
+            } else {
+                ApiError::internal("opening a workspace", error)
+            }
+        })?;
         workspace.read_bytes(&path).map_err(|error| match error {
             WorkspaceError::NotFound(_)
             | WorkspaceError::NotADirectory(_)

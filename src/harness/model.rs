@@ -15,7 +15,7 @@ use super::tool::ToolDefinition;
 pub struct ModelRequest<'a> {
     /// The messages selected for context (see [`super::context`]), in order.
     pub messages: ContextView<'a>,
-    pub tools: &'a [ToolDefinition],
+    pub tools: &'a [Arc<ToolDefinition>],
     /// Fires on client cancel and on the run's deadline. The harness also stops
     /// waiting for the model when it fires, so an adapter that ignores it is
     /// merely dropped.

@@ -77,7 +77,7 @@ impl SchemaCache {
 pub struct ToolRegistry {
     entries: Vec<Entry>,
     by_name: HashMap<String, usize>,
-    definitions: Vec<ToolDefinition>,
+    definitions: Vec<Arc<ToolDefinition>>,
 }
 
 impl ToolRegistry {
@@ -100,7 +100,7 @@ impl ToolRegistry {
             definitions: Vec::new(),
         };
         for tool in tools {
-            let definition = tool.definition().clone();
+            let definition = tool.definition();
             let name = definition.name.clone();
             if !is_valid_tool_name(&name) {
                 return Err(RegistryError::InvalidName(name));
@@ -128,7 +128,7 @@ impl ToolRegistry {
     }
 
     /// The definitions shown to the model, in registration order.
-    pub fn definitions(&self) -> &[ToolDefinition] {
+    pub fn definitions(&self) -> &[Arc<ToolDefinition>] {
         &self.definitions
     }
 
@@ -259,12 +259,12 @@ mod tests {
     use serde_json::json;
     use tokio_util::sync::CancellationToken;
 
-    struct Fixed(ToolDefinition);
+    struct Fixed(Arc<ToolDefinition>);
 
     #[async_trait]
     impl Tool for Fixed {
-        fn definition(&self) -> &ToolDefinition {
-            &self.0
+        fn definition(&self) -> Arc<ToolDefinition> {
+            Arc::clone(&self.0)
         }
         async fn execute(&self, _: &Value, _: &CancellationToken) -> Result<Value, ToolError> {
             Ok(Value::Null)
@@ -272,11 +272,11 @@ mod tests {
     }
 
     fn tool(name: &str, parameters: Value) -> Arc<dyn Tool> {
-        Arc::new(Fixed(ToolDefinition {
+        Arc::new(Fixed(Arc::new(ToolDefinition {
             name: name.into(),
             description: String::new(),
             parameters,
-        }))
+        })))
     }
 
     fn errors(schema: Value, arguments: Value) -> Vec<String> {

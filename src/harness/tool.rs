@@ -1,5 +1,7 @@
 //! The contract every tool implements.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -43,7 +45,9 @@ impl ToolError {
 /// A tool that ignores it is dropped by the harness shortly after.
 #[async_trait]
 pub trait Tool: Send + Sync {
-    fn definition(&self) -> &ToolDefinition;
+    /// What the model is told about the tool. Shared rather than copied: a
+    /// service builds the same few definitions for every run.
+    fn definition(&self) -> Arc<ToolDefinition>;
 
     async fn execute(
         &self,

@@ -9,6 +9,7 @@
 //! requires it.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use reqwest::header::HeaderName;
@@ -197,7 +198,7 @@ fn tool_use_json(call: &ToolCall) -> Value {
 }
 
 /// Tool definitions in Messages API shape.
-pub fn tools_json(tools: &[ToolDefinition]) -> Value {
+pub fn tools_json(tools: &[Arc<ToolDefinition>]) -> Value {
     tools
         .iter()
         .map(|tool| {

@@ -10,6 +10,7 @@
 //! call, not a failed run.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use reqwest::header::AUTHORIZATION;
@@ -177,7 +178,7 @@ fn tool_call_json(call: &ToolCall) -> Value {
 }
 
 /// Tool definitions in Chat Completions shape.
-pub fn tools_json(tools: &[ToolDefinition]) -> Value {
+pub fn tools_json(tools: &[Arc<ToolDefinition>]) -> Value {
     tools
         .iter()
         .map(|tool| {

@@ -31,7 +31,8 @@ use crate::run::{ModelSpec, Run, RunSpec, Tenant, format_time};
 use crate::store::writer::RunRow;
 use crate::store::{NewRun, Store, StoreError, Unfinished};
 use crate::tools::{
-    CommandPresets, CommandRunner, Sandbox, Workspace, WorkspaceError, builtin_tools,
+    CommandPresets, CommandRunner, Sandbox, Workspace, WorkspaceError, WorkspaceOptions,
+    Workspaces, builtin_tools,
 };
 
 pub use crate::run::INTERRUPTED;
@@ -75,7 +76,7 @@ pub(crate) struct Shared {
     commands: Arc<CommandRunner>,
     /// The tools' compiled argument validators, shared by all runs.
     schemas: SchemaCache,
-    workspaces: PathBuf,
+    workspaces: Arc<Workspaces>,
     live: Mutex<HashMap<Uuid, Arc<LiveRun>>>,
     /// Runs waiting for a slot: the queue's length, which admission checks
     /// against `max_queued`.
@@ -122,7 +123,10 @@ impl Runner {
                     sandbox,
                 )),
                 schemas: SchemaCache::default(),
-                workspaces: config.storage.workspaces_dir.clone(),
+                workspaces: Arc::new(Workspaces::new(
+                    &config.storage.workspaces_dir,
+                    WorkspaceOptions::default(),
+                )),
                 live: Mutex::new(HashMap::new()),
                 waiting: AtomicUsize::new(0),
                 running: AtomicUsize::new(0),
@@ -184,7 +188,7 @@ impl Runner {
 
     /// The directory of a run's workspace.
     pub fn workspace_dir(&self, id: Uuid) -> PathBuf {
-        self.shared.workspaces.join(id.to_string())
+        self.shared.workspaces.dir(&id.to_string())
     }
 
     /// Accepts a run: seeds its workspace, stores it, and starts it or queues
@@ -373,13 +377,15 @@ async fn watch_storage(shared: std::sync::Weak<Shared>, write_retry: Duration) {
 }
 
 /// Creates the run's workspace directory and the request's files in it.
+/// A run without files gets its directory on its first write instead (see
+/// [`Workspaces`]).
 async fn seed_workspace(directory: &std::path::Path, spec: &RunSpec) -> Result<(), SubmitError> {
-    tokio::fs::create_dir_all(directory)
-        .await
-        .map_err(|e| server_side(&e, format!("cannot create the workspace: {e}")))?;
     if spec.files.is_empty() {
         return Ok(());
     }
+    tokio::fs::create_dir_all(directory)
+        .await
+        .map_err(|e| server_side(&e, format!("cannot create the workspace: {e}")))?;
     let directory = directory.to_owned();
     let files = spec.files.clone();
     tokio::task::spawn_blocking(move || {
@@ -539,10 +545,7 @@ impl RunTask {
                 .instantiate(name)
                 .ok_or_else(|| format!("model profile {name:?} is not configured"))?,
         };
-        let directory = self.runner.workspace_dir(self.live.id);
-        let workspace = Workspace::open(&directory)
-            .map(Arc::new)
-            .map_err(|e| format!("cannot open the workspace: {e}"))?;
+        let workspace = Arc::new(shared.workspaces.run(&self.live.id.to_string()));
         let tools: Vec<Arc<dyn Tool>> = builtin_tools(
             workspace,
             Arc::clone(&shared.commands),

@@ -17,6 +17,8 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use super::definitions::shared;
+use super::run_workspace::RunWorkspace;
 use super::workspace::Workspace;
 use crate::harness::{Tool, ToolDefinition, ToolError};
 
@@ -26,16 +28,16 @@ pub const LIST_DIR: &str = "list_dir";
 
 /// Reads a UTF-8 text file of the workspace.
 pub struct ReadFile {
-    workspace: Arc<Workspace>,
-    definition: ToolDefinition,
+    workspace: Arc<RunWorkspace>,
+    definition: Arc<ToolDefinition>,
 }
 
 impl ReadFile {
-    pub fn new(workspace: Arc<Workspace>) -> Self {
+    pub fn new(workspace: Arc<RunWorkspace>) -> Self {
         let limit = workspace.max_read_bytes();
         Self {
             workspace,
-            definition: ToolDefinition {
+            definition: shared(&format!("{READ_FILE}:{limit}"), || ToolDefinition {
                 name: READ_FILE.into(),
                 description: format!(
                     "Read a UTF-8 text file of the workspace (at most {limit} bytes). The path is \
@@ -52,35 +54,35 @@ impl ReadFile {
                     "required": ["path"],
                     "additionalProperties": false
                 }),
-            },
+            }),
         }
     }
 }
 
 #[async_trait]
 impl Tool for ReadFile {
-    fn definition(&self) -> &ToolDefinition {
-        &self.definition
+    fn definition(&self) -> Arc<ToolDefinition> {
+        Arc::clone(&self.definition)
     }
 
     async fn execute(&self, arguments: &Value, _: &CancellationToken) -> Result<Value, ToolError> {
         let path = string_argument(arguments, "path")?;
-        let text = blocking(&self.workspace, move |ws| ws.read_file(&path)).await?;
+        let text = blocking(&self.workspace, Access::Read, move |ws| ws.read_file(&path)).await?;
         Ok(Value::String(text))
     }
 }
 
 /// Writes a text file of the workspace, replacing it atomically.
 pub struct WriteFile {
-    workspace: Arc<Workspace>,
-    definition: ToolDefinition,
+    workspace: Arc<RunWorkspace>,
+    definition: Arc<ToolDefinition>,
 }
 
 impl WriteFile {
-    pub fn new(workspace: Arc<Workspace>) -> Self {
+    pub fn new(workspace: Arc<RunWorkspace>) -> Self {
         Self {
             workspace,
-            definition: ToolDefinition {
+            definition: shared(WRITE_FILE, || ToolDefinition {
                 name: WRITE_FILE.into(),
                 description: "Write a text file of the workspace, replacing it if it exists. The \
                               parent directory must already exist (directories are not created); \
@@ -101,15 +103,15 @@ impl WriteFile {
                     "required": ["path", "content"],
                     "additionalProperties": false
                 }),
-            },
+            }),
         }
     }
 }
 
 #[async_trait]
 impl Tool for WriteFile {
-    fn definition(&self) -> &ToolDefinition {
-        &self.definition
+    fn definition(&self) -> Arc<ToolDefinition> {
+        Arc::clone(&self.definition)
     }
 
     async fn execute(&self, arguments: &Value, _: &CancellationToken) -> Result<Value, ToolError> {
@@ -117,7 +119,7 @@ impl Tool for WriteFile {
         let content = string_argument(arguments, "content")?;
         let written = {
             let path = path.clone();
-            blocking(&self.workspace, move |ws| {
+            blocking(&self.workspace, Access::Write, move |ws| {
                 ws.write_file(&path, content.as_bytes())
             })
             .await?
@@ -128,15 +130,15 @@ impl Tool for WriteFile {
 
 /// Lists one directory of the workspace.
 pub struct ListDir {
-    workspace: Arc<Workspace>,
-    definition: ToolDefinition,
+    workspace: Arc<RunWorkspace>,
+    definition: Arc<ToolDefinition>,
 }
 
 impl ListDir {
-    pub fn new(workspace: Arc<Workspace>) -> Self {
+    pub fn new(workspace: Arc<RunWorkspace>) -> Self {
         Self {
             workspace,
-            definition: ToolDefinition {
+            definition: shared(LIST_DIR, || ToolDefinition {
                 name: LIST_DIR.into(),
                 description: "List a directory of the workspace: each entry's name and kind \
                               (file, dir, symlink or other), sorted by name. Without a path, \
@@ -152,15 +154,15 @@ impl ListDir {
                     },
                     "additionalProperties": false
                 }),
-            },
+            }),
         }
     }
 }
 
 #[async_trait]
 impl Tool for ListDir {
-    fn definition(&self) -> &ToolDefinition {
-        &self.definition
+    fn definition(&self) -> Arc<ToolDefinition> {
+        Arc::clone(&self.definition)
     }
 
     async fn execute(&self, arguments: &Value, _: &CancellationToken) -> Result<Value, ToolError> {
@@ -168,7 +170,7 @@ impl Tool for ListDir {
             None | Some(Value::Null) => ".".to_owned(),
             Some(_) => string_argument(arguments, "path")?,
         };
-        let entries = blocking(&self.workspace, move |ws| ws.list_dir(&path)).await?;
+        let entries = blocking(&self.workspace, Access::Read, move |ws| ws.list_dir(&path)).await?;
         Ok(json!({ "entries": entries }))
     }
 }
@@ -183,10 +185,19 @@ fn string_argument(arguments: &Value, key: &str) -> Result<String, ToolError> {
         .ok_or_else(|| ToolError::new(format!("Invalid arguments: $.{key}: expected string")))
 }
 
+/// What a workspace operation does: a read sees an empty workspace until the
+/// run's directory exists; a write makes it.
+#[derive(Clone, Copy)]
+enum Access {
+    Read,
+    Write,
+}
+
 /// Runs a workspace operation on the blocking pool: it is a handful of
 /// syscalls, but on a slow disk those can block.
 async fn blocking<T, E>(
-    workspace: &Arc<Workspace>,
+    workspace: &Arc<RunWorkspace>,
+    access: Access,
     operation: impl FnOnce(&Workspace) -> Result<T, E> + Send + 'static,
 ) -> Result<T, ToolError>
 where
@@ -194,8 +205,19 @@ where
     E: Into<ToolError> + Send + 'static,
 {
     let workspace = Arc::clone(workspace);
-    match tokio::task::spawn_blocking(move || operation(&workspace)).await {
-        Ok(result) => result.map_err(Into::into),
+    let work = move || {
+        let opened = match access {
+            Access::Read => workspace.for_reading(),
+            Access::Write => workspace.for_writing(),
+        };
+        let opened = opened.map_err(|error| {
+            tracing::error!(%error, "a run's workspace could not be opened");
+            ToolError::new(format!("The workspace could not be opened: {error}"))
+        })?;
+        operation(&opened).map_err(Into::into)
+    };
+    match tokio::task::spawn_blocking(work).await {
+        Ok(result) => result,
         Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
         Err(_) => Err(ToolError::new(
             "The file operation was stopped before it finished",

@@ -18,9 +18,11 @@
 mod capture;
 pub mod command;
 pub mod confine;
+mod definitions;
 pub mod error;
 pub mod files;
 pub mod path;
+pub mod run_workspace;
 pub mod sandbox;
 pub mod workspace;
 
@@ -33,6 +35,7 @@ pub use confine::Resolver;
 pub use error::WorkspaceError;
 pub use files::{ListDir, ReadFile, WriteFile};
 pub use path::RelativePath;
+pub use run_workspace::{RunWorkspace, Workspaces};
 pub use sandbox::{
     CommandPolicy, Containment, ContainmentKind, Sandbox, SandboxConfig, SandboxMode, SandboxReport,
 };
@@ -62,7 +65,7 @@ pub enum SelectionError {
 /// presets named in `commands`. Every name is checked, whether or not
 /// `run_command` is selected.
 pub fn builtin_tools(
-    workspace: Arc<Workspace>,
+    workspace: Arc<RunWorkspace>,
     runner: Arc<CommandRunner>,
     tools: &[impl AsRef<str>],
     commands: &[impl AsRef<str>],
@@ -112,7 +115,7 @@ mod tests {
     #[test]
     fn all_builtins_register_with_valid_schemas() {
         let dir = tempfile::tempdir().unwrap();
-        let workspace = Arc::new(Workspace::open(dir.path()).unwrap());
+        let workspace = Arc::new(RunWorkspace::from(Workspace::open(dir.path()).unwrap()));
         for commands in [vec!["test"], vec![]] {
             let tools =
                 builtin_tools(workspace.clone(), runner(), &BUILTIN_TOOL_NAMES, &commands).unwrap();
@@ -129,7 +132,7 @@ mod tests {
     #[test]
     fn a_subset_is_given_in_order_and_unknown_names_are_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let workspace = Arc::new(Workspace::open(dir.path()).unwrap());
+        let workspace = Arc::new(RunWorkspace::from(Workspace::open(dir.path()).unwrap()));
         let tools = builtin_tools(
             workspace.clone(),
             runner(),

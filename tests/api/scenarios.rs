@@ -185,6 +185,55 @@ async fn a_written_file_can_be_listed_and_downloaded() {
     assert_eq!(escape.error_code(), "invalid_path");
 }
 
+/// A run that only reads has no directory of its own: its reads see an
+/// empty workspace, with the same answers (and refusals) as any other, and
+/// its workspace lists empty.
+#[tokio::test]
+async fn a_run_that_never_writes_reads_an_empty_workspace_and_makes_no_directory() {
+    let app = spawn_app().await;
+    let run = app
+        .run_to_end(json!({
+            "prompt": "look",
+            "model": {"scripted": [
+                {"content": "", "tool_calls": [
+                    call("1", "list_dir", json!({})),
+                    call("2", "read_file", json!({"path": "a.txt"})),
+                    call("3", "read_file", json!({"path": "../escape"}))
+                ]},
+                {"content": "nothing here"}
+            ]}
+        }))
+        .await;
+    assert_eq!(run["status"], "completed", "{run}");
+    let id = run["id"].as_str().unwrap();
+    let results: Vec<serde_json::Value> = app
+        .messages(id)
+        .await
+        .into_iter()
+        .filter(|m| m["role"] == "tool")
+        .collect();
+    assert_eq!(results[0]["content"], "{\"entries\":[]}");
+    assert_eq!(results[0]["is_error"], false);
+    assert!(
+        results[1]["content"] == "No such file or directory: a.txt",
+        "{}",
+        results[1]
+    );
+    assert!(
+        results[2]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("Path is outside the workspace"),
+        "{}",
+        results[2]
+    );
+    assert!(!app.dir.path().join("workspaces").join(id).exists());
+    let listing = app.get(&format!("/v1/runs/{id}/workspace")).await;
+    assert_eq!(listing.body, json!({"files": []}));
+    let missing = app.get(&format!("/v1/runs/{id}/workspace/a.txt")).await;
+    assert_eq!(missing.status, 404);
+}
+
 #[tokio::test]
 async fn a_symlink_a_command_planted_is_never_followed_by_a_download() {
     let app = spawn_with(|config| {

@@ -21,15 +21,15 @@ type Body = dyn Fn(Value, CancellationToken) -> Pin<Box<dyn Future<Output = Resu
 
 /// A tool whose behaviour is a closure; counts its executions.
 pub struct FnTool {
-    definition: ToolDefinition,
+    definition: Arc<ToolDefinition>,
     body: Box<Body>,
     pub executions: AtomicUsize,
 }
 
 #[async_trait]
 impl Tool for FnTool {
-    fn definition(&self) -> &ToolDefinition {
-        &self.definition
+    fn definition(&self) -> Arc<ToolDefinition> {
+        Arc::clone(&self.definition)
     }
 
     async fn execute(
@@ -48,11 +48,11 @@ where
     Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
 {
     Arc::new(FnTool {
-        definition: ToolDefinition {
+        definition: Arc::new(ToolDefinition {
             name: name.into(),
             description: format!("The {name} tool"),
             parameters,
-        },
+        }),
         body: Box::new(move |args, cancel| Box::pin(body(args, cancel))),
         executions: AtomicUsize::new(0),
     })

@@ -264,8 +264,8 @@ struct ListDir(ToolDefinition);
 
 #[async_trait]
 impl Tool for ListDir {
-    fn definition(&self) -> &ToolDefinition {
-        &self.0
+    fn definition(&self) -> Arc<ToolDefinition> {
+        Arc::new(self.0.clone())
     }
 
     async fn execute(&self, _: &Value, _: &CancellationToken) -> Result<Value, ToolError> {

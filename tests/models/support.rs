@@ -278,9 +278,10 @@ pub async fn generate(
     deltas: &dyn DeltaSink,
 ) -> Result<ModelResponse, ModelError> {
     let messages: Vec<Arc<Message>> = messages.iter().cloned().map(Arc::new).collect();
+    let tools: Vec<Arc<ToolDefinition>> = tools.iter().cloned().map(Arc::new).collect();
     let request = ModelRequest {
         messages: ContextView::new(&messages[..1], &messages[1..]),
-        tools,
+        tools: &tools,
         cancel,
         deadline,
         deltas,
@@ -324,8 +325,8 @@ pub struct WeatherTool(ToolDefinition);
 
 #[async_trait]
 impl Tool for WeatherTool {
-    fn definition(&self) -> &ToolDefinition {
-        &self.0
+    fn definition(&self) -> Arc<ToolDefinition> {
+        Arc::new(self.0.clone())
     }
 
     async fn execute(&self, arguments: &Value, _: &CancellationToken) -> Result<Value, ToolError> {

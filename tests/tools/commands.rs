@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use agent_runner::harness::Tool;
 use agent_runner::tools::{
     CommandPreset, CommandPresets, CommandRunner, Containment, ContainmentKind, RunCommand,
-    Sandbox, SandboxConfig, Workspace,
+    RunWorkspace, Sandbox, SandboxConfig, Workspace,
 };
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -45,7 +45,12 @@ impl Fixture {
         let presets: CommandPresets = presets.iter().cloned().collect();
         let names: Vec<String> = presets.names().map(str::to_owned).collect();
         let runner = Arc::new(CommandRunner::new(presets, Arc::new(sandbox)));
-        let tool = RunCommand::new(runner.clone(), workspace.clone(), names).unwrap();
+        let tool = RunCommand::new(
+            runner.clone(),
+            Arc::new(RunWorkspace::from(Arc::clone(&workspace))),
+            names,
+        )
+        .unwrap();
         Self {
             _dir: dir,
             workspace,

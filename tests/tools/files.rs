@@ -5,7 +5,9 @@ use std::os::unix::fs::symlink;
 use std::sync::Arc;
 
 use agent_runner::harness::Tool;
-use agent_runner::tools::{ListDir, ReadFile, Resolver, Workspace, WorkspaceOptions, WriteFile};
+use agent_runner::tools::{
+    ListDir, ReadFile, Resolver, RunWorkspace, Workspace, WorkspaceOptions, WriteFile,
+};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 use tokio_util::sync::CancellationToken;
@@ -41,25 +43,25 @@ impl Fixture {
         self.workspace.root().join(relative)
     }
 
+    fn run_workspace(&self) -> Arc<RunWorkspace> {
+        Arc::new(RunWorkspace::from(Arc::clone(&self.workspace)))
+    }
+
     fn outside(&self) -> std::path::PathBuf {
         self.scratch.path().join("outside")
     }
 
     async fn read(&self, path: &str) -> Result<Value, String> {
-        call(
-            ReadFile::new(self.workspace.clone()),
-            json!({ "path": path }),
-        )
-        .await
+        call(ReadFile::new(self.run_workspace()), json!({ "path": path })).await
     }
 
     async fn write(&self, path: &str, content: &str) -> Result<Value, String> {
-        let tool = WriteFile::new(self.workspace.clone());
+        let tool = WriteFile::new(self.run_workspace());
         call(tool, json!({ "path": path, "content": content })).await
     }
 
     async fn list(&self, arguments: Value) -> Result<Value, String> {
-        call(ListDir::new(self.workspace.clone()), arguments).await
+        call(ListDir::new(self.run_workspace()), arguments).await
     }
 
     fn outside_names(&self) -> Vec<String> {

@@ -9,15 +9,16 @@ use tokio_util::sync::CancellationToken;
 use super::{CommandError, CommandRunner, MAX_OUTPUT_CHARS, RUN_COMMAND};
 use crate::harness::{Tool, ToolDefinition, ToolError};
 use crate::tools::SelectionError;
-use crate::tools::workspace::Workspace;
+use crate::tools::definitions::shared;
+use crate::tools::run_workspace::RunWorkspace;
 
 /// The `run_command` tool of one run: the presets that run allows, run in its
 /// workspace.
 pub struct RunCommand {
     runner: Arc<CommandRunner>,
-    workspace: Arc<Workspace>,
+    workspace: Arc<RunWorkspace>,
     allowed: Vec<String>,
-    definition: ToolDefinition,
+    definition: Arc<ToolDefinition>,
 }
 
 impl RunCommand {
@@ -26,7 +27,7 @@ impl RunCommand {
     /// `command`.
     pub fn new(
         runner: Arc<CommandRunner>,
-        workspace: Arc<Workspace>,
+        workspace: Arc<RunWorkspace>,
         allowed: impl IntoIterator<Item = impl Into<String>>,
     ) -> Result<Self, SelectionError> {
         let mut allowed: Vec<String> = allowed.into_iter().map(Into::into).collect();
@@ -58,9 +59,11 @@ impl RunCommand {
                 listed.join("; ")
             }
         );
-        let definition = ToolDefinition {
+        // The description names every allowed preset and what it runs, and
+        // the schema only those names: the description is the whole key.
+        let definition = shared(&description, || ToolDefinition {
             name: RUN_COMMAND.into(),
-            description,
+            description: description.clone(),
             parameters: json!({
                 "type": "object",
                 "properties": {
@@ -73,7 +76,7 @@ impl RunCommand {
                 "required": ["command"],
                 "additionalProperties": false
             }),
-        };
+        });
         Ok(Self {
             runner,
             workspace,
@@ -85,8 +88,8 @@ impl RunCommand {
 
 #[async_trait]
 impl Tool for RunCommand {
-    fn definition(&self) -> &ToolDefinition {
-        &self.definition
+    fn definition(&self) -> Arc<ToolDefinition> {
+        Arc::clone(&self.definition)
     }
 
     async fn execute(
@@ -105,7 +108,17 @@ impl Tool for RunCommand {
             }
             .into());
         }
-        let output = self.runner.run(name, self.workspace.root(), cancel).await?;
+        // A command may write anywhere in the workspace: it gets the run's
+        // own directory, made now if nothing made it before.
+        let workspace = Arc::clone(&self.workspace);
+        let opened = tokio::task::spawn_blocking(move || workspace.for_writing())
+            .await
+            .map_err(|_| ToolError::new("The command was stopped before it started"))?
+            .map_err(|error| {
+                tracing::error!(%error, "a run's workspace could not be made");
+                ToolError::new(format!("The workspace could not be opened: {error}"))
+            })?;
+        let output = self.runner.run(name, opened.root(), cancel).await?;
         serde_json::to_value(output)
             .map_err(|error| ToolError::new(format!("Command result not serialisable: {error}")))
     }
@@ -126,7 +139,9 @@ mod tests {
         .collect();
         let runner = Arc::new(CommandRunner::new(presets, Arc::new(Sandbox::unconfined())));
         let dir = tempfile::tempdir().unwrap();
-        let workspace = Arc::new(Workspace::open(dir.path()).unwrap());
+        let workspace = Arc::new(RunWorkspace::from(
+            crate::tools::workspace::Workspace::open(dir.path()).unwrap(),
+        ));
         let tool = RunCommand::new(runner.clone(), workspace.clone(), ["test", "lint"]).unwrap();
         assert_eq!(
             tool.definition().parameters,
