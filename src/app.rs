@@ -88,9 +88,9 @@ impl Application {
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| StartError::Bind { addr, source })?;
-        let state = AppState {
+        let state = AppState::new(api::Services {
             runner: runner.clone(),
-            auth: Arc::new(api::auth::Auth::new(&config.auth.tokens)),
+            auth: api::auth::Auth::new(&config.auth.tokens),
             limits: config.limits,
             default_model: config.runs.default_model.as_str().into(),
             max_body_bytes: config.server.max_body_bytes,
@@ -98,7 +98,7 @@ impl Application {
                 .server
                 .sse_keep_alive_ms
                 .map_or(api::events::DEFAULT_KEEP_ALIVE, Duration::from_millis),
-        };
+        });
         let connections = ConnectionLimits {
             request_header_timeout: Duration::from_millis(config.server.request_header_timeout_ms),
             idle_timeout: Duration::from_millis(config.server.idle_timeout_ms),

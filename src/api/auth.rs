@@ -8,8 +8,8 @@ use axum::response::Response;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use super::AppState;
 use super::error::ApiError;
+use super::state::AppState;
 use crate::config::TokenConfig;
 use crate::run::Tenant;
 

@@ -6,6 +6,9 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use crate::runner::SubmitError;
+use crate::store::StoreError;
+
 /// Seconds a client is told to wait after a 429.
 pub const RETRY_AFTER_SECONDS: u32 = 1;
 
@@ -33,7 +36,7 @@ pub enum ApiError {
     MethodNotAllowed(String),
     /// A request that contradicts the resource's state.
     #[error("{message}")]
-    Conflict { code: &'static str, message: String },
+    Conflict { code: ErrorCode, message: String },
     /// The bytes are not an HTTP request (hyper's own refusal, made JSON).
     #[error("the request is not valid HTTP")]
     MalformedRequest,
@@ -73,32 +76,165 @@ impl ApiError {
     }
 
     fn status_and_code(&self) -> (StatusCode, &'static str) {
+        let code = self.code();
+        (code.status(), code.as_str())
+    }
+
+    /// The code this error answers with.
+    pub fn code(&self) -> ErrorCode {
+        use ErrorCode as C;
         match self {
-            Self::InvalidJson(_) => (StatusCode::BAD_REQUEST, "invalid_json"),
-            Self::InvalidQuery(_) => (StatusCode::BAD_REQUEST, "invalid_query"),
-            Self::InvalidPath(_) => (StatusCode::BAD_REQUEST, "invalid_path"),
-            Self::MalformedRequest => (StatusCode::BAD_REQUEST, "bad_request"),
-            Self::Validation(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
-            Self::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
-            Self::NotFound(_) | Self::NoRoute(_) => (StatusCode::NOT_FOUND, "not_found"),
-            Self::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
-            Self::Conflict { code, .. } => (StatusCode::CONFLICT, code),
-            Self::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
-            Self::UriTooLong(_) => (StatusCode::URI_TOO_LONG, "uri_too_long"),
-            Self::HeadersTooLarge { .. } => (
-                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-                "headers_too_large",
-            ),
-            Self::UnsupportedMediaType(_) => {
-                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+            Self::InvalidJson(_) => C::InvalidJson,
+            Self::InvalidQuery(_) => C::InvalidQuery,
+            Self::InvalidPath(_) => C::InvalidPath,
+            Self::MalformedRequest => C::BadRequest,
+            Self::Validation(_) => C::InvalidRequest,
+            Self::Unauthorized => C::Unauthorized,
+            Self::NotFound(_) | Self::NoRoute(_) => C::NotFound,
+            Self::MethodNotAllowed(_) => C::MethodNotAllowed,
+            Self::Conflict { code, .. } => *code,
+            Self::PayloadTooLarge(_) => C::PayloadTooLarge,
+            Self::UriTooLong(_) => C::UriTooLong,
+            Self::HeadersTooLarge { .. } => C::HeadersTooLarge,
+            Self::UnsupportedMediaType(_) => C::UnsupportedMediaType,
+            Self::QueueFull => C::QueueFull,
+            Self::ShuttingDown => C::ShuttingDown,
+            Self::Unavailable(_) => C::Unavailable,
+            Self::InsufficientStorage(_) => C::InsufficientStorage,
+            Self::Internal(_) => C::Internal,
+        }
+    }
+}
+
+/// Every code an error can have, with its status: the table the document's
+/// `ErrorCode` is checked against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    InvalidJson,
+    InvalidQuery,
+    InvalidPath,
+    BadRequest,
+    Unauthorized,
+    NotFound,
+    MethodNotAllowed,
+    IdempotencyKeyReused,
+    RunNotLive,
+    PayloadTooLarge,
+    UriTooLong,
+    UnsupportedMediaType,
+    InvalidRequest,
+    QueueFull,
+    HeadersTooLarge,
+    Internal,
+    ShuttingDown,
+    Unavailable,
+    InsufficientStorage,
+}
+
+impl ErrorCode {
+    pub const ALL: [ErrorCode; 19] = [
+        Self::InvalidJson,
+        Self::InvalidQuery,
+        Self::InvalidPath,
+        Self::BadRequest,
+        Self::Unauthorized,
+        Self::NotFound,
+        Self::MethodNotAllowed,
+        Self::IdempotencyKeyReused,
+        Self::RunNotLive,
+        Self::PayloadTooLarge,
+        Self::UriTooLong,
+        Self::UnsupportedMediaType,
+        Self::InvalidRequest,
+        Self::QueueFull,
+        Self::HeadersTooLarge,
+        Self::Internal,
+        Self::ShuttingDown,
+        Self::Unavailable,
+        Self::InsufficientStorage,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InvalidJson => "invalid_json",
+            Self::InvalidQuery => "invalid_query",
+            Self::InvalidPath => "invalid_path",
+            Self::BadRequest => "bad_request",
+            Self::Unauthorized => "unauthorized",
+            Self::NotFound => "not_found",
+            Self::MethodNotAllowed => "method_not_allowed",
+            Self::IdempotencyKeyReused => "idempotency_key_reused",
+            Self::RunNotLive => "run_not_live",
+            Self::PayloadTooLarge => "payload_too_large",
+            Self::UriTooLong => "uri_too_long",
+            Self::UnsupportedMediaType => "unsupported_media_type",
+            Self::InvalidRequest => "invalid_request",
+            Self::QueueFull => "queue_full",
+            Self::HeadersTooLarge => "headers_too_large",
+            Self::Internal => "internal",
+            Self::ShuttingDown => "shutting_down",
+            Self::Unavailable => "unavailable",
+            Self::InsufficientStorage => "insufficient_storage",
+        }
+    }
+
+    pub fn status(self) -> StatusCode {
+        match self {
+            Self::InvalidJson | Self::InvalidQuery | Self::InvalidPath | Self::BadRequest => {
+                StatusCode::BAD_REQUEST
             }
-            Self::QueueFull => (StatusCode::TOO_MANY_REQUESTS, "queue_full"),
-            Self::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
-            Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
-            Self::InsufficientStorage(_) => {
-                (StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage")
+            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::NotFound => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::IdempotencyKeyReused | Self::RunNotLive => StatusCode::CONFLICT,
+            Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::UriTooLong => StatusCode::URI_TOO_LONG,
+            Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::InvalidRequest => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::QueueFull => StatusCode::TOO_MANY_REQUESTS,
+            Self::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::ShuttingDown | Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::InsufficientStorage => StatusCode::INSUFFICIENT_STORAGE,
+        }
+    }
+}
+
+/// The runner's refusals of a new run.
+impl From<SubmitError> for ApiError {
+    fn from(error: SubmitError) -> Self {
+        match error {
+            SubmitError::QueueFull => Self::QueueFull,
+            SubmitError::ShuttingDown => Self::ShuttingDown,
+            SubmitError::Workspace(message) => Self::Validation(message),
+            SubmitError::StorageFull(message) => {
+                tracing::error!(%message, "a run could not be accepted: the disk is full");
+                Self::InsufficientStorage(
+                    "the server's disk is full; the run was not created".into(),
+                )
             }
-            Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+            SubmitError::StorageRefused(message) => {
+                tracing::error!(%message, "a run could not be accepted: storage refuses writes");
+                Self::Unavailable(
+                    "the server's storage refuses writes; the run was not created, retry later"
+                        .into(),
+                )
+            }
+            SubmitError::Store(error) => error.into(),
+        }
+    }
+}
+
+/// A storage failure is the server's: refused writes are `unavailable` (the
+/// client may retry), anything else an internal error.
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::Refused(why) => {
+                tracing::error!(%why, "storage refuses writes");
+                Self::Unavailable("the server's storage refuses writes; retry later".into())
+            }
+            error => Self::internal("storage", error),
         }
     }
 }

@@ -19,8 +19,8 @@ use futures_util::Stream;
 use tokio::sync::broadcast::error::RecvError;
 use uuid::Uuid;
 
-use super::AppState;
 use super::error::ApiError;
+use super::state::AppState;
 use super::tenant_run::TenantRun;
 use crate::harness::EventKind;
 use crate::store::{LiveEvent, Store, StoredEvent};

@@ -7,8 +7,8 @@ use axum::extract::{FromRequest, Request};
 use axum::http::{StatusCode, header};
 use serde::de::DeserializeOwned;
 
-use super::AppState;
 use super::error::ApiError;
+use super::state::AppState;
 
 pub struct ApiJson<T>(pub T);
 

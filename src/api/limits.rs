@@ -5,12 +5,12 @@
 //! take or one given twice (400 `invalid_query`).
 
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{Method, header};
+use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::AppState;
 use super::error::ApiError;
+use super::state::AppState;
 
 /// Longest request target (path and query) accepted, in bytes.
 pub const MAX_URI_BYTES: usize = 16 * 1024;
@@ -61,37 +61,6 @@ pub async fn check(State(state): State<AppState>, request: Request, next: Next) 
     next.run(request).await
 }
 
-/// The query parameters an operation takes, `None` for a method the route
-/// does not serve (its 405 is the router's). HEAD is served as GET.
-fn accepted_parameters(method: &Method, route: &str) -> Option<&'static [&'static str]> {
-    let method = if method == Method::HEAD {
-        "GET"
-    } else {
-        method.as_str()
-    };
-    Some(match (method, route) {
-        ("GET", "/v1/runs") => &["status", "limit", "cursor"],
-        ("POST", "/v1/runs") => &["wait"],
-        ("GET", "/v1/runs/{id}/events") => &["after"],
-        (
-            "GET",
-            "/v1/runs/{id}"
-            | "/v1/runs/{id}/messages"
-            | "/v1/runs/{id}/workspace"
-            | "/v1/runs/{id}/workspace/{*path}"
-            | "/v1/models"
-            | "/healthz"
-            | "/readyz"
-            | "/metrics",
-        )
-        | ("DELETE", "/v1/runs/{id}") => &[],
-        _ => return None,
-    })
-}
-
-/// Refuses a parameter the route does not take (a typo such as `?wiat=true`
-/// would otherwise be silently ignored) and one given twice (which value
-/// counts would be a guess). Unknown routes are left to the 404.
 fn check_query(request: &Request) -> Result<(), ApiError> {
     let Some(query) = request.uri().query().filter(|query| !query.is_empty()) else {
         return Ok(());
@@ -99,7 +68,7 @@ fn check_query(request: &Request) -> Result<(), ApiError> {
     let Some(route) = request.extensions().get::<MatchedPath>() else {
         return Ok(());
     };
-    let Some(accepted) = accepted_parameters(request.method(), route.as_str()) else {
+    let Some(accepted) = super::routes::query_parameters(request.method(), route.as_str()) else {
         return Ok(());
     };
     let mut seen: Vec<String> = Vec::new();

@@ -8,13 +8,12 @@ pub mod error;
 pub mod events;
 pub mod json;
 pub mod limits;
+pub mod routes;
 pub mod runs;
 pub mod serve;
+pub mod state;
 pub mod system;
 pub mod tenant_run;
-
-use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
 use axum::body::to_bytes;
@@ -23,41 +22,24 @@ use axum::extract::State;
 use axum::http::{Method, Uri, header};
 use axum::middleware::{from_fn_with_state, map_response_with_state};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 
-use crate::config::LimitsConfig;
-use crate::runner::Runner;
 use error::ApiError;
-
-/// What every handler may reach.
-#[derive(Clone)]
-pub struct AppState {
-    pub runner: Runner,
-    pub auth: Arc<auth::Auth>,
-    pub limits: LimitsConfig,
-    pub default_model: Arc<str>,
-    pub max_body_bytes: usize,
-    /// Interval of keep-alive comments on idle event streams.
-    pub keep_alive: Duration,
-}
+pub use state::{AppState, Services};
 
 pub fn router(state: AppState) -> Router {
-    let runs = Router::new()
-        .route("/v1/runs", get(runs::list).post(runs::create))
-        .route("/v1/runs/{id}", get(runs::get).delete(runs::cancel))
-        .route("/v1/runs/{id}/messages", get(runs::messages))
-        .route("/v1/runs/{id}/events", get(events::stream))
-        .route("/v1/runs/{id}/workspace", get(runs::workspace))
-        .route("/v1/runs/{id}/workspace/{*path}", get(runs::workspace_file))
-        .route("/v1/models", get(system::models))
-        .route_layer(from_fn_with_state(state.clone(), auth::authenticate));
-    let system = Router::new()
-        .route("/healthz", get(system::healthz))
-        .route("/readyz", get(system::readyz))
-        .route("/metrics", get(system::metrics));
+    let mut protected = Router::new();
+    let mut public = Router::new();
+    for route in routes::table() {
+        if route.public {
+            public = public.route(route.path, route.handler);
+        } else {
+            protected = protected.route(route.path, route.handler);
+        }
+    }
+    let protected = protected.route_layer(from_fn_with_state(state.clone(), auth::authenticate));
     Router::new()
-        .merge(runs)
-        .merge(system)
+        .merge(protected)
+        .merge(public)
         .fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(state.max_body_bytes))

@@ -11,10 +11,10 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use super::AppState;
 use super::create::{Ceilings, CreateRunRequest, check_workspace_path};
-use super::error::ApiError;
+use super::error::{ApiError, ErrorCode};
 use super::json::ApiJson;
+use super::state::AppState;
 use super::tenant_run::{TenantRun, read};
 use crate::harness::RunStatus;
 use crate::run::{Run, Tenant};
@@ -66,21 +66,6 @@ pub async fn create(
     let idempotency = key.as_deref().zip(hash.as_deref());
     let run = match state.runner.submit(&tenant, spec, idempotency).await {
         Ok(run) => run,
-        Err(SubmitError::QueueFull) => return Err(ApiError::QueueFull),
-        Err(SubmitError::ShuttingDown) => return Err(ApiError::ShuttingDown),
-        Err(SubmitError::Workspace(message)) => return Err(ApiError::Validation(message)),
-        Err(SubmitError::StorageFull(message)) => {
-            tracing::error!(%message, "a run could not be accepted: the disk is full");
-            return Err(ApiError::InsufficientStorage(
-                "the server's disk is full; the run was not created".into(),
-            ));
-        }
-        Err(SubmitError::StorageRefused(message)) => {
-            tracing::error!(%message, "a run could not be accepted: storage refuses writes");
-            return Err(ApiError::Unavailable(
-                "the server's storage refuses writes; the run was not created, retry later".into(),
-            ));
-        }
         Err(SubmitError::Store(error)) => {
             // Two requests raced with one key: the other one won.
             if let (Some(key), Some(hash)) = (&key, &hash)
@@ -88,8 +73,9 @@ pub async fn create(
             {
                 return Ok(existing);
             }
-            return Err(ApiError::internal("storing a new run", error));
+            return Err(error.into());
         }
+        Err(error) => return Err(error.into()),
     };
     let run = if wait {
         if let Some(finished) = state.runner.finished(run.id) {
@@ -123,12 +109,7 @@ async fn replay(
     key: &str,
     hash: &str,
 ) -> Result<Option<Response>, ApiError> {
-    let found = state
-        .runner
-        .store()
-        .find_idempotent(tenant, key)
-        .await
-        .map_err(|e| ApiError::internal("looking up an idempotency key", e))?;
+    let found = state.runner.store().find_idempotent(tenant, key).await?;
     match found {
         None => Ok(None),
         Some(found) if found.request_hash == hash => {
@@ -140,7 +121,7 @@ async fn replay(
             Ok(Some(response))
         }
         Some(_) => Err(ApiError::Conflict {
-            code: "idempotency_key_reused",
+            code: ErrorCode::IdempotencyKeyReused,
             message: "this Idempotency-Key was used with a different request body".into(),
         }),
     }
@@ -244,8 +225,7 @@ pub async fn list(
         .runner
         .store()
         .list_runs(&tenant, status, cursor, limit + 1)
-        .await
-        .map_err(|e| ApiError::internal("listing runs", e))?;
+        .await?;
     let next_cursor = if runs.len() > limit as usize {
         runs.truncate(limit as usize);
         runs.last().map(|run| run.id.to_string())
@@ -260,12 +240,7 @@ pub async fn messages(
     State(state): State<AppState>,
     TenantRun { run, .. }: TenantRun,
 ) -> Result<Response, ApiError> {
-    let messages = state
-        .runner
-        .store()
-        .messages(run.id)
-        .await
-        .map_err(|e| ApiError::internal("reading a transcript", e))?;
+    let messages = state.runner.store().messages(run.id).await?;
     // The messages are stored as JSON already: splice them in.
     let mut body = String::with_capacity(16 + messages.iter().map(|m| m.len() + 1).sum::<usize>());
     body.push_str("{\"messages\":[");
@@ -289,7 +264,7 @@ pub async fn cancel(
         // Terminal, or it ended between the read and the cancel.
         let run = read(&state, &tenant, id).await?;
         return Err(ApiError::Conflict {
-            code: "run_not_live",
+            code: ErrorCode::RunNotLive,
             message: format!("the run has already ended with status {}", run.status),
         });
     }

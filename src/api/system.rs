@@ -1,4 +1,5 @@
-//! Liveness, readiness, metrics and the model catalogue.
+//! Liveness, readiness, metrics, the model catalogue and the API's own
+//! document.
 
 use axum::Json;
 use axum::extract::State;
@@ -6,8 +7,8 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use serde_json::{Value, json};
 
-use super::AppState;
 use super::error::ApiError;
+use super::state::AppState;
 
 pub async fn healthz() -> Json<Value> {
     Json(json!({"status": "ok"}))
@@ -47,4 +48,13 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
 /// The configured model profiles: names and kinds, never a key.
 pub async fn models(State(state): State<AppState>) -> Json<Value> {
     Json(json!({"models": state.runner.profiles().list()}))
+}
+
+/// The OpenAPI document, as JSON: `openapi.yaml` converted (a test keeps the
+/// two the same), built into the binary.
+pub const OPENAPI_JSON: &str = include_str!("../../openapi.json");
+
+/// `GET /openapi.json`
+pub async fn openapi() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI_JSON)
 }

@@ -7,8 +7,8 @@ use axum::extract::{FromRequestParts, RawPathParams};
 use axum::http::request::Parts;
 use uuid::Uuid;
 
-use super::AppState;
 use super::error::ApiError;
+use super::state::AppState;
 use crate::run::{Run, Tenant};
 
 /// The run of the path's `{id}`, as the tenant may see it.
@@ -46,7 +46,6 @@ pub async fn read(state: &AppState, tenant: &Tenant, id: Uuid) -> Result<Run, Ap
         .runner
         .store()
         .get_run(tenant, id)
-        .await
-        .map_err(|e| ApiError::internal("reading a run", e))?
+        .await?
         .ok_or(ApiError::NotFound("run"))
 }

@@ -119,6 +119,13 @@ impl RunWorkspace {
         let Some(workspaces) = &self.workspaces else {
             return Err(io::Error::other("the workspace is not open"));
         };
+        // One stat, rather than the failing canonicalisation (a readlink per
+        // component) of opening a directory that is not there.
+        if let Err(error) = std::fs::symlink_metadata(&self.dir)
+            && error.kind() == io::ErrorKind::NotFound
+        {
+            return workspaces.empty();
+        }
         match Workspace::open_with(&self.dir, workspaces.options.clone()) {
             Ok(workspace) => Ok(self.keep(workspace)),
             Err(error) if error.kind() == io::ErrorKind::NotFound => workspaces.empty(),

@@ -1,0 +1,127 @@
+//! The route table: every path the API serves, the methods it answers, the
+//! query parameters each takes, and whether it needs a token. The router and
+//! the query check are built from it, and the document's check compares its
+//! operations against it, so none of them can drift from the others.
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use axum::http::Method;
+use axum::routing::{MethodRouter, delete, get, post};
+
+use super::state::AppState;
+use super::{events, runs, system};
+
+/// One path and what it answers.
+pub struct Route {
+    /// In axum's syntax: `{id}` for a segment, `{*path}` for the rest.
+    pub path: &'static str,
+    /// Each method served, with the query parameters it takes.
+    pub methods: Vec<(Method, &'static [&'static str])>,
+    /// Served without a token (probes, metrics, the document).
+    pub public: bool,
+    pub(super) handler: MethodRouter<AppState>,
+}
+
+impl Route {
+    /// The path as OpenAPI writes it (`{*path}` becomes `{path}`).
+    pub fn openapi_path(&self) -> String {
+        self.path.replace("{*", "{")
+    }
+}
+
+fn route(
+    path: &'static str,
+    public: bool,
+    handlers: impl IntoIterator<Item = (Method, &'static [&'static str], MethodRouter<AppState>)>,
+) -> Route {
+    let mut methods = Vec::new();
+    let mut handler = MethodRouter::new();
+    for (method, query, one) in handlers {
+        methods.push((method, query));
+        handler = handler.merge(one);
+    }
+    Route {
+        path,
+        methods,
+        public,
+        handler,
+    }
+}
+
+/// Every route of the API.
+pub fn table() -> Vec<Route> {
+    use Method as M;
+    const NONE: &[&str] = &[];
+    vec![
+        route(
+            "/v1/runs",
+            false,
+            [
+                (M::GET, &["status", "limit", "cursor"][..], get(runs::list)),
+                (M::POST, &["wait"][..], post(runs::create)),
+            ],
+        ),
+        route(
+            "/v1/runs/{id}",
+            false,
+            [
+                (M::GET, NONE, get(runs::get)),
+                (M::DELETE, NONE, delete(runs::cancel)),
+            ],
+        ),
+        route(
+            "/v1/runs/{id}/messages",
+            false,
+            [(M::GET, NONE, get(runs::messages))],
+        ),
+        route(
+            "/v1/runs/{id}/events",
+            false,
+            [(M::GET, &["after"][..], get(events::stream))],
+        ),
+        route(
+            "/v1/runs/{id}/workspace",
+            false,
+            [(M::GET, NONE, get(runs::workspace))],
+        ),
+        route(
+            "/v1/runs/{id}/workspace/{*path}",
+            false,
+            [(M::GET, NONE, get(runs::workspace_file))],
+        ),
+        route("/v1/models", false, [(M::GET, NONE, get(system::models))]),
+        route("/healthz", true, [(M::GET, NONE, get(system::healthz))]),
+        route("/readyz", true, [(M::GET, NONE, get(system::readyz))]),
+        route("/metrics", true, [(M::GET, NONE, get(system::metrics))]),
+        route(
+            "/openapi.json",
+            true,
+            [(M::GET, NONE, get(system::openapi))],
+        ),
+    ]
+}
+
+/// The query parameters the operation `method` on `route` (axum's matched
+/// path) takes; `None` for a method the route does not serve (its 405 is the
+/// router's). HEAD is served as GET.
+pub fn query_parameters(method: &Method, route: &str) -> Option<&'static [&'static str]> {
+    static TABLE: LazyLock<HashMap<(Method, &'static str), &'static [&'static str]>> =
+        LazyLock::new(|| {
+            table()
+                .into_iter()
+                .flat_map(|route| {
+                    route
+                        .methods
+                        .into_iter()
+                        .map(move |(method, query)| ((method, route.path), query))
+                })
+                .collect()
+        });
+    let method = if method == Method::HEAD {
+        Method::GET
+    } else {
+        method.clone()
+    };
+    TABLE.get(&(method, route)).copied()
+}

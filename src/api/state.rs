@@ -1,0 +1,40 @@
+//! What every handler may reach: the runner (and through it the store's read
+//! side), the tokens, the request ceilings. Shared behind one `Arc`, so that
+//! the clone each request takes is a reference count.
+
+use std::ops::Deref;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::auth::Auth;
+use crate::config::LimitsConfig;
+use crate::runner::Runner;
+
+/// The service's state as the API sees it.
+pub struct Services {
+    pub runner: Runner,
+    pub auth: Auth,
+    pub limits: LimitsConfig,
+    pub default_model: Arc<str>,
+    pub max_body_bytes: usize,
+    /// Interval of keep-alive comments on idle event streams.
+    pub keep_alive: Duration,
+}
+
+/// A handle to [`Services`]; cheap to clone.
+#[derive(Clone)]
+pub struct AppState(Arc<Services>);
+
+impl AppState {
+    pub fn new(services: Services) -> Self {
+        Self(Arc::new(services))
+    }
+}
+
+impl Deref for AppState {
+    type Target = Services;
+
+    fn deref(&self) -> &Services {
+        &self.0
+    }
+}
