@@ -15,13 +15,13 @@ use async_trait::async_trait;
 use reqwest::header::HeaderName;
 use serde_json::{Map, Value, json};
 
+use super::dialect::{Dialect, HttpModel};
 use super::http::{
-    CallContext, ConfigError, HttpClient, HttpSettings, ProviderError, SseStream,
-    json_error_detail, read_json, token_count, tool_call_from_text,
+    ConfigError, HttpClient, HttpSettings, ProviderError, SseStream, json_error_detail,
+    token_count, tool_call_from_text,
 };
 use crate::harness::{
-    DeltaSink, Message, Model, ModelError, ModelRequest, ModelResponse, ToolCall, ToolDefinition,
-    Usage,
+    DeltaSink, Message, ModelRequest, ModelResponse, ToolCall, ToolDefinition, Usage,
 };
 
 /// Where Anthropic's API lives; `/v1/messages` is appended.
@@ -60,15 +60,15 @@ impl AnthropicConfig {
     }
 }
 
-/// A model behind the Messages API. Holds no state between calls, so one
-/// instance (and its connection pool) serves every run of a profile.
+/// A model behind the Messages API.
+pub type AnthropicModel = HttpModel<Anthropic>;
+
+/// The Messages API wire format, with the request settings of a profile.
 #[derive(Debug)]
-pub struct AnthropicModel {
-    http: HttpClient,
+pub struct Anthropic {
     model: String,
     max_tokens: u32,
     temperature: Option<f64>,
-    stream: bool,
 }
 
 impl AnthropicModel {
@@ -90,15 +90,19 @@ impl AnthropicModel {
         )?;
         Ok(Self {
             http,
-            model: config.model,
-            max_tokens: config.max_tokens,
-            temperature: config.temperature,
+            dialect: Anthropic {
+                model: config.model,
+                max_tokens: config.max_tokens,
+                temperature: config.temperature,
+            },
             stream: config.stream,
         })
     }
+}
 
-    /// The request body for one step.
-    pub fn request_body(&self, request: &ModelRequest<'_>) -> Value {
+#[async_trait]
+impl Dialect for Anthropic {
+    fn request_body(&self, request: &ModelRequest<'_>, stream: bool) -> Value {
         let mut body = json!({
             "model": self.model,
             "max_tokens": self.max_tokens,
@@ -110,33 +114,27 @@ impl AnthropicModel {
         if let Some(temperature) = self.temperature {
             body["temperature"] = json!(temperature);
         }
-        if self.stream {
+        if stream {
             body["stream"] = json!(true);
         }
         body
     }
-}
 
-#[async_trait]
-impl Model for AnthropicModel {
-    async fn generate(&self, request: ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
-        let body = self.request_body(&request);
-        let context = CallContext {
-            cancel: request.cancel,
-            deadline: request.deadline,
-        };
-        let deltas = request.deltas;
-        let stream = self.stream;
-        let http = &self.http;
-        self.http
-            .execute(&body, context, move |mut response| async move {
-                if stream {
-                    read_stream(SseStream::new(response), deltas, http).await
-                } else {
-                    parse_response(read_json(&mut response).await?, http)
-                }
-            })
-            .await
+    fn parse_response(
+        &self,
+        value: Value,
+        http: &HttpClient,
+    ) -> Result<ModelResponse, ProviderError> {
+        parse_response(value, http)
+    }
+
+    async fn read_stream(
+        &self,
+        events: SseStream,
+        deltas: &dyn DeltaSink,
+        http: &HttpClient,
+    ) -> Result<ModelResponse, ProviderError> {
+        read_stream(events, deltas, http).await
     }
 }
 

@@ -3,12 +3,14 @@
 //! HTTP layer, and the profiles that name them in the server's configuration.
 
 pub mod anthropic;
+pub mod dialect;
 pub mod http;
 pub mod openai;
 pub mod profile;
 pub mod scripted;
 
 pub use anthropic::{AnthropicConfig, AnthropicModel};
+pub use dialect::{Dialect, HttpModel};
 pub use http::{HttpSettings, ProviderError, RetryPolicy, Secret};
 pub use openai::{OpenAiConfig, OpenAiModel};
 pub use profile::{

@@ -17,13 +17,13 @@ use reqwest::header::AUTHORIZATION;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
+use super::dialect::{Dialect, HttpModel};
 use super::http::{
-    CallContext, ConfigError, HttpClient, HttpSettings, ProviderError, SseStream,
-    json_error_detail, read_json, token_count, tool_call_from_text,
+    ConfigError, HttpClient, HttpSettings, ProviderError, SseStream, json_error_detail,
+    token_count, tool_call_from_text,
 };
 use crate::harness::{
-    DeltaSink, Message, Model, ModelError, ModelRequest, ModelResponse, ToolCall, ToolDefinition,
-    Usage,
+    DeltaSink, Message, ModelRequest, ModelResponse, ToolCall, ToolDefinition, Usage,
 };
 
 /// Where OpenAI's own API lives; `/chat/completions` is appended.
@@ -56,15 +56,15 @@ impl OpenAiConfig {
     }
 }
 
-/// A model behind a Chat Completions endpoint. Holds no state between calls,
-/// so one instance (and its connection pool) serves every run of a profile.
+/// A model behind a Chat Completions endpoint.
+pub type OpenAiModel = HttpModel<OpenAi>;
+
+/// The Chat Completions wire format, with the request settings of a profile.
 #[derive(Debug)]
-pub struct OpenAiModel {
-    http: HttpClient,
+pub struct OpenAi {
     model: String,
     max_tokens: Option<u32>,
     temperature: Option<f64>,
-    stream: bool,
 }
 
 impl OpenAiModel {
@@ -78,15 +78,19 @@ impl OpenAiModel {
         )?;
         Ok(Self {
             http,
-            model: config.model,
-            max_tokens: config.max_tokens,
-            temperature: config.temperature,
+            dialect: OpenAi {
+                model: config.model,
+                max_tokens: config.max_tokens,
+                temperature: config.temperature,
+            },
             stream: config.stream,
         })
     }
+}
 
-    /// The request body for one step.
-    pub fn request_body(&self, request: &ModelRequest<'_>) -> Value {
+#[async_trait]
+impl Dialect for OpenAi {
+    fn request_body(&self, request: &ModelRequest<'_>, stream: bool) -> Value {
         let mut body = json!({
             "model": self.model,
             "messages": messages_json(request.messages.iter()),
@@ -101,34 +105,28 @@ impl OpenAiModel {
         if let Some(temperature) = self.temperature {
             body["temperature"] = json!(temperature);
         }
-        if self.stream {
+        if stream {
             body["stream"] = json!(true);
             body["stream_options"] = json!({"include_usage": true});
         }
         body
     }
-}
 
-#[async_trait]
-impl Model for OpenAiModel {
-    async fn generate(&self, request: ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
-        let body = self.request_body(&request);
-        let context = CallContext {
-            cancel: request.cancel,
-            deadline: request.deadline,
-        };
-        let deltas = request.deltas;
-        let stream = self.stream;
-        let http = &self.http;
-        self.http
-            .execute(&body, context, move |mut response| async move {
-                if stream {
-                    read_stream(SseStream::new(response), deltas, http).await
-                } else {
-                    parse_response(read_json(&mut response).await?, http)
-                }
-            })
-            .await
+    fn parse_response(
+        &self,
+        value: Value,
+        http: &HttpClient,
+    ) -> Result<ModelResponse, ProviderError> {
+        parse_response(value, http)
+    }
+
+    async fn read_stream(
+        &self,
+        events: SseStream,
+        deltas: &dyn DeltaSink,
+        http: &HttpClient,
+    ) -> Result<ModelResponse, ProviderError> {
+        read_stream(events, deltas, http).await
     }
 }
 
