@@ -78,10 +78,17 @@ pub async fn create(
         Err(error) => return Err(error.into()),
     };
     let run = if wait {
-        if let Some(finished) = state.runner.finished(run.id) {
-            finished.await;
-        }
-        let run = read(&state, &tenant, run.id).await?;
+        let finished = match state.runner.finished(run.id) {
+            Some(finished) => finished.await,
+            None => None,
+        };
+        // The final state from memory once its end is stored; read back
+        // otherwise (the run ended before this looked, or its end was not
+        // stored).
+        let run = match finished {
+            Some(run) => run,
+            None => read(&state, &tenant, run.id).await?,
+        };
         // Only a stored end counts: one that storage refused to the last
         // (the server stopping meanwhile) is not reported as an end.
         if !run.status.is_terminal() {

@@ -46,6 +46,22 @@ pub struct LiveRun {
     stop: Stop,
     /// Set once its start is stored: it is executing.
     executing: AtomicBool,
+    /// The run object as stored so far, kept up to date as its start and
+    /// its end are handed to storage: what `?wait=true` answers once the
+    /// end is stored, without reading it back.
+    state: Mutex<Run>,
+}
+
+impl LiveRun {
+    fn update(&self, change: impl FnOnce(&mut Run)) {
+        if let Ok(mut run) = self.state.lock() {
+            change(&mut run);
+        }
+    }
+
+    fn snapshot(&self) -> Option<Run> {
+        self.state.lock().ok().map(|run| run.clone())
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -148,10 +164,13 @@ impl Runner {
         &self.shared.store
     }
 
-    /// Resolves once the live run `id`'s end is stored (or given up);
-    /// `None` when it is not live.
-    pub fn finished(&self, id: Uuid) -> Option<impl Future<Output = ()> + use<>> {
-        self.shared.store.live().ended(id)
+    /// Resolves once the live run `id`'s end is stored, to its final state,
+    /// or to `None` when its end could not be stored; `None` at once when it
+    /// is not live.
+    pub fn finished(&self, id: Uuid) -> Option<impl Future<Output = Option<Run>> + use<>> {
+        let live = self.live(id)?;
+        let ended = self.shared.store.live().ended(id)?;
+        Some(async move { if ended.await { live.snapshot() } else { None } })
     }
 
     /// The gauges `/metrics` shows, read from the state that owns them.
@@ -228,7 +247,13 @@ impl Runner {
             }
         };
         let id = Uuid::now_v7();
-        let run = Run::queued(id, &spec, Utc::now());
+        let mut run = Run::queued(id, &spec, Utc::now());
+        if slot.is_some() {
+            // It starts at once: stored as running from the first write, so
+            // that a restart never runs it again (see `RunTask::execute`).
+            run.status = RunStatus::Running;
+            run.started_at = Some(run.created_at);
+        }
         let directory = self.workspace_dir(id);
         if let Err(error) = seed_workspace(&directory, &spec).await {
             unqueue();
@@ -289,6 +314,7 @@ impl Runner {
             tenant,
             stop: Stop::new(),
             executing: AtomicBool::new(false),
+            state: Mutex::new(run.clone()),
         });
         self.shared.store.live().open(run.id);
         if let Ok(mut registry) = self.shared.live.lock() {
@@ -299,6 +325,7 @@ impl Runner {
             runner: self.clone(),
             live,
             spec,
+            inserted_running: run.status == RunStatus::Running,
         };
         self.tasks.spawn(task.execute(slot).instrument(span));
     }
@@ -422,22 +449,23 @@ struct RunTask {
     runner: Runner,
     live: Arc<LiveRun>,
     spec: RunSpec,
+    /// Stored `running` from its insert: its start needs no write of its own.
+    inserted_running: bool,
 }
 
 impl RunTask {
     async fn execute(self, slot: Option<tokio::sync::OwnedSemaphorePermit>) {
         let shared = Arc::clone(&self.runner.shared);
         let observer = observer::RunObserver::new(
-            self.live.id,
+            Arc::clone(&self.live),
             shared.store.clone(),
             Arc::clone(&shared.metrics),
         );
         let stop = &self.live.stop;
         let interrupted = || matches!(stop.reason(), Some(StopReason::Interrupted(_)));
         let slot = match slot {
-            // A run accepted just as the server began to stop waits for the
-            // next process, like every queued run.
-            Some(_) if self.runner.stop_queue.is_cancelled() => return self.leave_queued(),
+            // Stored running already: it runs, even if the server began to
+            // stop meanwhile (it gets the grace every running run gets).
             Some(slot) => slot,
             None => {
                 let acquired = tokio::select! {
@@ -464,11 +492,24 @@ impl RunTask {
             }
         };
         // Executed only once its start is stored, so that a restart finds it
-        // `running` and never runs it a second time.
-        let started = shared
-            .store
-            .writer()
-            .started(self.live.id, format_time(&Utc::now()));
+        // `running` and never runs it a second time. A run that had a slot
+        // when it was accepted was inserted `running`.
+        let at = Utc::now();
+        let started = async {
+            if self.inserted_running {
+                return Ok(());
+            }
+            shared
+                .store
+                .writer()
+                .started(self.live.id, format_time(&at))
+                .await?;
+            self.live.update(|run| {
+                run.status = RunStatus::Running;
+                run.started_at = Some(at);
+            });
+            Ok::<(), StoreError>(())
+        };
         tokio::select! {
             stored = started => if let Err(error) = stored {
                 tracing::error!(%error, "the run's start could not be stored; it stays queued");
@@ -520,7 +561,7 @@ impl RunTask {
         }
         if let Some(stored) = shared.store.live().ended(self.live.id) {
             tokio::select! {
-                () = stored => {}
+                _ = stored => {}
                 () = self.runner.stop_queue.cancelled() => {}
             }
         }
@@ -529,7 +570,7 @@ impl RunTask {
 
     /// Lets go of a run that never started, leaving it `queued` in storage.
     fn leave_queued(&self) {
-        self.runner.shared.store.live().close(self.live.id);
+        self.runner.shared.store.live().close(self.live.id, false);
         self.runner.shared.forget(self.live.id);
     }
 

@@ -9,6 +9,7 @@ use std::sync::{Arc, OnceLock};
 use chrono::{SecondsFormat, Utc};
 use uuid::Uuid;
 
+use super::LiveRun;
 use crate::harness::{Event, EventKind, Observer, ObserverError, RunStatus, UsageTotals};
 use crate::metrics::Metrics;
 use crate::run::format_time;
@@ -19,6 +20,7 @@ pub const STORAGE_REFUSED: &str =
     "Storage refused the run's records for too long (the disk may be full); the run was stopped";
 
 pub(super) struct RunObserver {
+    live: Arc<LiveRun>,
     run_id: Uuid,
     store: Store,
     metrics: Arc<Metrics>,
@@ -31,9 +33,10 @@ pub(super) struct RunObserver {
 }
 
 impl RunObserver {
-    pub(super) fn new(run_id: Uuid, store: Store, metrics: Arc<Metrics>) -> Self {
+    pub(super) fn new(live: Arc<LiveRun>, store: Store, metrics: Arc<Metrics>) -> Self {
         Self {
-            run_id,
+            run_id: live.id,
+            live,
             store,
             metrics,
             messages: AtomicU32::new(0),
@@ -114,6 +117,17 @@ impl Observer for RunObserver {
                 if self.ended.set(*status).is_err() {
                     return Err("a second run_end was refused".into());
                 }
+                // The run object as it will be stored, for whoever waits for
+                // the end (read only once the end is stored).
+                self.live.update(|run| {
+                    run.status = *status;
+                    run.answer.clone_from(answer);
+                    run.error.clone_from(error);
+                    run.steps = *steps;
+                    run.tool_calls = *tool_calls;
+                    run.usage = *usage;
+                    run.finished_at = Some(event.timestamp);
+                });
                 finish = Some(Box::new(Finish {
                     status: *status,
                     answer: answer.clone(),

@@ -9,10 +9,11 @@
 //! whoever waits for the end is let go.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::broadcast;
-use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 /// Events buffered per live run for subscribers; one that falls further
@@ -38,8 +39,15 @@ impl LiveEvent {
 
 struct Channel {
     events: broadcast::Sender<Arc<LiveEvent>>,
-    /// Fires when the channel closes: the run's end is stored, or given up.
-    ended: CancellationToken,
+    ended: Ended,
+}
+
+/// Fires when a run's channel closes, telling whether its end was stored
+/// (`false`: given up, or the run left without an end, as one left queued).
+#[derive(Clone, Default)]
+struct Ended {
+    token: CancellationToken,
+    stored: Arc<AtomicBool>,
 }
 
 /// The channels of the live runs.
@@ -54,7 +62,7 @@ impl Channels {
         if let Ok(mut runs) = self.runs.lock() {
             runs.entry(run_id).or_insert_with(|| Channel {
                 events: broadcast::channel(LIVE_BUFFER).0,
-                ended: CancellationToken::new(),
+                ended: Ended::default(),
             });
         }
     }
@@ -65,11 +73,17 @@ impl Channels {
         runs.get(&run_id).map(|channel| channel.events.subscribe())
     }
 
-    /// Resolves once the run's channel closes; `None` when it is not open.
-    pub fn ended(&self, run_id: Uuid) -> Option<WaitForCancellationFutureOwned> {
-        let runs = self.runs.lock().ok()?;
-        runs.get(&run_id)
-            .map(|channel| channel.ended.clone().cancelled_owned())
+    /// Resolves once the run's channel closes, to whether its end was
+    /// stored; `None` when it is not open.
+    pub fn ended(&self, run_id: Uuid) -> Option<impl Future<Output = bool> + Send + use<>> {
+        let ended = {
+            let runs = self.runs.lock().ok()?;
+            runs.get(&run_id)?.ended.clone()
+        };
+        Some(async move {
+            ended.token.cancelled().await;
+            ended.stored.load(Ordering::Acquire)
+        })
     }
 
     /// Tells the run's subscribers of `event`.
@@ -82,15 +96,16 @@ impl Channels {
     }
 
     /// Closes the run's channel: its subscribers see it closed, and its
-    /// waiters are let go.
-    pub fn close(&self, run_id: Uuid) {
+    /// waiters are let go, told whether its end was `stored`.
+    pub fn close(&self, run_id: Uuid, stored: bool) {
         let channel = self
             .runs
             .lock()
             .ok()
             .and_then(|mut runs| runs.remove(&run_id));
         if let Some(channel) = channel {
-            channel.ended.cancel();
+            channel.ended.stored.store(stored, Ordering::Release);
+            channel.ended.token.cancel();
         }
     }
 
@@ -125,10 +140,10 @@ mod tests {
         let mut receiver = channels.subscribe(run).unwrap();
         let ended = channels.ended(run).unwrap();
         channels.publish(run, event(1, "run_start"));
-        channels.close(run);
+        channels.close(run, true);
         assert_eq!(receiver.recv().await.unwrap().sequence, Some(1));
         assert!(receiver.recv().await.is_err());
-        ended.await;
+        assert!(ended.await);
         assert!(channels.subscribe(run).is_none());
         assert!(channels.is_empty());
     }

@@ -171,3 +171,25 @@ async fn an_idempotency_key_returns_the_first_run_and_refuses_another_body() {
         2
     );
 }
+
+/// `?wait=true` answers with the final run object from memory once its end
+/// is stored: it is exactly what storage then serves, for a run that started
+/// at once and for one that queued first.
+#[tokio::test]
+async fn a_waited_run_is_answered_exactly_as_it_is_stored() {
+    let app = spawn_with(|config| config.runs.max_concurrent = 1).await;
+    let slow =
+        json!({"prompt": "first", "model": {"scripted": [{"delay_ms": 300, "content": "one"}]}});
+    let quick = two_step("list_dir", json!({}), "two");
+    let (first, second) = tokio::join!(app.run_to_end(slow), async {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        app.run_to_end(quick).await
+    });
+    for waited in [first, second] {
+        assert_eq!(waited["status"], "completed", "{waited}");
+        let id = waited["id"].as_str().unwrap();
+        let stored = app.get(&format!("/v1/runs/{id}")).await.body;
+        assert_eq!(waited, stored);
+        assert!(waited["started_at"].is_string() && waited["finished_at"].is_string());
+    }
+}

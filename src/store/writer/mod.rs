@@ -349,7 +349,7 @@ fn finish(op: Op, stored: bool, channels: &Channels) {
                 );
             }
             if event.finish.is_some() {
-                channels.close(event.run_id);
+                channels.close(event.run_id, stored);
             }
         }
         Op::Close(_) => {}

@@ -7,7 +7,7 @@ use super::Op;
 use crate::run::format_time;
 use crate::store::{NewRun, StoreError};
 
-/// Most rows one statement writes (the runs insert binds 14 values a row,
+/// Most rows one statement writes (the runs insert binds 15 values a row,
 /// well within SQLite's 32,766 variables).
 const MAX_ROWS_PER_STATEMENT: usize = 256;
 
@@ -27,6 +27,7 @@ pub(crate) struct RunRow {
     idempotency_key: Option<String>,
     request_hash: Option<String>,
     created_at: String,
+    started_at: Option<String>,
 }
 
 impl RunRow {
@@ -47,6 +48,7 @@ impl RunRow {
             idempotency_key: new.idempotency.map(|(key, _)| key.to_owned()),
             request_hash: new.idempotency.map(|(_, hash)| hash.to_owned()),
             created_at: format_time(&run.created_at),
+            started_at: run.started_at.as_ref().map(format_time),
         })
     }
 }
@@ -111,7 +113,7 @@ async fn apply(connection: &mut SqliteConnection, ops: &[Op]) -> Result<(), Stor
     for chunk in chunks(&runs) {
         let mut query = QueryBuilder::<Sqlite>::new(
             "INSERT INTO runs (id, tenant, status, prompt, limits, context, tools, commands, \
-             model, metadata, model_spec, idempotency_key, request_hash, created_at) ",
+             model, metadata, model_spec, idempotency_key, request_hash, created_at, started_at) ",
         );
         query.push_values(chunk, |mut values, row| {
             values
@@ -128,7 +130,8 @@ async fn apply(connection: &mut SqliteConnection, ops: &[Op]) -> Result<(), Stor
                 .push_bind(row.model_spec.as_str())
                 .push_bind(row.idempotency_key.as_deref())
                 .push_bind(row.request_hash.as_deref())
-                .push_bind(row.created_at.as_str());
+                .push_bind(row.created_at.as_str())
+                .push_bind(row.started_at.as_deref());
         });
         query.build().execute(&mut *connection).await?;
     }
