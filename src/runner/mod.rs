@@ -529,7 +529,7 @@ impl RunTask {
         self.live.executing.store(true, Ordering::Release);
         shared.running.fetch_add(1, Ordering::AcqRel);
         let began = Instant::now();
-        tracing::info!("run started");
+        tracing::debug!("run started");
         let outcome = std::panic::AssertUnwindSafe(self.run_harness(&observer))
             .catch_unwind()
             .await;

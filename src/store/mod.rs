@@ -67,6 +67,11 @@ pub struct IdempotentRun {
     pub request_hash: String,
 }
 
+/// Connections of the read pool.
+const READERS: u32 = 8;
+/// Page cache of each reader, in KiB.
+const READER_CACHE_KIB: u32 = 512;
+
 #[derive(Clone)]
 pub struct Store {
     read: SqlitePool,
@@ -102,10 +107,17 @@ impl Store {
         }
         let mut connection = options.connect().await?;
         sqlx::migrate!("./migrations").run(&mut connection).await?;
+        // Readers keep a small page cache: in WAL mode a reader's cache is
+        // dropped whenever the writer commits, which under load is all the
+        // time, so a large one mostly holds memory (2 MiB each by default).
         let read = SqlitePoolOptions::new()
-            .max_connections(8)
+            .max_connections(READERS)
             .min_connections(1)
-            .connect_with(options.read_only(true))
+            .connect_with(
+                options
+                    .read_only(true)
+                    .pragma("cache_size", format!("-{READER_CACHE_KIB}")),
+            )
             .await?;
         let recovered = recover(&mut connection, Utc::now()).await?;
         let channels = Arc::new(Channels::default());
