@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use crate::harness::{RunStatus, UsageTotals};
+use crate::harness::{RunStatus, UsageTotals, agent};
 
 /// The tenant a request authenticated as; every run belongs to one.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -39,6 +39,18 @@ pub struct RunContext {
     pub max_context_chars: usize,
     pub max_tool_result_chars: usize,
 }
+
+/// Budgets of a run that names none (capped by the server's ceilings), made
+/// of the harness's own defaults, their one home.
+pub const DEFAULT_LIMITS: RunLimits = RunLimits {
+    max_steps: agent::DEFAULT_MAX_STEPS,
+    max_tool_calls: agent::DEFAULT_MAX_TOOL_CALLS,
+    timeout_ms: agent::DEFAULT_TIMEOUT_MS,
+};
+pub const DEFAULT_CONTEXT: RunContext = RunContext {
+    max_context_chars: agent::DEFAULT_MAX_CONTEXT_CHARS,
+    max_tool_result_chars: agent::DEFAULT_MAX_TOOL_RESULT_CHARS,
+};
 
 /// Which model drives a run. Kept (privately) so that a run queued when the
 /// server stopped can start again.

@@ -8,23 +8,12 @@ use serde_json::{Map, Value};
 
 use super::error::ApiError;
 use crate::config::LimitsConfig;
-use crate::harness::agent;
 use crate::models::ModelProfiles;
 use crate::run::{ModelInfo, ModelSpec, RunContext, RunLimits, RunSpec};
 use crate::tools::command::RUN_COMMAND;
 use crate::tools::{BUILTIN_TOOL_NAMES, CommandPresets};
 
-/// Defaults of a run that says nothing of its budgets (capped by the server's
-/// ceilings).
-pub const DEFAULT_LIMITS: RunLimits = RunLimits {
-    max_steps: agent::DEFAULT_MAX_STEPS,
-    max_tool_calls: agent::DEFAULT_MAX_TOOL_CALLS,
-    timeout_ms: agent::DEFAULT_TIMEOUT_MS,
-};
-pub const DEFAULT_CONTEXT: RunContext = RunContext {
-    max_context_chars: agent::DEFAULT_MAX_CONTEXT_CHARS,
-    max_tool_result_chars: agent::DEFAULT_MAX_TOOL_RESULT_CHARS,
-};
+pub use crate::run::{DEFAULT_CONTEXT, DEFAULT_LIMITS};
 
 /// Largest serialised `metadata` accepted.
 pub const MAX_METADATA_BYTES: usize = 16 * 1024;
