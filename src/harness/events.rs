@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize, Serializer};
 use uuid::Uuid;
 
 use super::message::{Message, Usage, UsageTotals};
+use super::pause::PendingAction;
 
 /// Every status a run can have. The harness ends runs with the first seven;
 /// the service adds `failed` and `interrupted`, and the live `queued` and
@@ -111,6 +112,11 @@ pub enum EventKind {
         duration_ms: f64,
         is_error: bool,
     },
+    /// The run paused: these calls of its last batch wait for a client's
+    /// answer.
+    ActionsRequired {
+        actions: Vec<PendingAction>,
+    },
     /// A message just appended to the transcript.
     Message {
         message: Arc<Message>,
@@ -143,6 +149,7 @@ impl EventKind {
             Self::ModelError { .. } => "model_error",
             Self::ToolStart { .. } => "tool_start",
             Self::ToolEnd { .. } => "tool_end",
+            Self::ActionsRequired { .. } => "actions_required",
             Self::Message { .. } => "message",
             Self::RunEnd { .. } => Self::RUN_END,
         }
@@ -180,11 +187,25 @@ pub(crate) struct Emitter<'a> {
 
 impl<'a> Emitter<'a> {
     pub(crate) fn new(run_id: Uuid, observer: Option<&'a dyn Observer>) -> Self {
+        Self::continuing(run_id, observer, 0)
+    }
+
+    /// An emitter whose next event follows `last_sequence`.
+    pub(crate) fn continuing(
+        run_id: Uuid,
+        observer: Option<&'a dyn Observer>,
+        last_sequence: u64,
+    ) -> Self {
         Self {
             run_id,
-            sequence: 0,
+            sequence: last_sequence,
             observer,
         }
+    }
+
+    /// The sequence of the last event emitted.
+    pub(crate) fn sequence(&self) -> u64 {
+        self.sequence
     }
 
     /// Emits the event `kind` builds; `kind` runs only when someone listens.

@@ -7,15 +7,19 @@ pub mod context;
 pub mod events;
 pub mod message;
 pub mod model;
+pub mod pause;
 pub mod registry;
 pub mod stop;
 pub mod tool;
 
-pub use agent::{ContextLimits, Harness, Limits, RunConfig, RunResult, TOOL_CANCEL_GRACE};
+pub use agent::{
+    CANNOT_PAUSE, ContextLimits, Harness, Limits, Progress, RunConfig, RunResult, TOOL_CANCEL_GRACE,
+};
 pub use context::{ContextError, ContextIndex, bound_tool_result, select_context};
 pub use events::{Event, EventKind, Observer, ObserverError, RunStatus};
 pub use message::{MAX_TOKEN_COUNT, Message, ToolCall, Usage, UsageError, UsageTotals};
 pub use model::{ContextView, DeltaSink, Model, ModelError, ModelRequest, ModelResponse, NoDeltas};
+pub use pause::{ActionKind, Answer, Answers, Approval, Checkpoint, PendingAction};
 pub use registry::{RegistryError, SchemaCache, ToolRegistry, is_valid_tool_name};
 pub use stop::{Stop, StopReason};
-pub use tool::{Tool, ToolDefinition, ToolError};
+pub use tool::{ClientTool, Tool, ToolDefinition, ToolError};

@@ -49,9 +49,46 @@ pub trait Tool: Send + Sync {
     /// service builds the same few definitions for every run.
     fn definition(&self) -> Arc<ToolDefinition>;
 
+    /// Whether the client executes this tool: its calls pause the run for
+    /// the client's result rather than execute here.
+    fn is_client(&self) -> bool {
+        false
+    }
+
     async fn execute(
         &self,
         arguments: &Value,
         cancel: &CancellationToken,
     ) -> Result<Value, ToolError>;
+}
+
+/// A tool the client executes: the model sees its definition, the harness
+/// checks its arguments, and the run pauses for the client's result.
+pub struct ClientTool {
+    definition: Arc<ToolDefinition>,
+}
+
+impl ClientTool {
+    pub fn new(definition: ToolDefinition) -> Self {
+        Self {
+            definition: Arc::new(definition),
+        }
+    }
+}
+
+#[async_trait]
+impl Tool for ClientTool {
+    fn definition(&self) -> Arc<ToolDefinition> {
+        Arc::clone(&self.definition)
+    }
+
+    fn is_client(&self) -> bool {
+        true
+    }
+
+    async fn execute(&self, _: &Value, _: &CancellationToken) -> Result<Value, ToolError> {
+        Err(ToolError::new(
+            "This tool is the client's: its result comes from the client",
+        ))
+    }
 }

@@ -12,7 +12,8 @@ use futures_util::FutureExt;
 
 use super::{LiveRun, Runner, observer};
 use crate::harness::{
-    ContextLimits, Harness, Limits, Model, RunConfig, RunStatus, StopReason, Tool, ToolRegistry,
+    Approval, ContextLimits, Harness, Limits, Model, RunConfig, RunStatus, StopReason, Tool,
+    ToolRegistry,
 };
 use crate::models::ScriptedModel;
 use crate::run::{ModelSpec, RunSpec, format_time};
@@ -184,6 +185,7 @@ impl RunTask {
                 max_tool_result_chars: NonZeroUsize::new(spec.context.max_tool_result_chars)
                     .ok_or("max_tool_result_chars is zero")?,
             },
+            approval: Approval::None,
         };
         let result = Harness {
             model: &*model,

@@ -9,4 +9,5 @@ mod cancellation;
 mod context;
 mod events;
 mod failures;
+mod pause;
 mod tools;

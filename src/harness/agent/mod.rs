@@ -14,10 +14,13 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::context::{self, ContextIndex, bound_tool_result};
+mod calls;
+
+use super::context::{self, ContextIndex};
 use super::events::{Emitter, EventKind, Observer, RunStatus};
-use super::message::{Message, ToolCall, UsageTotals};
+use super::message::{Message, UsageTotals};
 use super::model::{DeltaSink, Model, ModelError, ModelRequest};
+use super::pause::{Answers, Approval, Checkpoint, PendingAction};
 use super::registry::ToolRegistry;
 use super::stop::{Stop, StopReason};
 
@@ -80,6 +83,8 @@ pub struct RunConfig {
     pub prompt: String,
     pub limits: Limits,
     pub context: ContextLimits,
+    /// Which tools' calls wait for a client's approval.
+    pub approval: Approval,
 }
 
 impl RunConfig {
@@ -90,9 +95,23 @@ impl RunConfig {
             prompt: prompt.into(),
             limits: Limits::default(),
             context: ContextLimits::default(),
+            approval: Approval::None,
         }
     }
 }
+
+/// Where a run driven by [`Harness::start`] or [`Harness::resume`] stands:
+/// ended (its `run_end` emitted), or paused for a decision (no `run_end`;
+/// its `actions_required` emitted).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Progress {
+    Ended(RunResult),
+    Paused(Checkpoint),
+}
+
+/// What a run that paused tells a caller that cannot pause it.
+pub const CANNOT_PAUSE: &str =
+    "The run needs a client's decision, but it was started without a way to pause";
 
 /// How a run ended and what it did.
 #[derive(Debug, Clone, PartialEq)]
@@ -121,9 +140,9 @@ pub struct Harness<'a> {
 
 /// Why the run's token fired, had it fired: the run's own deadline, or a
 /// stop from outside (which came first wins).
-enum Stopped<'a> {
+enum Stopped {
     Deadline,
-    From(&'a StopReason),
+    From(StopReason),
 }
 
 /// How the loop ended, before it is turned into a status.
@@ -135,43 +154,106 @@ enum End {
     Stopped,
     ModelError(String),
     ContextLimit(String),
+    /// A batch waits for answers to these calls.
+    Paused(Vec<PendingAction>),
+    /// The caller cannot go on with the run.
+    Failed(String),
+}
+
+/// How a drive begins: a new run, or a paused one with its answers.
+enum Begin {
+    Fresh,
+    Resume(Checkpoint, Answers),
 }
 
 impl Harness<'_> {
     /// Runs the loop to its end. Never panics on anything a model or a tool
-    /// does, and emits `run_end` exactly once, whatever the path.
+    /// does, and emits `run_end` exactly once, whatever the path. A run that
+    /// would pause (see [`Harness::start`]) ends `failed` instead.
     pub async fn run(&self, config: RunConfig, stop: &Stop) -> RunResult {
+        let (run, end, stopped) = self.drive(&config, Begin::Fresh, stop).await;
+        let end = match end {
+            End::Paused(_) => End::Failed(CANNOT_PAUSE.to_owned()),
+            end => end,
+        };
+        run.finish(end, stopped)
+    }
+
+    /// Runs the loop until it ends or pauses for a decision: a batch with a
+    /// call that needs approval, or a call of a client's tool.
+    pub async fn start(&self, config: RunConfig, stop: &Stop) -> Progress {
+        let (run, end, stopped) = self.drive(&config, Begin::Fresh, stop).await;
+        run.progress(end, stopped)
+    }
+
+    /// Continues a paused run: executes its waiting batch in call order with
+    /// `answers` (which must answer every pending action), then goes on.
+    /// Emits no second `run_start`; its events continue the sequence.
+    pub async fn resume(
+        &self,
+        config: RunConfig,
+        checkpoint: Checkpoint,
+        answers: Answers,
+        stop: &Stop,
+    ) -> Progress {
+        let (run, end, stopped) = self
+            .drive(&config, Begin::Resume(checkpoint, answers), stop)
+            .await;
+        run.progress(end, stopped)
+    }
+
+    async fn drive<'h, 'c>(
+        &'h self,
+        config: &'c RunConfig,
+        begin: Begin,
+        stop: &Stop,
+    ) -> (Run<'h, 'c>, End, Stopped) {
         let token = stop.token().child_token();
-        let deadline = config
+        let began = Instant::now();
+        let (mut run, answers) = match begin {
+            Begin::Fresh => {
+                let mut run = Run::new(self, config, Emitter::new(config.run_id, self.observer));
+                run.emitter.emit(|| EventKind::RunStart);
+                run.append(Message::user(config.prompt.clone()));
+                (run, None)
+            }
+            Begin::Resume(checkpoint, answers) => {
+                let emitter =
+                    Emitter::continuing(config.run_id, self.observer, checkpoint.last_sequence);
+                let mut run = Run::new(self, config, emitter);
+                run.restore(checkpoint);
+                (run, Some(answers))
+            }
+        };
+        // The deadline counts running time only: what a pause used is not
+        // spent.
+        let deadline = config.limits.timeout.map(|timeout| {
+            tokio::time::Instant::now() + timeout.saturating_sub(run.elapsed_before)
+        });
+        let timed_out = AtomicBool::new(false);
+        // A budget spent before a pause ends the run before anything more.
+        let spent = config
             .limits
             .timeout
-            .map(|timeout| tokio::time::Instant::now() + timeout);
-        let timed_out = AtomicBool::new(false);
-        let mut run = Run {
-            harness: self,
-            config: &config,
-            emitter: Emitter::new(config.run_id, self.observer),
-            messages: Vec::new(),
-            index: ContextIndex::default(),
-            steps: 0,
-            tool_calls: 0,
-            usage: UsageTotals::default(),
-        };
-        run.emitter.emit(|| EventKind::RunStart);
-        let end = {
-            let body = run.drive(&token, deadline);
+            .is_some_and(|timeout| timeout <= run.elapsed_before);
+        let end = if spent {
+            timed_out.store(true, Ordering::Release);
+            End::Stopped
+        } else {
+            let body = run.drive(&token, deadline, answers);
             match deadline {
                 Some(deadline) => with_deadline(body, deadline, stop, &token, &timed_out).await,
                 None => body.await,
             }
         };
         token.cancel();
+        run.elapsed_before += began.elapsed();
         let stopped = if timed_out.load(Ordering::Acquire) {
             Stopped::Deadline
         } else {
-            Stopped::From(stop.reason().unwrap_or(&StopReason::Cancelled))
+            Stopped::From(stop.reason().cloned().unwrap_or(StopReason::Cancelled))
         };
-        run.finish(end, stopped)
+        (run, end, stopped)
     }
 }
 
@@ -208,6 +290,37 @@ struct Run<'h, 'c> {
     steps: u32,
     tool_calls: u32,
     usage: UsageTotals,
+    /// Running time before this drive (its earlier drives, before pauses);
+    /// after the drive, its running time in all.
+    elapsed_before: Duration,
+}
+
+impl<'h, 'c> Run<'h, 'c> {
+    fn new(harness: &'h Harness<'h>, config: &'c RunConfig, emitter: Emitter<'h>) -> Self {
+        Self {
+            harness,
+            config,
+            emitter,
+            messages: Vec::new(),
+            index: ContextIndex::default(),
+            steps: 0,
+            tool_calls: 0,
+            usage: UsageTotals::default(),
+            elapsed_before: Duration::ZERO,
+        }
+    }
+
+    /// Takes up where a paused run stood.
+    fn restore(&mut self, checkpoint: Checkpoint) {
+        for message in &checkpoint.messages {
+            self.index.push(message, message.serialized_chars());
+        }
+        self.messages = checkpoint.messages;
+        self.steps = checkpoint.steps;
+        self.tool_calls = checkpoint.tool_calls;
+        self.usage = checkpoint.usage;
+        self.elapsed_before = checkpoint.elapsed;
+    }
 }
 
 impl Run<'_, '_> {
@@ -215,11 +328,29 @@ impl Run<'_, '_> {
         &mut self,
         token: &CancellationToken,
         deadline: Option<tokio::time::Instant>,
+        answers: Option<Answers>,
     ) -> End {
-        self.append(Message::user(self.config.prompt.clone()));
+        if let Some(answers) = answers {
+            // The paused batch, in call order: answered calls as answered,
+            // the others (needing no answer) as usual. Counted at the pause.
+            let calls = self
+                .messages
+                .last()
+                .map(|last| last.tool_calls().to_vec())
+                .unwrap_or_default();
+            for call in &calls {
+                if token.is_cancelled() {
+                    return End::Stopped;
+                }
+                match answers.get(&call.id) {
+                    Some(answer) => self.answered(call, answer, token).await,
+                    None => self.call_tool(call, token).await,
+                }
+            }
+        }
         let limits = self.config.limits;
         let tools = self.harness.tools;
-        for _ in 0..limits.max_steps.get() {
+        while self.steps < limits.max_steps.get() {
             if token.is_cancelled() {
                 return End::Stopped;
             }
@@ -280,6 +411,16 @@ impl Run<'_, '_> {
                 return End::Completed(answer);
             }
             let assistant = self.append(Message::assistant(response.content, response.tool_calls));
+            let pending = self.pending_actions(assistant.tool_calls());
+            if !pending.is_empty() {
+                // Nothing of the batch runs before its answers; the budget
+                // counts it now.
+                self.tool_calls += batch as u32;
+                self.emitter.emit(|| EventKind::ActionsRequired {
+                    actions: pending.clone(),
+                });
+                return End::Paused(pending);
+            }
             for call in assistant.tool_calls() {
                 if token.is_cancelled() {
                     return End::Stopped;
@@ -289,56 +430,6 @@ impl Run<'_, '_> {
             }
         }
         End::StepLimit
-    }
-
-    /// Dispatches one admitted call and records its result. Every failure here
-    /// is the model's to handle: it becomes an error result, never an end.
-    async fn call_tool(&mut self, call: &ToolCall, token: &CancellationToken) {
-        self.emitter.emit(|| EventKind::ToolStart {
-            call_id: call.id.clone(),
-            name: call.name.clone(),
-        });
-        let began = Instant::now();
-        let (content, is_error) = match self.harness.tools.check(&call.name, &call.arguments) {
-            _ if call.unparsable_arguments.is_some() => (
-                format!(
-                    "Invalid arguments: $: {}",
-                    call.unparsable_arguments.as_deref().unwrap_or_default()
-                ),
-                true,
-            ),
-            Ok(None) => (format!("Unknown tool: {}", call.name), true),
-            Err(errors) => (format!("Invalid arguments: {}", errors.join("; ")), true),
-            Ok(Some(tool)) => {
-                let execution =
-                    AssertUnwindSafe(tool.execute(&call.arguments, token)).catch_unwind();
-                let abandoned = async {
-                    token.cancelled().await;
-                    tokio::time::sleep(TOOL_CANCEL_GRACE).await;
-                };
-                tokio::select! {
-                    outcome = execution => match outcome {
-                        Ok(Ok(value)) => (serialize_result(&value), false),
-                        Ok(Err(error)) => (error.message().to_owned(), true),
-                        Err(panic) => (format!("Tool panicked: {}", panic_message(&*panic)), true),
-                    },
-                    () = abandoned => ("Tool call cancelled: the run was stopped".to_owned(), true),
-                }
-            }
-        };
-        let duration_ms = millis(began.elapsed());
-        self.emitter.emit(|| EventKind::ToolEnd {
-            call_id: call.id.clone(),
-            name: call.name.clone(),
-            duration_ms,
-            is_error,
-        });
-        let limit = self.config.context.max_tool_result_chars.get();
-        self.append(Message::tool(
-            call.id.clone(),
-            bound_tool_result(&content, limit),
-            is_error,
-        ));
     }
 
     fn model_failed(&mut self, error: String) -> End {
@@ -363,7 +454,23 @@ impl Run<'_, '_> {
     }
 
     /// Ends the run; `stopped` says why, should it have been stopped.
-    fn finish(mut self, end: End, stopped: Stopped<'_>) -> RunResult {
+    /// Where the drive left the run: paused, or ended (see [`Run::finish`]).
+    fn progress(self, end: End, stopped: Stopped) -> Progress {
+        match end {
+            End::Paused(pending) => Progress::Paused(Checkpoint {
+                messages: self.messages,
+                steps: self.steps,
+                tool_calls: self.tool_calls,
+                usage: self.usage,
+                last_sequence: self.emitter.sequence(),
+                elapsed: self.elapsed_before,
+                pending,
+            }),
+            end => Progress::Ended(self.finish(end, stopped)),
+        }
+    }
+
+    fn finish(mut self, end: End, stopped: Stopped) -> RunResult {
         let (status, answer, error) = match end {
             End::Completed(answer) => (RunStatus::Completed, Some(answer), None),
             End::StepLimit => (RunStatus::StepLimit, None, None),
@@ -372,14 +479,15 @@ impl Run<'_, '_> {
                 Stopped::Deadline => (RunStatus::Timeout, None, None),
                 Stopped::From(StopReason::Cancelled) => (RunStatus::Aborted, None, None),
                 Stopped::From(StopReason::Interrupted(why)) => {
-                    (RunStatus::Interrupted, None, Some(why.clone()))
+                    (RunStatus::Interrupted, None, Some(why))
                 }
-                Stopped::From(StopReason::Failed(why)) => {
-                    (RunStatus::Failed, None, Some(why.clone()))
-                }
+                Stopped::From(StopReason::Failed(why)) => (RunStatus::Failed, None, Some(why)),
             },
             End::ModelError(error) => (RunStatus::ModelError, None, Some(error)),
             End::ContextLimit(error) => (RunStatus::ContextLimit, None, Some(error)),
+            End::Failed(error) => (RunStatus::Failed, None, Some(error)),
+            // A drive that cannot pause ends `failed` instead (see `run`).
+            End::Paused(_) => (RunStatus::Failed, None, Some(CANNOT_PAUSE.to_owned())),
         };
         let (steps, tool_calls, usage) = (self.steps, self.tool_calls, self.usage);
         self.emitter.emit(|| EventKind::RunEnd {

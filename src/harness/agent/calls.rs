@@ -1,0 +1,128 @@
+//! A run's tool calls: which of a batch wait for an answer, how an answered
+//! one is recorded, and how an admitted one is dispatched.
+
+use std::panic::AssertUnwindSafe;
+use std::time::Instant;
+
+use futures_util::FutureExt;
+use tokio_util::sync::CancellationToken;
+
+use super::{Run, TOOL_CANCEL_GRACE, millis, panic_message, serialize_result};
+use crate::harness::context::bound_tool_result;
+use crate::harness::events::EventKind;
+use crate::harness::message::{Message, ToolCall};
+use crate::harness::pause::{ActionKind, Answer, PendingAction, denied};
+
+impl Run<'_, '_> {
+    /// The calls of a batch that wait for an answer: valid calls of a
+    /// client's tool, and valid calls that need approval. Unknown tools and
+    /// invalid arguments are answered to the model as usual, never paused.
+    pub(super) fn pending_actions(&self, calls: &[ToolCall]) -> Vec<PendingAction> {
+        calls
+            .iter()
+            .filter(|call| call.unparsable_arguments.is_none())
+            .filter_map(|call| {
+                let tool = self
+                    .harness
+                    .tools
+                    .check(&call.name, &call.arguments)
+                    .ok()??;
+                let kind = if tool.is_client() {
+                    ActionKind::ClientTool
+                } else if self.config.approval.requires(&call.name) {
+                    ActionKind::Approval
+                } else {
+                    return None;
+                };
+                Some(PendingAction {
+                    call_id: call.id.clone(),
+                    kind,
+                    name: call.name.clone(),
+                    arguments: call.arguments.clone(),
+                })
+            })
+            .collect()
+    }
+
+    /// Records a paused call as its answer says: an approved one runs; a
+    /// denied one, a client's output or a client's error becomes its result.
+    pub(super) async fn answered(
+        &mut self,
+        call: &ToolCall,
+        answer: &Answer,
+        token: &CancellationToken,
+    ) {
+        let (content, is_error) = match answer {
+            Answer::Approve => return self.call_tool(call, token).await,
+            Answer::Deny { reason } => (denied(reason.as_deref()), true),
+            Answer::Output(value) => (serialize_result(value), false),
+            Answer::Error(error) => (error.clone(), true),
+        };
+        self.emitter.emit(|| EventKind::ToolStart {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+        });
+        self.emitter.emit(|| EventKind::ToolEnd {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            duration_ms: 0.0,
+            is_error,
+        });
+        let limit = self.config.context.max_tool_result_chars.get();
+        self.append(Message::tool(
+            call.id.clone(),
+            bound_tool_result(&content, limit),
+            is_error,
+        ));
+    }
+
+    /// Dispatches one admitted call and records its result. Every failure here
+    /// is the model's to handle: it becomes an error result, never an end.
+    pub(super) async fn call_tool(&mut self, call: &ToolCall, token: &CancellationToken) {
+        self.emitter.emit(|| EventKind::ToolStart {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+        });
+        let began = Instant::now();
+        let (content, is_error) = match self.harness.tools.check(&call.name, &call.arguments) {
+            _ if call.unparsable_arguments.is_some() => (
+                format!(
+                    "Invalid arguments: $: {}",
+                    call.unparsable_arguments.as_deref().unwrap_or_default()
+                ),
+                true,
+            ),
+            Ok(None) => (format!("Unknown tool: {}", call.name), true),
+            Err(errors) => (format!("Invalid arguments: {}", errors.join("; ")), true),
+            Ok(Some(tool)) => {
+                let execution =
+                    AssertUnwindSafe(tool.execute(&call.arguments, token)).catch_unwind();
+                let abandoned = async {
+                    token.cancelled().await;
+                    tokio::time::sleep(TOOL_CANCEL_GRACE).await;
+                };
+                tokio::select! {
+                    outcome = execution => match outcome {
+                        Ok(Ok(value)) => (serialize_result(&value), false),
+                        Ok(Err(error)) => (error.message().to_owned(), true),
+                        Err(panic) => (format!("Tool panicked: {}", panic_message(&*panic)), true),
+                    },
+                    () = abandoned => ("Tool call cancelled: the run was stopped".to_owned(), true),
+                }
+            }
+        };
+        let duration_ms = millis(began.elapsed());
+        self.emitter.emit(|| EventKind::ToolEnd {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            duration_ms,
+            is_error,
+        });
+        let limit = self.config.context.max_tool_result_chars.get();
+        self.append(Message::tool(
+            call.id.clone(),
+            bound_tool_result(&content, limit),
+            is_error,
+        ));
+    }
+}
