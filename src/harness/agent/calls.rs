@@ -62,18 +62,7 @@ impl Run<'_, '_> {
             call_id: call.id.clone(),
             name: call.name.clone(),
         });
-        self.emitter.emit(|| EventKind::ToolEnd {
-            call_id: call.id.clone(),
-            name: call.name.clone(),
-            duration_ms: 0.0,
-            is_error,
-        });
-        let limit = self.config.context.max_tool_result_chars.get();
-        self.append(Message::tool(
-            call.id.clone(),
-            bound_tool_result(&content, limit),
-            is_error,
-        ));
+        self.ended_call(call, content, is_error, 0.0);
     }
 
     /// Dispatches one admitted call and records its result. Every failure here
@@ -111,7 +100,11 @@ impl Run<'_, '_> {
                 }
             }
         };
-        let duration_ms = millis(began.elapsed());
+        self.ended_call(call, content, is_error, millis(began.elapsed()));
+    }
+
+    /// Emits a call's `tool_end` and records its result, bounded.
+    fn ended_call(&mut self, call: &ToolCall, content: String, is_error: bool, duration_ms: f64) {
         self.emitter.emit(|| EventKind::ToolEnd {
             call_id: call.id.clone(),
             name: call.name.clone(),
