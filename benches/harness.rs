@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use agent_runner::harness::{
-    Event, Harness, Observer, ObserverError, RunConfig, RunStatus, Stop, Tool, ToolDefinition,
+    Event, Harness, Observer, ObserverError, Outcome, RunConfig, Stop, Tool, ToolDefinition,
     ToolError, ToolRegistry,
 };
 use agent_runner::models::ScriptedModel;
@@ -111,7 +111,7 @@ fn bench_runs(c: &mut Criterion) {
                             observer,
                         };
                         let result = harness.run(config, &Stop::new()).await;
-                        assert_eq!(result.status, RunStatus::Completed);
+                        assert_eq!(result.status, Outcome::Completed);
                         black_box(result)
                     }
                 },

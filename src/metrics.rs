@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::harness::RunStatus;
+use crate::harness::Outcome;
 
 /// A sum and a count, for durations.
 #[derive(Debug, Default)]
@@ -45,7 +45,7 @@ pub struct Gauges {
 #[derive(Debug, Default)]
 pub struct Metrics {
     pub runs_created: AtomicU64,
-    finished: [AtomicU64; RunStatus::ALL.len()],
+    finished: [AtomicU64; Outcome::ALL.len()],
     pub model_calls: AtomicU64,
     pub model_errors: AtomicU64,
     pub tool_calls: AtomicU64,
@@ -57,8 +57,8 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    pub fn finished(&self, status: RunStatus) {
-        if let Some(i) = RunStatus::ALL.iter().position(|s| *s == status) {
+    pub fn finished(&self, outcome: Outcome) {
+        if let Some(i) = Outcome::ALL.iter().position(|s| *s == outcome) {
             self.finished[i].fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -95,14 +95,12 @@ impl Metrics {
             out,
             "# HELP agent_runner_runs_finished_total Runs ended, by terminal status.\n# TYPE agent_runner_runs_finished_total counter"
         );
-        for (status, count) in RunStatus::ALL.iter().zip(&self.finished) {
-            if status.is_terminal() {
-                let _ = writeln!(
-                    out,
-                    "agent_runner_runs_finished_total{{status=\"{status}\"}} {}",
-                    count.load(Ordering::Relaxed)
-                );
-            }
+        for (status, count) in Outcome::ALL.iter().zip(&self.finished) {
+            let _ = writeln!(
+                out,
+                "agent_runner_runs_finished_total{{status=\"{status}\"}} {}",
+                count.load(Ordering::Relaxed)
+            );
         }
         gauge(
             &mut out,

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use crate::harness::{RunStatus, UsageTotals, agent};
+use crate::harness::{Outcome, UsageTotals, agent};
 
 /// The tenant a request authenticated as; every run belongs to one.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -19,6 +19,78 @@ impl Tenant {
     /// The tenant of a server with no tokens configured (loopback only).
     pub fn anonymous() -> Self {
         Self("default".into())
+    }
+}
+
+/// Where a run is in its life: waiting for a slot, running, or ended with an
+/// [`Outcome`]. Written as one flat string (`"queued"`, `"completed"`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RunStatus {
+    Queued,
+    Running,
+    Ended(Outcome),
+}
+
+impl RunStatus {
+    /// Every status, the live ones last.
+    pub const ALL: [RunStatus; 11] = [
+        Self::Ended(Outcome::Completed),
+        Self::Ended(Outcome::StepLimit),
+        Self::Ended(Outcome::ToolLimit),
+        Self::Ended(Outcome::Aborted),
+        Self::Ended(Outcome::Timeout),
+        Self::Ended(Outcome::ModelError),
+        Self::Ended(Outcome::ContextLimit),
+        Self::Ended(Outcome::Failed),
+        Self::Ended(Outcome::Interrupted),
+        Self::Queued,
+        Self::Running,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Running => "running",
+            Self::Ended(outcome) => outcome.as_str(),
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "queued" => Some(Self::Queued),
+            "running" => Some(Self::Running),
+            other => Outcome::parse(other).map(Self::Ended),
+        }
+    }
+
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Ended(_))
+    }
+}
+
+impl From<Outcome> for RunStatus {
+    fn from(outcome: Outcome) -> Self {
+        Self::Ended(outcome)
+    }
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for RunStatus {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for RunStatus {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Self::parse(&text)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown run status {text:?}")))
     }
 }
 
@@ -152,5 +224,25 @@ fn rfc3339_opt<S: Serializer>(
     match time {
         Some(time) => rfc3339(time, serializer),
         None => serializer.serialize_none(),
+    }
+}
+
+#[cfg(test)]
+mod status_tests {
+    use super::*;
+
+    #[test]
+    fn statuses_round_trip_through_text() {
+        for status in RunStatus::ALL {
+            assert_eq!(RunStatus::parse(status.as_str()), Some(status));
+            let json = serde_json::to_value(status).unwrap();
+            assert_eq!(json, Value::from(status.as_str()));
+            assert_eq!(serde_json::from_value::<RunStatus>(json).unwrap(), status);
+        }
+        assert_eq!(RunStatus::parse("done"), None);
+        assert_eq!(
+            RunStatus::ALL.iter().filter(|s| !s.is_terminal()).count(),
+            2
+        );
     }
 }

@@ -16,8 +16,7 @@ use super::error::{ApiError, ErrorCode};
 use super::json::ApiJson;
 use super::state::AppState;
 use super::tenant_run::{TenantRun, read};
-use crate::harness::RunStatus;
-use crate::run::{Run, Tenant};
+use crate::run::{Run, RunStatus, Tenant};
 use crate::runner::SubmitError;
 use crate::tools::{Workspace, WorkspaceError, WorkspaceOptions};
 

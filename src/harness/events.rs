@@ -11,12 +11,13 @@ use uuid::Uuid;
 use super::message::{Message, Usage, UsageTotals};
 use super::pause::PendingAction;
 
-/// Every status a run can have. The harness ends runs with the first seven;
-/// the service adds `failed` and `interrupted`, and the live `queued` and
-/// `running`.
+/// How a run ended: the harness's own ends, and the two a stop from outside
+/// gives it (`failed`: the service could not go on; `interrupted`: the server
+/// stopped). A run's lifecycle before its end (queued, running, paused) is
+/// the service's, not the harness's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum RunStatus {
+pub enum Outcome {
     Completed,
     StepLimit,
     ToolLimit,
@@ -24,16 +25,14 @@ pub enum RunStatus {
     Timeout,
     ModelError,
     ContextLimit,
-    /// An internal error of the service ended the run.
+    /// The service could not go on with the run.
     Failed,
     /// The server stopped while the run was running.
     Interrupted,
-    Queued,
-    Running,
 }
 
-impl RunStatus {
-    pub const ALL: [RunStatus; 11] = [
+impl Outcome {
+    pub const ALL: [Outcome; 9] = [
         Self::Completed,
         Self::StepLimit,
         Self::ToolLimit,
@@ -43,8 +42,6 @@ impl RunStatus {
         Self::ContextLimit,
         Self::Failed,
         Self::Interrupted,
-        Self::Queued,
-        Self::Running,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -58,21 +55,15 @@ impl RunStatus {
             Self::ContextLimit => "context_limit",
             Self::Failed => "failed",
             Self::Interrupted => "interrupted",
-            Self::Queued => "queued",
-            Self::Running => "running",
         }
     }
 
     pub fn parse(text: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|s| s.as_str() == text)
     }
-
-    pub fn is_terminal(self) -> bool {
-        !matches!(self, Self::Queued | Self::Running)
-    }
 }
 
-impl std::fmt::Display for RunStatus {
+impl std::fmt::Display for Outcome {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
@@ -126,7 +117,7 @@ pub enum EventKind {
         json: Arc<str>,
     },
     RunEnd {
-        status: RunStatus,
+        status: Outcome,
         steps: u32,
         tool_calls: u32,
         usage: UsageTotals,
@@ -278,13 +269,13 @@ mod tests {
 
     #[test]
     fn statuses_round_trip_through_text() {
-        for status in RunStatus::ALL {
-            assert_eq!(RunStatus::parse(status.as_str()), Some(status));
+        for status in Outcome::ALL {
+            assert_eq!(Outcome::parse(status.as_str()), Some(status));
             assert_eq!(
                 serde_json::to_value(status).unwrap(),
                 json!(status.as_str())
             );
         }
-        assert_eq!(RunStatus::parse("done"), None);
+        assert_eq!(Outcome::parse("done"), None);
     }
 }

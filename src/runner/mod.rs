@@ -19,10 +19,10 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::config::Config;
-use crate::harness::{RunStatus, SchemaCache, Stop, StopReason};
+use crate::harness::{SchemaCache, Stop, StopReason};
 use crate::metrics::{Gauges, Metrics};
 use crate::models::ModelProfiles;
-use crate::run::{Run, RunSpec, Tenant};
+use crate::run::{Run, RunSpec, RunStatus, Tenant};
 use crate::store::writer::RunRow;
 use crate::store::{NewRun, Store, StoreError, Unfinished};
 use crate::tools::{

@@ -10,9 +10,9 @@ use chrono::{SecondsFormat, Utc};
 use uuid::Uuid;
 
 use super::LiveRun;
-use crate::harness::{Event, EventKind, Observer, ObserverError, RunStatus, UsageTotals};
+use crate::harness::{Event, EventKind, Observer, ObserverError, Outcome, UsageTotals};
 use crate::metrics::Metrics;
-use crate::run::format_time;
+use crate::run::{RunStatus, format_time};
 use crate::store::{Finish, LiveEvent, NewEvent, Store};
 
 /// What a run stopped because its records could not be stored is told.
@@ -29,7 +29,7 @@ pub(super) struct RunObserver {
     /// The last sequence seen, so the service can continue the sequence.
     last_sequence: AtomicU64,
     /// The status the run ended with, once its `run_end` was handed over.
-    ended: OnceLock<RunStatus>,
+    ended: OnceLock<Outcome>,
 }
 
 impl RunObserver {
@@ -46,13 +46,13 @@ impl RunObserver {
     }
 
     /// The status of the run's `run_end`, once it was emitted.
-    pub(super) fn ended(&self) -> Option<RunStatus> {
+    pub(super) fn ended(&self) -> Option<Outcome> {
         self.ended.get().copied()
     }
 
     /// Ends a run the harness did not (or could not) end: one cancelled while
     /// queued, or one whose model or tools could not be set up.
-    pub(super) fn end_without_harness(&self, status: RunStatus, error: Option<String>) {
+    pub(super) fn end_without_harness(&self, status: Outcome, error: Option<String>) {
         let event = Event {
             run_id: self.run_id,
             sequence: self.last_sequence.load(Ordering::Acquire) + 1,
@@ -120,7 +120,7 @@ impl Observer for RunObserver {
                 // The run object as it will be stored, for whoever waits for
                 // the end (read only once the end is stored).
                 self.live.update(|run| {
-                    run.status = *status;
+                    run.status = RunStatus::Ended(*status);
                     run.answer.clone_from(answer);
                     run.error.clone_from(error);
                     run.steps = *steps;

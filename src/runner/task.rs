@@ -12,11 +12,11 @@ use futures_util::FutureExt;
 
 use super::{LiveRun, Runner, observer};
 use crate::harness::{
-    Approval, ContextLimits, Harness, Limits, Model, RunConfig, RunStatus, StopReason, Tool,
+    Approval, ContextLimits, Harness, Limits, Model, Outcome, RunConfig, StopReason, Tool,
     ToolRegistry,
 };
 use crate::models::ScriptedModel;
-use crate::run::{ModelSpec, RunSpec, format_time};
+use crate::run::{ModelSpec, RunSpec, RunStatus, format_time};
 use crate::store::StoreError;
 use crate::tools::builtin_tools;
 
@@ -60,7 +60,7 @@ impl RunTask {
                     }
                     _ => {
                         tracing::info!("cancelled while queued");
-                        observer.end_without_harness(RunStatus::Aborted, None);
+                        observer.end_without_harness(Outcome::Aborted, None);
                         return self.ended(&observer).await;
                     }
                 }
@@ -97,7 +97,7 @@ impl RunTask {
                     return self.leave_queued();
                 }
                 tracing::info!("cancelled before its start was stored");
-                observer.end_without_harness(RunStatus::Aborted, None);
+                observer.end_without_harness(Outcome::Aborted, None);
                 return self.ended(&observer).await;
             }
         }
@@ -117,7 +117,7 @@ impl RunTask {
             && observer.ended().is_none()
         {
             tracing::error!(%error, "run failed");
-            observer.end_without_harness(RunStatus::Failed, Some(error));
+            observer.end_without_harness(Outcome::Failed, Some(error));
         }
         shared.metrics.run_duration.record(began.elapsed());
         shared.running.fetch_sub(1, Ordering::AcqRel);

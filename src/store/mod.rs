@@ -21,8 +21,8 @@ use sqlx::sqlite::{
 use sqlx::{ConnectOptions, Connection, Row};
 use uuid::Uuid;
 
-use crate::harness::RunStatus;
-use crate::run::{ModelSpec, Run, RunSpec, Tenant, format_time};
+use crate::harness::Outcome;
+use crate::run::{ModelSpec, Run, RunSpec, RunStatus, Tenant, format_time};
 
 pub use live::{Channels, LiveEvent};
 pub use writer::{Finish, NewEvent, Writer, WriterStats};
@@ -281,7 +281,7 @@ async fn recover(
             sequence: u64::try_from(sequence).unwrap_or(1),
             timestamp: now,
             kind: crate::harness::EventKind::RunEnd {
-                status: RunStatus::Interrupted,
+                status: Outcome::Interrupted,
                 steps: run.steps,
                 tool_calls: run.tool_calls,
                 usage: run.usage,
@@ -300,7 +300,7 @@ async fn recover(
         .execute(&mut *tx)
         .await?;
         sqlx::query("UPDATE runs SET status = ?, error = ?, finished_at = ? WHERE id = ?")
-            .bind(RunStatus::Interrupted.as_str())
+            .bind(Outcome::Interrupted.as_str())
             .bind(&error)
             .bind(format_time(&now))
             .bind(run.id.to_string())

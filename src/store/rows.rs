@@ -7,7 +7,8 @@ use sqlx::sqlite::SqliteRow;
 use uuid::Uuid;
 
 use super::{StoreError, Unfinished};
-use crate::harness::{RunStatus, UsageTotals};
+use crate::harness::UsageTotals;
+use crate::run::RunStatus;
 use crate::run::{Run, Tenant};
 
 /// A `SELECT` of every column of `runs`, with the given filter appended.

@@ -16,8 +16,9 @@ use agent_runner::api::create::{
 };
 use agent_runner::api::error::ErrorCode;
 use agent_runner::api::runs::{DEFAULT_PAGE, MAX_IDEMPOTENCY_KEY, MAX_PAGE};
-use agent_runner::harness::{MAX_TOKEN_COUNT, RunStatus};
+use agent_runner::harness::MAX_TOKEN_COUNT;
 use agent_runner::models::ProfileKind;
+use agent_runner::run::RunStatus;
 use agent_runner::tools::BUILTIN_TOOL_NAMES;
 use reqwest::{Method, StatusCode};
 use serde_json::{Map, Value, json};

@@ -4,7 +4,7 @@ use std::sync::atomic::Ordering;
 
 use serde_json::json;
 
-use agent_runner::harness::{Message, RunConfig, RunStatus, Stop};
+use agent_runner::harness::{Message, Outcome, RunConfig, Stop};
 
 use crate::support::*;
 
@@ -51,13 +51,13 @@ async fn seeded_batches_respect_tool_budgets() {
         );
         if admitted {
             admitted_cases += 1;
-            assert_eq!(result.status, RunStatus::Completed, "case {case}");
+            assert_eq!(result.status, Outcome::Completed, "case {case}");
             if batch > 0 {
                 assert_eq!(result.messages.len() as u32, 2 + batch + 1, "case {case}");
             }
         } else {
             refused_cases += 1;
-            assert_eq!(result.status, RunStatus::ToolLimit, "case {case}");
+            assert_eq!(result.status, Outcome::ToolLimit, "case {case}");
             assert_eq!(
                 result
                     .messages
@@ -104,7 +104,7 @@ async fn unknown_and_invalid_calls_use_the_budget() {
         None,
     )
     .await;
-    assert_eq!(result.status, RunStatus::ToolLimit);
+    assert_eq!(result.status, Outcome::ToolLimit);
     assert_eq!(result.tool_calls, 2);
     assert_eq!(result.steps, 2);
     assert_eq!(strict.executions.load(Ordering::SeqCst), 0);
@@ -125,7 +125,7 @@ async fn zero_tool_calls_allows_only_answers() {
         None,
     )
     .await;
-    assert_eq!(result.status, RunStatus::Completed);
+    assert_eq!(result.status, Outcome::Completed);
     let result = run_with(
         vec![tool_turn(vec![call("1", "noop", json!({}))])],
         &[noop()],
@@ -134,5 +134,5 @@ async fn zero_tool_calls_allows_only_answers() {
         None,
     )
     .await;
-    assert_eq!(result.status, RunStatus::ToolLimit);
+    assert_eq!(result.status, Outcome::ToolLimit);
 }

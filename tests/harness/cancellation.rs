@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use agent_runner::harness::{
-    EventKind, Harness, Message, RunConfig, RunStatus, Stop, StopReason, ToolRegistry,
+    EventKind, Harness, Message, Outcome, RunConfig, Stop, StopReason, ToolRegistry,
 };
 use agent_runner::models::ScriptedModel;
 
@@ -25,7 +25,7 @@ async fn a_run_cancelled_before_it_starts_never_calls_the_model() {
     }
     .run(RunConfig::new("go"), &cancel)
     .await;
-    assert_eq!(result.status, RunStatus::Aborted);
+    assert_eq!(result.status, Outcome::Aborted);
     assert_eq!(result.steps, 0);
     assert_eq!(model.remaining(), 1, "the model was not called");
     assert_eq!(result.messages.len(), 1);
@@ -49,7 +49,7 @@ async fn cancel_during_a_model_call_aborts_promptly() {
         None,
     )
     .await;
-    assert_eq!(result.status, RunStatus::Aborted);
+    assert_eq!(result.status, Outcome::Aborted);
     assert!(started.elapsed() < Duration::from_secs(5));
     assert_eq!(noop.executions.load(Ordering::SeqCst), 0);
     assert_eq!(result.steps, 0);
@@ -84,7 +84,7 @@ async fn cancel_during_a_tool_reaches_the_tool() {
         None,
     )
     .await;
-    assert_eq!(result.status, RunStatus::Aborted);
+    assert_eq!(result.status, Outcome::Aborted);
     assert_eq!(
         after.executions.load(Ordering::SeqCst),
         0,
@@ -122,7 +122,7 @@ async fn a_tool_that_ignores_cancellation_is_abandoned() {
         None,
     )
     .await;
-    assert_eq!(result.status, RunStatus::Aborted);
+    assert_eq!(result.status, Outcome::Aborted);
     assert!(started.elapsed() < Duration::from_secs(5));
     assert_eq!(
         *result.messages[2],
@@ -143,7 +143,7 @@ async fn the_deadline_is_reached_inside_a_cooperative_model() {
         None,
     )
     .await;
-    assert_eq!(result.status, RunStatus::Timeout);
+    assert_eq!(result.status, Outcome::Timeout);
     assert_eq!(result.answer, None);
     assert!(started.elapsed() < Duration::from_secs(5));
 }
@@ -167,7 +167,7 @@ async fn the_deadline_is_reached_inside_a_cooperative_tool() {
         None,
     )
     .await;
-    assert_eq!(result.status, RunStatus::Timeout);
+    assert_eq!(result.status, Outcome::Timeout);
     assert_eq!(result.steps, 1);
     assert_eq!(
         *result.messages[2],
@@ -183,7 +183,7 @@ async fn a_client_cancel_is_not_reported_as_a_timeout() {
     config.limits.timeout = Some(Duration::from_millis(1));
     tokio::time::sleep(Duration::from_millis(5)).await;
     let result = run_with(vec![answer("x")], &[], config, &cancel, None).await;
-    assert_eq!(result.status, RunStatus::Aborted);
+    assert_eq!(result.status, Outcome::Aborted);
 }
 
 /// The reason a run was stopped for is its `run_end`, the first time: the
@@ -194,11 +194,11 @@ async fn a_stop_ends_the_run_with_its_reason() {
     for (reason, status) in [
         (
             StopReason::Interrupted("the server stopped".into()),
-            RunStatus::Interrupted,
+            Outcome::Interrupted,
         ),
         (
             StopReason::Failed("storage refused".into()),
-            RunStatus::Failed,
+            Outcome::Failed,
         ),
     ] {
         let stop = Stop::new();

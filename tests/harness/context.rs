@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use serde_json::json;
 
 use agent_runner::harness::{
-    Harness, Message, Model, ModelError, ModelRequest, ModelResponse, RunConfig, RunStatus, Stop,
+    Harness, Message, Model, ModelError, ModelRequest, ModelResponse, Outcome, RunConfig, Stop,
 };
 use agent_runner::models::ScriptedModel;
 
@@ -53,7 +53,7 @@ async fn the_model_sees_a_trimmed_context_and_the_transcript_keeps_everything() 
     }
     .run(config, &Stop::new())
     .await;
-    assert_eq!(result.status, RunStatus::Completed);
+    assert_eq!(result.status, Outcome::Completed);
     assert_eq!(
         result.messages.len(),
         1 + 6 * 2 + 1,
@@ -82,7 +82,7 @@ async fn a_prompt_larger_than_the_context_ends_the_run_with_context_limit() {
     let mut config = RunConfig::new("p".repeat(100));
     config.context.max_context_chars = 50.try_into().unwrap();
     let result = run_with(vec![answer("x")], &[], config, &Stop::new(), None).await;
-    assert_eq!(result.status, RunStatus::ContextLimit);
+    assert_eq!(result.status, Outcome::ContextLimit);
     assert_eq!(result.steps, 0);
     assert!(result.error.as_deref().unwrap().contains("too small"));
 }
@@ -105,7 +105,7 @@ async fn a_latest_group_that_cannot_fit_ends_the_run_with_context_limit() {
         None,
     )
     .await;
-    assert_eq!(result.status, RunStatus::ContextLimit);
+    assert_eq!(result.status, Outcome::ContextLimit);
     assert_eq!(result.steps, 1);
     assert_eq!(
         result.messages.len(),

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use agent_runner::harness::{
-    Event, EventKind, Observer, ObserverError, RunConfig, RunStatus, Stop, Usage, UsageTotals,
+    Event, EventKind, Observer, ObserverError, Outcome, RunConfig, Stop, Usage, UsageTotals,
 };
 
 use crate::support::*;
@@ -31,7 +31,7 @@ async fn events_come_in_order_with_a_gap_free_sequence() {
         Some(&recorder),
     )
     .await;
-    assert_eq!(result.status, RunStatus::Completed);
+    assert_eq!(result.status, Outcome::Completed);
     assert_eq!(
         recorder.types(),
         [
@@ -90,7 +90,7 @@ async fn events_come_in_order_with_a_gap_free_sequence() {
     assert_eq!(
         events[11].kind,
         EventKind::RunEnd {
-            status: RunStatus::Completed,
+            status: Outcome::Completed,
             steps: 2,
             tool_calls: 1,
             usage: UsageTotals {
@@ -141,47 +141,42 @@ async fn an_observer_that_fails_or_panics_cannot_change_the_run() {
 }
 
 /// One script per way a run can end, with the status it must end in.
-fn endings() -> Vec<(RunStatus, Vec<serde_json::Value>, RunConfig, bool)> {
+fn endings() -> Vec<(Outcome, Vec<serde_json::Value>, RunConfig, bool)> {
     let config = |f: fn(&mut RunConfig)| {
         let mut config = RunConfig::new("end");
         f(&mut config);
         config
     };
     vec![
+        (Outcome::Completed, vec![answer("a")], config(|_| {}), false),
         (
-            RunStatus::Completed,
-            vec![answer("a")],
-            config(|_| {}),
-            false,
-        ),
-        (
-            RunStatus::StepLimit,
+            Outcome::StepLimit,
             vec![tool_turn(vec![call("1", "noop", json!({}))])],
             config(|c| c.limits.max_steps = 1.try_into().unwrap()),
             false,
         ),
         (
-            RunStatus::ToolLimit,
+            Outcome::ToolLimit,
             vec![tool_turn(vec![call("1", "noop", json!({}))])],
             config(|c| c.limits.max_tool_calls = 0),
             false,
         ),
-        (RunStatus::Aborted, vec![answer("a")], config(|_| {}), true),
+        (Outcome::Aborted, vec![answer("a")], config(|_| {}), true),
         (
-            RunStatus::Timeout,
+            Outcome::Timeout,
             vec![json!({"delay_ms": 5000, "content": "late"})],
             config(|c| c.limits.timeout = Some(Duration::from_millis(20))),
             false,
         ),
         (
-            RunStatus::ModelError,
+            Outcome::ModelError,
             vec![json!({"error": "provider down"})],
             config(|_| {}),
             false,
         ),
-        (RunStatus::ModelError, vec![], config(|_| {}), false),
+        (Outcome::ModelError, vec![], config(|_| {}), false),
         (
-            RunStatus::ContextLimit,
+            Outcome::ContextLimit,
             vec![answer("a")],
             config(|c| c.context.max_context_chars = 5.try_into().unwrap()),
             false,

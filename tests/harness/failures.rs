@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use agent_runner::harness::{
-    Harness, Message, Model, ModelError, ModelRequest, ModelResponse, RunConfig, RunStatus, Stop,
+    Harness, Message, Model, ModelError, ModelRequest, ModelResponse, Outcome, RunConfig, Stop,
     ToolCall, UsageTotals,
 };
 
@@ -65,7 +65,7 @@ async fn every_malformed_envelope_ends_the_run_with_no_side_effect() {
             Some(&recorder),
         )
         .await;
-        assert_eq!(result.status, RunStatus::ModelError, "{envelope}");
+        assert_eq!(result.status, Outcome::ModelError, "{envelope}");
         let error = result.error.as_deref().unwrap_or_default();
         assert!(
             error.starts_with(&format!("Invalid model response: {reason}")),
@@ -108,7 +108,7 @@ async fn typed_responses_from_adapters_are_validated_too() {
     }
     .run(RunConfig::new("go"), &Stop::new())
     .await;
-    assert_eq!(result.status, RunStatus::ModelError);
+    assert_eq!(result.status, Outcome::ModelError);
     assert_eq!(
         result.error.as_deref(),
         Some("Invalid model response: duplicate tool call id: same")
@@ -135,7 +135,7 @@ async fn a_model_that_panics_is_a_model_error() {
     }
     .run(RunConfig::new("go"), &Stop::new())
     .await;
-    assert_eq!(result.status, RunStatus::ModelError);
+    assert_eq!(result.status, Outcome::ModelError);
     assert_eq!(result.error.as_deref(), Some("Model panicked: adapter bug"));
 }
 
@@ -147,7 +147,7 @@ async fn an_exhausted_script_is_a_model_error() {
         "go",
     )
     .await;
-    assert_eq!(result.status, RunStatus::ModelError);
+    assert_eq!(result.status, Outcome::ModelError);
     assert_eq!(result.error.as_deref(), Some("Scripted model exhausted"));
     assert_eq!(result.steps, 1);
     assert_eq!(result.messages.len(), 3);
@@ -165,7 +165,7 @@ async fn usage_is_totalled_and_missing_usage_is_not_counted() {
         "go",
     )
     .await;
-    assert_eq!(result.status, RunStatus::Completed);
+    assert_eq!(result.status, Outcome::Completed);
     assert_eq!(
         result.usage,
         UsageTotals {
@@ -191,7 +191,7 @@ async fn usage_that_overflows_ends_the_run_before_anything_runs() {
         "go",
     )
     .await;
-    assert_eq!(result.status, RunStatus::ModelError);
+    assert_eq!(result.status, Outcome::ModelError);
     assert!(
         result
             .error

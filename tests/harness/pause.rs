@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use agent_runner::harness::{
     ActionKind, Answer, Approval, CANNOT_PAUSE, Checkpoint, ClientTool, EventKind, Harness,
-    Message, Progress, RunConfig, RunResult, RunStatus, Stop, Tool, ToolDefinition, ToolRegistry,
+    Message, Outcome, Progress, RunConfig, RunResult, Stop, Tool, ToolDefinition, ToolRegistry,
 };
 use agent_runner::models::ScriptedModel;
 
@@ -134,7 +134,7 @@ async fn a_call_that_needs_approval_runs_nothing_of_its_batch_until_approved() {
     assert_eq!(checkpoint.last_sequence, types.len() as u64);
 
     let result = ended(driver.resume(checkpoint, &[("2", Answer::Approve)]).await);
-    assert_eq!(result.status, RunStatus::Completed);
+    assert_eq!(result.status, Outcome::Completed);
     assert_eq!(free.executions.load(Ordering::SeqCst), 1);
     assert_eq!(guarded.executions.load(Ordering::SeqCst), 1);
     assert_eq!(
@@ -213,7 +213,7 @@ async fn a_client_tool_pauses_and_its_output_or_error_is_its_result() {
             )
             .await,
     );
-    assert_eq!(result.status, RunStatus::Completed);
+    assert_eq!(result.status, Outcome::Completed);
     assert_eq!(
         tool_results(&result),
         [
@@ -234,7 +234,7 @@ async fn invalid_arguments_to_a_client_tool_are_answered_without_a_pause() {
         Approval::None,
     );
     let result = ended(driver.start().await);
-    assert_eq!(result.status, RunStatus::Completed);
+    assert_eq!(result.status, Outcome::Completed);
     let results = tool_results(&result);
     assert!(
         results[0].0.starts_with("Invalid arguments: "),
@@ -264,7 +264,7 @@ async fn the_deadline_counts_running_time_only() {
             .resume(checkpoint.clone(), &[("1", Answer::Output(json!("ok")))])
             .await,
     );
-    assert_eq!(result.status, RunStatus::Completed);
+    assert_eq!(result.status, Outcome::Completed);
 
     // A budget already spent before the pause ends the run at once.
     let mut spent = checkpoint;
@@ -274,7 +274,7 @@ async fn the_deadline_counts_running_time_only() {
             .resume(spent, &[("1", Answer::Output(json!("ok")))])
             .await,
     );
-    assert_eq!(result.status, RunStatus::Timeout);
+    assert_eq!(result.status, Outcome::Timeout);
 }
 
 #[tokio::test]
@@ -292,7 +292,7 @@ async fn a_run_that_cannot_pause_ends_failed_with_its_run_end() {
         .harness()
         .run(driver.config.clone(), &Stop::new())
         .await;
-    assert_eq!(result.status, RunStatus::Failed);
+    assert_eq!(result.status, Outcome::Failed);
     assert_eq!(result.error.as_deref(), Some(CANNOT_PAUSE));
     assert_eq!(driver.recorder.run_ends(), 1);
     assert!(matches!(

@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use agent_runner::harness::{Message, RunStatus, ToolError};
+use agent_runner::harness::{Message, Outcome, ToolError};
 
 use crate::support::*;
 
@@ -20,7 +20,7 @@ async fn executes_a_tool_and_returns_the_final_answer() {
         "Say hello",
     )
     .await;
-    assert_eq!(result.status, RunStatus::Completed);
+    assert_eq!(result.status, Outcome::Completed);
     assert_eq!(result.answer.as_deref(), Some("Done"));
     assert_eq!(result.steps, 2);
     assert_eq!(result.tool_calls, 1);
@@ -47,7 +47,7 @@ async fn an_unknown_tool_is_answered_and_the_loop_goes_on() {
         "go",
     )
     .await;
-    assert_eq!(result.status, RunStatus::Completed);
+    assert_eq!(result.status, Outcome::Completed);
     assert_eq!(result.tool_calls, 1);
     assert_eq!(
         *result.messages[2],
@@ -80,7 +80,7 @@ async fn invalid_arguments_never_execute_the_tool() {
         "go",
     )
     .await;
-    assert_eq!(result.status, RunStatus::Completed);
+    assert_eq!(result.status, Outcome::Completed);
     assert_eq!(echo.executions.load(std::sync::atomic::Ordering::SeqCst), 1);
     assert_eq!(result.tool_calls, 3);
     assert_eq!(
@@ -118,7 +118,7 @@ async fn tool_errors_are_recoverable_sixty_times_over() {
         )
         .await;
         executed += failing.executions.load(std::sync::atomic::Ordering::SeqCst);
-        assert_eq!(result.status, RunStatus::Completed, "run {i}");
+        assert_eq!(result.status, Outcome::Completed, "run {i}");
         assert_eq!(result.answer.as_deref(), Some("recovered"));
         assert!(
             result
@@ -148,7 +148,7 @@ async fn a_tool_panic_is_recoverable_too() {
         "test",
     )
     .await;
-    assert_eq!(result.status, RunStatus::Completed);
+    assert_eq!(result.status, Outcome::Completed);
     assert_eq!(
         *result.messages[2],
         Message::tool("1", "Tool panicked: tool exploded", true)
@@ -171,7 +171,7 @@ async fn the_step_limit_stops_a_model_that_never_answers() {
         None,
     )
     .await;
-    assert_eq!(result.status, RunStatus::StepLimit);
+    assert_eq!(result.status, Outcome::StepLimit);
     assert_eq!(result.steps, 3);
     assert_eq!(result.tool_calls, 3);
     // The last step's tool ran: the model just had no turn left to answer.

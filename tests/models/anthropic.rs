@@ -1,7 +1,7 @@
 //! The Anthropic adapter: blocks both ways, grouped tool results, ids,
 //! headers, usage, stop reasons and errors.
 
-use agent_runner::harness::{Message, ModelError, RunStatus, ToolCall, Usage, UsageTotals};
+use agent_runner::harness::{Message, ModelError, Outcome, ToolCall, Usage, UsageTotals};
 use agent_runner::models::{AnthropicConfig, AnthropicModel};
 use serde_json::json;
 
@@ -141,7 +141,7 @@ async fn tool_use_ids_round_trip_through_a_multi_step_run() {
 
     let result = run(&model(&server), "Weather in Paris and Tokyo?", &recorder).await;
 
-    assert_eq!(result.status, RunStatus::Completed, "{:?}", result.error);
+    assert_eq!(result.status, Outcome::Completed, "{:?}", result.error);
     assert_eq!(result.answer.as_deref(), Some("Paris and Tokyo are sunny."));
     assert_eq!(
         result.usage,
@@ -186,7 +186,7 @@ async fn a_max_tokens_stop_is_reported_not_taken_for_an_answer() {
     .await;
     let recorder = Recorder::default();
     let result = run(&model(&server), "Weather?", &recorder).await;
-    assert_eq!(result.status, RunStatus::ModelError);
+    assert_eq!(result.status, Outcome::ModelError);
     assert_eq!(
         result.error.as_deref(),
         Some(

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_runner::harness::{Harness, Limits, Message, Model, RunConfig, RunStatus, Stop};
+use agent_runner::harness::{Harness, Limits, Message, Model, Outcome, RunConfig, Stop};
 use agent_runner::models::{AnthropicConfig, AnthropicModel, OpenAiConfig, OpenAiModel};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -93,7 +93,7 @@ async fn a_cancelled_run_against_a_hanging_server_ends_aborted_promptly() {
         };
         let began = Instant::now();
         let result = harness.run(RunConfig::new("Hi"), &cancel).await;
-        assert_eq!(result.status, RunStatus::Aborted, "{name}");
+        assert_eq!(result.status, Outcome::Aborted, "{name}");
         assert!(
             began.elapsed() < Duration::from_millis(600),
             "{name}: {:?}",
@@ -120,7 +120,7 @@ async fn the_run_deadline_ends_a_hanging_request_as_a_timeout() {
         };
         let began = Instant::now();
         let result = harness.run(config, &Stop::new()).await;
-        assert_eq!(result.status, RunStatus::Timeout, "{name}");
+        assert_eq!(result.status, Outcome::Timeout, "{name}");
         assert!(
             began.elapsed() < Duration::from_millis(800),
             "{name}: {:?}",

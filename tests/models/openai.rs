@@ -1,7 +1,7 @@
 //! The OpenAI-compatible adapter: translation both ways, ids, arguments,
 //! usage, finish reasons and error statuses.
 
-use agent_runner::harness::{Message, ModelError, RunStatus, ToolCall, Usage, UsageTotals};
+use agent_runner::harness::{Message, ModelError, Outcome, ToolCall, Usage, UsageTotals};
 use agent_runner::models::{OpenAiConfig, OpenAiModel};
 use serde_json::{Value, json};
 
@@ -146,7 +146,7 @@ async fn tool_call_ids_round_trip_through_a_multi_step_run() {
 
     let result = run(&model, "Weather in four cities?", &recorder).await;
 
-    assert_eq!(result.status, RunStatus::Completed, "{:?}", result.error);
+    assert_eq!(result.status, Outcome::Completed, "{:?}", result.error);
     assert_eq!(
         result.answer.as_deref(),
         Some("Paris, Bogotá, Tokyo and Oslo are sunny.")
@@ -207,7 +207,7 @@ async fn invalid_argument_json_is_a_recoverable_tool_error() {
 
     let result = run(&model, "Weather in Boston?", &recorder).await;
 
-    assert_eq!(result.status, RunStatus::Completed, "{:?}", result.error);
+    assert_eq!(result.status, Outcome::Completed, "{:?}", result.error);
     let stored = transcript(&result);
     assert_eq!(
         stored[1]["tool_calls"][0]["arguments"],
@@ -244,7 +244,7 @@ async fn a_length_finish_is_reported_not_taken_for_an_answer() {
 
     let result = run(&model(&server, None), "Weather?", &recorder).await;
 
-    assert_eq!(result.status, RunStatus::ModelError);
+    assert_eq!(result.status, Outcome::ModelError);
     assert_eq!(
         result.error.as_deref(),
         Some(

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use agent_runner::harness::{
-    Harness, Message, RunConfig, RunStatus, Stop, Tool, ToolDefinition, ToolError, ToolRegistry,
+    Harness, Message, Outcome, RunConfig, Stop, Tool, ToolDefinition, ToolError, ToolRegistry,
     UsageTotals,
 };
 use agent_runner::models::{ModelProfile, ModelProfiles, ProfileError, ProfileInfo, ProfileKind};
@@ -295,7 +295,7 @@ async fn the_demo_profile_runs_a_prompt_end_to_end() {
     let profiles = ModelProfiles::new(BTreeMap::new(), &env(&[])).unwrap();
     for _ in 0..2 {
         let result = run_profile(&profiles, "demo").await;
-        assert_eq!(result.status, RunStatus::Completed, "{:?}", result.error);
+        assert_eq!(result.status, Outcome::Completed, "{:?}", result.error);
         assert_eq!((result.steps, result.tool_calls), (2, 1));
         assert!(result.answer.unwrap().starts_with("Hello!"));
         assert_eq!(
@@ -326,7 +326,7 @@ async fn a_configured_scripted_profile_replays_its_script_for_every_run() {
     .unwrap();
     for _ in 0..2 {
         let result = run_profile(&profiles, "canned").await;
-        assert_eq!(result.status, RunStatus::Completed, "{:?}", result.error);
+        assert_eq!(result.status, Outcome::Completed, "{:?}", result.error);
         assert_eq!(result.answer.as_deref(), Some("Done"));
     }
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use super::fixtures::*;
 use super::support::*;
-use agent_runner::harness::{Message, Model, RunStatus};
+use agent_runner::harness::{Message, Model, Outcome};
 use agent_runner::models::{
     AnthropicConfig, AnthropicModel, ModelProfile, ModelProfiles, OpenAiConfig, OpenAiModel,
 };
@@ -76,11 +76,11 @@ async fn the_key_is_never_in_errors_events_transcripts_or_logs() {
 
     let recorder = Recorder::default();
     let completed = run(&model, "Weather?", &recorder).await;
-    assert_eq!(completed.status, RunStatus::Completed);
+    assert_eq!(completed.status, Outcome::Completed);
     let failed = run(&model, "Again?", &recorder).await;
-    assert_eq!(failed.status, RunStatus::ModelError);
+    assert_eq!(failed.status, Outcome::ModelError);
     let retried = run(&model, "Once more?", &recorder).await;
-    assert_eq!(retried.status, RunStatus::ModelError);
+    assert_eq!(retried.status, Outcome::ModelError);
     let refused = generate_simple(&model, &[Message::user("Hi")])
         .await
         .unwrap_err();

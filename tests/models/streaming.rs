@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use agent_runner::harness::{Message, RunStatus, ToolCall, Usage};
+use agent_runner::harness::{Message, Outcome, ToolCall, Usage};
 use agent_runner::models::{AnthropicConfig, AnthropicModel, OpenAiConfig, OpenAiModel};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -211,7 +211,7 @@ async fn a_streamed_run_sends_deltas_live_and_records_only_whole_messages() {
     .await;
     let recorder = Recorder::default();
     let result = run(&anthropic(&server), "Weather in SF?", &recorder).await;
-    assert_eq!(result.status, RunStatus::Completed, "{:?}", result.error);
+    assert_eq!(result.status, Outcome::Completed, "{:?}", result.error);
     assert_eq!(result.answer.as_deref(), Some("It is sunny."));
     assert_eq!(
         *recorder.deltas.lock().unwrap(),

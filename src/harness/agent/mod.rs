@@ -17,7 +17,7 @@ use uuid::Uuid;
 mod calls;
 
 use super::context::{self, ContextIndex};
-use super::events::{Emitter, EventKind, Observer, RunStatus};
+use super::events::{Emitter, EventKind, Observer, Outcome};
 use super::message::{Message, UsageTotals};
 use super::model::{DeltaSink, Model, ModelError, ModelRequest};
 use super::pause::{Answers, Approval, Checkpoint, PendingAction};
@@ -117,7 +117,7 @@ pub const CANNOT_PAUSE: &str =
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunResult {
     pub run_id: Uuid,
-    pub status: RunStatus,
+    pub status: Outcome,
     /// The final answer, when the run completed.
     pub answer: Option<String>,
     /// What went wrong, for `model_error` and `context_limit`.
@@ -472,22 +472,22 @@ impl Run<'_, '_> {
 
     fn finish(mut self, end: End, stopped: Stopped) -> RunResult {
         let (status, answer, error) = match end {
-            End::Completed(answer) => (RunStatus::Completed, Some(answer), None),
-            End::StepLimit => (RunStatus::StepLimit, None, None),
-            End::ToolLimit => (RunStatus::ToolLimit, None, None),
+            End::Completed(answer) => (Outcome::Completed, Some(answer), None),
+            End::StepLimit => (Outcome::StepLimit, None, None),
+            End::ToolLimit => (Outcome::ToolLimit, None, None),
             End::Stopped => match stopped {
-                Stopped::Deadline => (RunStatus::Timeout, None, None),
-                Stopped::From(StopReason::Cancelled) => (RunStatus::Aborted, None, None),
+                Stopped::Deadline => (Outcome::Timeout, None, None),
+                Stopped::From(StopReason::Cancelled) => (Outcome::Aborted, None, None),
                 Stopped::From(StopReason::Interrupted(why)) => {
-                    (RunStatus::Interrupted, None, Some(why))
+                    (Outcome::Interrupted, None, Some(why))
                 }
-                Stopped::From(StopReason::Failed(why)) => (RunStatus::Failed, None, Some(why)),
+                Stopped::From(StopReason::Failed(why)) => (Outcome::Failed, None, Some(why)),
             },
-            End::ModelError(error) => (RunStatus::ModelError, None, Some(error)),
-            End::ContextLimit(error) => (RunStatus::ContextLimit, None, Some(error)),
-            End::Failed(error) => (RunStatus::Failed, None, Some(error)),
+            End::ModelError(error) => (Outcome::ModelError, None, Some(error)),
+            End::ContextLimit(error) => (Outcome::ContextLimit, None, Some(error)),
+            End::Failed(error) => (Outcome::Failed, None, Some(error)),
             // A drive that cannot pause ends `failed` instead (see `run`).
-            End::Paused(_) => (RunStatus::Failed, None, Some(CANNOT_PAUSE.to_owned())),
+            End::Paused(_) => (Outcome::Failed, None, Some(CANNOT_PAUSE.to_owned())),
         };
         let (steps, tool_calls, usage) = (self.steps, self.tool_calls, self.usage);
         self.emitter.emit(|| EventKind::RunEnd {

@@ -35,7 +35,7 @@ use uuid::Uuid;
 
 use super::StoreError;
 use super::live::{Channels, LiveEvent};
-use crate::harness::{RunStatus, UsageTotals};
+use crate::harness::{Outcome, UsageTotals};
 use health::Health;
 pub(crate) use sql::RunRow;
 use sql::apply_all;
@@ -51,7 +51,7 @@ const RETRY_MAX: Duration = Duration::from_secs(1);
 /// The end of a run, written with its `run_end` event in one transaction.
 #[derive(Debug)]
 pub struct Finish {
-    pub status: RunStatus,
+    pub status: Outcome,
     pub answer: Option<String>,
     pub error: Option<String>,
     pub steps: u32,
