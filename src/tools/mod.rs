@@ -21,6 +21,7 @@ pub mod confine;
 mod definitions;
 pub mod error;
 pub mod files;
+mod listing;
 pub mod path;
 pub mod run_workspace;
 pub mod sandbox;
