@@ -113,6 +113,9 @@ pub struct Runner {
     closing: CancellationToken,
     /// Fires when waiting runs must stop waiting (they stay `queued`).
     stop_queue: CancellationToken,
+    /// Fires when shutdown's grace is over: running runs are interrupted,
+    /// and ended ones no longer wait for their end to be stored.
+    past_grace: CancellationToken,
 }
 
 impl Runner {
@@ -146,6 +149,7 @@ impl Runner {
             tasks: TaskTracker::new(),
             closing: CancellationToken::new(),
             stop_queue: CancellationToken::new(),
+            past_grace: CancellationToken::new(),
         };
         tokio::spawn(watch_storage(
             Arc::downgrade(&runner.shared),
@@ -215,6 +219,9 @@ impl Runner {
         if self.is_closing() {
             return Err(SubmitError::ShuttingDown);
         }
+        // Shutdown waits for this accept to finish: a run stored `running`
+        // always gets its task, and that task is waited for.
+        let _accepting = self.tasks.token();
         if let Some(failing) = self.shared.store.writer().failing_for() {
             return Err(SubmitError::StorageRefused(format!(
                 "for {} ms",
@@ -314,6 +321,10 @@ impl Runner {
         if let Ok(mut registry) = self.shared.live.lock() {
             registry.insert(run.id, Arc::clone(&live));
         }
+        if self.past_grace.is_cancelled() {
+            live.stop
+                .stop(StopReason::Interrupted(INTERRUPTED.to_owned()));
+        }
         let span = tracing::info_span!("run", run_id = %run.id);
         let task = task::RunTask {
             runner: self.clone(),
@@ -344,6 +355,9 @@ impl Runner {
             self.shared.store.close().await;
             return;
         }
+        // Whatever starts after this (accepted during the grace) is
+        // interrupted by `start` itself.
+        self.past_grace.cancel();
         let live: Vec<_> = self
             .shared
             .live

@@ -28,7 +28,7 @@ pub(super) struct RunObserver {
     messages: AtomicU32,
     /// The last sequence seen, so the service can continue the sequence.
     last_sequence: AtomicU64,
-    /// The status the run ended with, once its `run_end` was handed over.
+    /// The outcome the run ended with, once its `run_end` was handed over.
     ended: OnceLock<Outcome>,
 }
 
@@ -114,7 +114,7 @@ impl Observer for RunObserver {
                 answer,
                 error,
             } => {
-                if self.ended.set(*status).is_err() {
+                if self.ended.get().is_some() {
                     return Err("a second run_end was refused".into());
                 }
                 // The run object as it will be stored, for whoever waits for
@@ -140,6 +140,7 @@ impl Observer for RunObserver {
             }
             _ => {}
         }
+        let outcome = finish.as_ref().map(|finish| finish.status);
         self.store.writer().append(NewEvent {
             run_id: self.run_id,
             sequence: event.sequence,
@@ -148,6 +149,11 @@ impl Observer for RunObserver {
             message,
             finish,
         });
+        // Recorded once handed over: a run whose end never reached the
+        // writer has no `ended`, and its task closes its channel itself.
+        if let Some(outcome) = outcome {
+            let _ = self.ended.set(outcome);
+        }
         Ok(())
     }
 

@@ -17,7 +17,6 @@ use crate::harness::{
 };
 use crate::models::ScriptedModel;
 use crate::run::{ModelSpec, RunSpec, RunStatus, format_time};
-use crate::store::StoreError;
 use crate::tools::builtin_tools;
 
 pub(super) struct RunTask {
@@ -70,6 +69,14 @@ impl RunTask {
         // `running` and never runs it a second time. A run that had a slot
         // when it was accepted was inserted `running`.
         let at = Utc::now();
+        if !self.inserted_running {
+            // Set first: once sent, the start may be stored even if a
+            // cancel wins the race below.
+            self.live.update(|run| {
+                run.status = RunStatus::Running;
+                run.started_at = Some(at);
+            });
+        }
         let started = async {
             if self.inserted_running {
                 return Ok(());
@@ -78,12 +85,7 @@ impl RunTask {
                 .store
                 .writer()
                 .started(self.live.id, format_time(&at))
-                .await?;
-            self.live.update(|run| {
-                run.status = RunStatus::Running;
-                run.started_at = Some(at);
-            });
-            Ok::<(), StoreError>(())
+                .await
         };
         tokio::select! {
             stored = started => if let Err(error) = stored {
@@ -127,17 +129,20 @@ impl RunTask {
 
     /// After the run's end was handed to the store: counts it, and waits for
     /// it to be stored before the run stops being live, so that whoever
-    /// finds it not live finds its end in storage. A server that is stopping
-    /// does not wait (closing the store commits it, or gives it up).
+    /// finds it not live finds its end in storage. Past shutdown's grace it
+    /// does not wait (closing the store commits it, or gives it up). Should
+    /// its end never have reached the store, its channel is closed here, so
+    /// that no waiter is left hanging.
     async fn ended(&self, observer: &observer::RunObserver) {
         let shared = &self.runner.shared;
-        if let Some(status) = observer.ended() {
-            shared.metrics.finished(status);
+        match observer.ended() {
+            Some(status) => shared.metrics.finished(status),
+            None => shared.store.live().close(self.live.id, false),
         }
         if let Some(stored) = shared.store.live().ended(self.live.id) {
             tokio::select! {
                 _ = stored => {}
-                () = self.runner.stop_queue.cancelled() => {}
+                () = self.runner.past_grace.cancelled() => {}
             }
         }
         shared.forget(self.live.id);

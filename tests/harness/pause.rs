@@ -300,3 +300,35 @@ async fn a_run_that_cannot_pause_ends_failed_with_its_run_end() {
         EventKind::RunEnd { .. }
     ));
 }
+
+/// A resume never runs a pending call without a fitting answer: a missing
+/// approval is a denial, and an approval given to a client's tool is no
+/// result.
+#[tokio::test]
+async fn a_call_without_a_fitting_answer_never_runs() {
+    let guarded = tool("guarded", json!({"type": "object"}), |_, _| async {
+        Ok(json!("done"))
+    });
+    let driver = Driver::new(
+        vec![
+            tool_turn(vec![
+                call("1", "guarded", json!({})),
+                call("2", "lookup_order", json!({"order_id": "A1"})),
+            ]),
+            answer("ok"),
+        ],
+        vec![guarded.clone() as Arc<dyn Tool>, order_tool()],
+        Approval::from_names(&["guarded"]),
+    );
+    let checkpoint = paused(driver.start().await);
+    assert_eq!(checkpoint.pending.len(), 2);
+    let result = ended(driver.resume(checkpoint, &[("2", Answer::Approve)]).await);
+    assert_eq!(guarded.executions.load(Ordering::SeqCst), 0);
+    assert_eq!(
+        tool_results(&result),
+        [
+            ("Denied: no approval was given".to_owned(), true),
+            ("No result came from the client".to_owned(), true)
+        ]
+    );
+}

@@ -46,17 +46,24 @@ impl Run<'_, '_> {
 
     /// Records a paused call as its answer says: an approved one runs; a
     /// denied one, a client's output or a client's error becomes its result.
+    /// A call without a fitting answer never runs: an approval is denied, a
+    /// client tool gets an error result.
     pub(super) async fn answered(
         &mut self,
         call: &ToolCall,
-        answer: &Answer,
+        kind: ActionKind,
+        answer: Option<&Answer>,
         token: &CancellationToken,
     ) {
-        let (content, is_error) = match answer {
-            Answer::Approve => return self.call_tool(call, token).await,
-            Answer::Deny { reason } => (denied(reason.as_deref()), true),
-            Answer::Output(value) => (serialize_result(value), false),
-            Answer::Error(error) => (error.clone(), true),
+        let (content, is_error) = match (kind, answer) {
+            (ActionKind::Approval, Some(Answer::Approve)) => {
+                return self.call_tool(call, token).await;
+            }
+            (_, Some(Answer::Deny { reason })) => (denied(reason.as_deref()), true),
+            (_, Some(Answer::Output(value))) => (serialize_result(value), false),
+            (_, Some(Answer::Error(error))) => (error.clone(), true),
+            (ActionKind::Approval, _) => (denied(Some("no approval was given")), true),
+            (ActionKind::ClientTool, _) => ("No result came from the client".to_owned(), true),
         };
         self.emitter.emit(|| EventKind::ToolStart {
             call_id: call.id.clone(),

@@ -20,7 +20,7 @@ use super::context::{self, ContextIndex};
 use super::events::{Emitter, EventKind, Observer, Outcome};
 use super::message::{Message, UsageTotals};
 use super::model::{DeltaSink, Model, ModelError, ModelRequest};
-use super::pause::{Answers, Approval, Checkpoint, PendingAction};
+use super::pause::{Answer, Answers, Approval, Checkpoint, PendingAction};
 use super::registry::ToolRegistry;
 use super::stop::{Stop, StopReason};
 
@@ -221,6 +221,19 @@ impl Harness<'_> {
                 let emitter =
                     Emitter::continuing(config.run_id, self.observer, checkpoint.last_sequence);
                 let mut run = Run::new(self, config, emitter);
+                // Only answers to pending calls count, and only ones that
+                // fit their kind (see `Run::answered`).
+                let answers: Vec<(PendingAction, Option<Answer>)> = checkpoint
+                    .pending
+                    .iter()
+                    .map(|pending| {
+                        let answer = answers
+                            .get(&pending.call_id)
+                            .filter(|answer| answer.fits(pending.kind))
+                            .cloned();
+                        (pending.clone(), answer)
+                    })
+                    .collect();
                 run.restore(checkpoint);
                 (run, Some(answers))
             }
@@ -328,10 +341,10 @@ impl Run<'_, '_> {
         &mut self,
         token: &CancellationToken,
         deadline: Option<tokio::time::Instant>,
-        answers: Option<Answers>,
+        answers: Option<Vec<(PendingAction, Option<Answer>)>>,
     ) -> End {
         if let Some(answers) = answers {
-            // The paused batch, in call order: answered calls as answered,
+            // The paused batch, in call order: pending calls as answered,
             // the others (needing no answer) as usual. Counted at the pause.
             let calls = self
                 .messages
@@ -342,8 +355,14 @@ impl Run<'_, '_> {
                 if token.is_cancelled() {
                     return End::Stopped;
                 }
-                match answers.get(&call.id) {
-                    Some(answer) => self.answered(call, answer, token).await,
+                match answers
+                    .iter()
+                    .find(|(pending, _)| pending.call_id == call.id)
+                {
+                    Some((pending, answer)) => {
+                        self.answered(call, pending.kind, answer.as_ref(), token)
+                            .await;
+                    }
                     None => self.call_tool(call, token).await,
                 }
             }
@@ -401,7 +420,7 @@ impl Run<'_, '_> {
             self.steps += 1;
 
             let batch = response.tool_calls.len();
-            if batch > (limits.max_tool_calls - self.tool_calls) as usize {
+            if batch > limits.max_tool_calls.saturating_sub(self.tool_calls) as usize {
                 // Refused whole, before anything of it is recorded or run.
                 return End::ToolLimit;
             }
