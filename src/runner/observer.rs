@@ -21,7 +21,6 @@ pub const STORAGE_REFUSED: &str =
 
 pub(super) struct RunObserver {
     live: Arc<LiveRun>,
-    run_id: Uuid,
     store: Store,
     metrics: Arc<Metrics>,
     /// Transcript messages recorded so far: the next message's position.
@@ -35,7 +34,6 @@ pub(super) struct RunObserver {
 impl RunObserver {
     pub(super) fn new(live: Arc<LiveRun>, store: Store, metrics: Arc<Metrics>) -> Self {
         Self {
-            run_id: live.id,
             live,
             store,
             metrics,
@@ -54,7 +52,7 @@ impl RunObserver {
     /// queued, or one whose model or tools could not be set up.
     pub(super) fn end_without_harness(&self, status: Outcome, error: Option<String>) {
         let event = Event {
-            run_id: self.run_id,
+            run_id: self.live.id,
             sequence: self.last_sequence.load(Ordering::Acquire) + 1,
             timestamp: Utc::now(),
             kind: EventKind::RunEnd {
@@ -142,7 +140,7 @@ impl Observer for RunObserver {
         }
         let outcome = finish.as_ref().map(|finish| finish.status);
         self.store.writer().append(NewEvent {
-            run_id: self.run_id,
+            run_id: self.live.id,
             sequence: event.sequence,
             kind: event.kind.type_name(),
             body: event_json(event)?.into(),

@@ -6,7 +6,7 @@
 //! directory was the largest single cost of a short run.
 
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::workspace::{Workspace, WorkspaceOptions};
@@ -45,20 +45,6 @@ impl Workspaces {
             opened: OnceLock::new(),
             creating: Mutex::new(()),
         }
-    }
-
-    /// Opens the workspace in `dir` for reading, or the empty one when it
-    /// was never made.
-    pub fn open_for_reading(&self, dir: &Path) -> io::Result<Arc<Workspace>> {
-        match Workspace::open_with(dir, self.options.clone()) {
-            Ok(workspace) => Ok(Arc::new(workspace)),
-            Err(error) if error.kind() == io::ErrorKind::NotFound => self.empty(),
-            Err(error) => Err(error),
-        }
-    }
-
-    pub fn options(&self) -> &WorkspaceOptions {
-        &self.options
     }
 
     fn empty(&self) -> io::Result<Arc<Workspace>> {
