@@ -228,6 +228,35 @@ fn rfc3339_opt<S: Serializer>(
 }
 
 #[cfg(test)]
+impl RunSpec {
+    /// A small run of `script`, for the service's own tests.
+    pub(crate) fn scripted(script: Vec<Value>) -> Self {
+        Self {
+            prompt: "p".into(),
+            model: ModelSpec::Scripted(script),
+            model_info: ModelInfo {
+                provider: "scripted".into(),
+                profile: None,
+                name: None,
+            },
+            tools: Vec::new(),
+            commands: Vec::new(),
+            files: Default::default(),
+            limits: RunLimits {
+                max_steps: 1,
+                max_tool_calls: 0,
+                timeout_ms: 10_000,
+            },
+            context: RunContext {
+                max_context_chars: 1000,
+                max_tool_result_chars: 1000,
+            },
+            metadata: Default::default(),
+        }
+    }
+}
+
+#[cfg(test)]
 mod status_tests {
     use super::*;
 

@@ -452,3 +452,44 @@ fn server_side(error: &std::io::Error, message: String) -> SubmitError {
         _ => SubmitError::StorageRefused(message),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// `finished` answers from the live run once its end is stored: a final
+    /// run object (not `None`, which would send `?wait=true` to storage),
+    /// equal to what storage then holds.
+    #[tokio::test]
+    async fn a_finished_run_is_answered_from_memory_as_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = Config::default();
+        config.storage.workspaces_dir = dir.path().join("workspaces");
+        let url = format!("sqlite://{}/runs.db", dir.path().display());
+        let (store, _) = Store::open(&url, Duration::from_secs(1)).await.unwrap();
+        let runner = Runner::new(
+            &config,
+            store.clone(),
+            Arc::new(Metrics::default()),
+            Arc::new(ModelProfiles::default()),
+            Arc::new(Sandbox::unconfined()),
+        );
+        let spec = RunSpec::scripted(vec![json!({"delay_ms": 100, "content": "done"})]);
+        let tenant = Tenant::anonymous();
+        let run = runner.submit(&tenant, spec, None).await.unwrap();
+        let finished = runner
+            .finished(run.id)
+            .expect("a run just accepted is live")
+            .await
+            .expect("its end is stored and kept");
+        assert_eq!(finished.status.as_str(), "completed");
+        assert_eq!(finished.answer.as_deref(), Some("done"));
+        let stored = store.get_run(&tenant, run.id).await.unwrap().unwrap();
+        assert_eq!(
+            serde_json::to_value(&finished).unwrap(),
+            serde_json::to_value(&stored).unwrap()
+        );
+        runner.shutdown(Duration::from_secs(1)).await;
+    }
+}

@@ -384,32 +384,11 @@ fn is_refusal(error: &StoreError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::run::{ModelInfo, ModelSpec, Run, RunContext, RunLimits, RunSpec, Tenant};
+    use crate::run::{Run, RunSpec, Tenant};
     use crate::store::{NewRun, Store};
 
     fn spec() -> RunSpec {
-        RunSpec {
-            prompt: "p".into(),
-            model: ModelSpec::Scripted(Vec::new()),
-            model_info: ModelInfo {
-                provider: "scripted".into(),
-                profile: None,
-                name: None,
-            },
-            tools: Vec::new(),
-            commands: Vec::new(),
-            files: Default::default(),
-            limits: RunLimits {
-                max_steps: 1,
-                max_tool_calls: 0,
-                timeout_ms: 1000,
-            },
-            context: RunContext {
-                max_context_chars: 1000,
-                max_tool_result_chars: 1000,
-            },
-            metadata: Default::default(),
-        }
+        RunSpec::scripted(Vec::new())
     }
 
     fn row(run: &Run, spec: &RunSpec, key: &str) -> RunRow {
