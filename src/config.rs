@@ -115,6 +115,8 @@ pub struct LimitsConfig {
     pub timeout_ms: u64,
     pub max_context_chars: usize,
     pub max_tool_result_chars: usize,
+    /// Longest a pause may wait for its answers.
+    pub action_timeout_ms: u64,
 }
 
 impl Default for LimitsConfig {
@@ -125,6 +127,7 @@ impl Default for LimitsConfig {
             timeout_ms: 3_600_000,
             max_context_chars: 1_000_000,
             max_tool_result_chars: 1_000_000,
+            action_timeout_ms: 86_400_000,
         }
     }
 }
@@ -250,9 +253,10 @@ impl Config {
             || limits.timeout_ms == 0
             || limits.max_context_chars == 0
             || limits.max_tool_result_chars == 0
+            || limits.action_timeout_ms == 0
         {
             return invalid(
-                "limits.max_steps, timeout_ms, max_context_chars and max_tool_result_chars must be at least 1"
+                "limits.max_steps, timeout_ms, max_context_chars, max_tool_result_chars and action_timeout_ms must be at least 1"
                     .into(),
             );
         }

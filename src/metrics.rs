@@ -45,6 +45,8 @@ pub struct Gauges {
 #[derive(Debug, Default)]
 pub struct Metrics {
     pub runs_created: AtomicU64,
+    /// Pauses stored: runs that stopped to wait for a client's decision.
+    pub runs_paused: AtomicU64,
     finished: [AtomicU64; Outcome::ALL.len()],
     pub model_calls: AtomicU64,
     pub model_errors: AtomicU64,
@@ -90,6 +92,12 @@ impl Metrics {
             "agent_runner_runs_created_total",
             "Runs accepted.",
             self.runs_created.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "agent_runner_runs_paused_total",
+            "Pauses for a client's decision (approvals, client tools).",
+            self.runs_paused.load(Ordering::Relaxed),
         );
         let _ = writeln!(
             out,

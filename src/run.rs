@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use crate::harness::{Outcome, UsageTotals, agent};
+use crate::harness::{Answer, Outcome, PendingAction, ToolDefinition, UsageTotals, agent};
 
 /// The tenant a request authenticated as; every run belongs to one.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -22,18 +22,22 @@ impl Tenant {
     }
 }
 
-/// Where a run is in its life: waiting for a slot, running, or ended with an
-/// [`Outcome`]. Written as one flat string (`"queued"`, `"completed"`, ...).
+/// Where a run is in its life: waiting for a slot, running, paused for a
+/// client's decision, or ended with an [`Outcome`]. Written as one flat
+/// string (`"queued"`, `"requires_action"`, `"completed"`, ...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RunStatus {
     Queued,
     Running,
+    /// Paused: it waits for answers to its `pending_actions`, holding no
+    /// slot and no task (it lives in storage).
+    RequiresAction,
     Ended(Outcome),
 }
 
 impl RunStatus {
     /// Every status, the live ones last.
-    pub const ALL: [RunStatus; 11] = [
+    pub const ALL: [RunStatus; 12] = [
         Self::Ended(Outcome::Completed),
         Self::Ended(Outcome::StepLimit),
         Self::Ended(Outcome::ToolLimit),
@@ -45,12 +49,14 @@ impl RunStatus {
         Self::Ended(Outcome::Interrupted),
         Self::Queued,
         Self::Running,
+        Self::RequiresAction,
     ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Queued => "queued",
             Self::Running => "running",
+            Self::RequiresAction => "requires_action",
             Self::Ended(outcome) => outcome.as_str(),
         }
     }
@@ -59,6 +65,7 @@ impl RunStatus {
         match text {
             "queued" => Some(Self::Queued),
             "running" => Some(Self::Running),
+            "requires_action" => Some(Self::RequiresAction),
             other => Outcome::parse(other).map(Self::Ended),
         }
     }
@@ -103,7 +110,18 @@ pub const INTERRUPTED: &str = "The server stopped while the run was running";
 pub struct RunLimits {
     pub max_steps: u32,
     pub max_tool_calls: u32,
+    /// Running time only: never while queued or paused.
     pub timeout_ms: u64,
+    /// How long each pause waits for its answers.
+    #[serde(default = "default_action_timeout")]
+    pub action_timeout_ms: u64,
+}
+
+/// How long a pause waits for its answers when the request names no bound.
+pub const DEFAULT_ACTION_TIMEOUT_MS: u64 = 3_600_000;
+
+fn default_action_timeout() -> u64 {
+    DEFAULT_ACTION_TIMEOUT_MS
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -118,6 +136,7 @@ pub const DEFAULT_LIMITS: RunLimits = RunLimits {
     max_steps: agent::DEFAULT_MAX_STEPS,
     max_tool_calls: agent::DEFAULT_MAX_TOOL_CALLS,
     timeout_ms: agent::DEFAULT_TIMEOUT_MS,
+    action_timeout_ms: DEFAULT_ACTION_TIMEOUT_MS,
 };
 pub const DEFAULT_CONTEXT: RunContext = RunContext {
     max_context_chars: agent::DEFAULT_MAX_CONTEXT_CHARS,
@@ -155,6 +174,81 @@ pub struct RunSpec {
     pub limits: RunLimits,
     pub context: RunContext,
     pub metadata: Map<String, Value>,
+    /// Tools whose calls wait for a client's approval (`"*"`: all).
+    pub approval: ApprovalSpec,
+    /// Tools the client executes.
+    pub client_tools: Vec<ToolDefinition>,
+}
+
+impl RunSpec {
+    /// The request a stored run was accepted with, to run it (again) in
+    /// another process. Its files are in its workspace already.
+    pub fn of_run(run: &Run, model: ModelSpec) -> Self {
+        Self {
+            prompt: run.prompt.clone(),
+            model,
+            model_info: run.model.clone(),
+            tools: run.tools.clone(),
+            commands: run.commands.clone(),
+            files: BTreeMap::new(),
+            limits: run.limits,
+            context: run.context,
+            metadata: run.metadata.clone(),
+            approval: run.approval.clone(),
+            client_tools: run.client_tools.clone(),
+        }
+    }
+}
+
+/// `approval` as accepted: which tools' calls wait for a decision.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalSpec {
+    pub tools: Vec<String>,
+}
+
+/// A client's answer to one pending action, as `POST /v1/runs/{id}/actions`
+/// takes it (and storage keeps it until the run resumes).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ActionAnswer {
+    Decision {
+        decision: Decision,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    Output {
+        output: Value,
+    },
+    Error {
+        error: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    Approve,
+    Deny,
+}
+
+impl ActionAnswer {
+    /// The harness's form of this answer.
+    pub fn to_answer(&self) -> Answer {
+        match self {
+            Self::Decision {
+                decision: Decision::Approve,
+                ..
+            } => Answer::Approve,
+            Self::Decision {
+                decision: Decision::Deny,
+                reason,
+            } => Answer::Deny {
+                reason: reason.clone(),
+            },
+            Self::Output { output } => Answer::Output(output.clone()),
+            Self::Error { error } => Answer::Error(error.clone()),
+        }
+    }
 }
 
 /// The run object of the API.
@@ -174,6 +268,11 @@ pub struct Run {
     pub commands: Vec<String>,
     pub model: ModelInfo,
     pub metadata: Map<String, Value>,
+    /// The calls it waits on while `requires_action` (empty otherwise):
+    /// those still unanswered.
+    pub pending_actions: Vec<PendingAction>,
+    pub approval: ApprovalSpec,
+    pub client_tools: Vec<ToolDefinition>,
     #[serde(serialize_with = "rfc3339")]
     pub created_at: DateTime<Utc>,
     #[serde(serialize_with = "rfc3339_opt")]
@@ -200,6 +299,9 @@ impl Run {
             commands: spec.commands.clone(),
             model: spec.model_info.clone(),
             metadata: spec.metadata.clone(),
+            pending_actions: Vec::new(),
+            approval: spec.approval.clone(),
+            client_tools: spec.client_tools.clone(),
             created_at,
             started_at: None,
             finished_at: None,
@@ -246,12 +348,15 @@ impl RunSpec {
                 max_steps: 1,
                 max_tool_calls: 0,
                 timeout_ms: 10_000,
+                action_timeout_ms: 10_000,
             },
             context: RunContext {
                 max_context_chars: 1000,
                 max_tool_result_chars: 1000,
             },
             metadata: Default::default(),
+            approval: ApprovalSpec::default(),
+            client_tools: Vec::new(),
         }
     }
 }
@@ -271,7 +376,7 @@ mod status_tests {
         assert_eq!(RunStatus::parse("done"), None);
         assert_eq!(
             RunStatus::ALL.iter().filter(|s| !s.is_terminal()).count(),
-            2
+            3
         );
     }
 }

@@ -8,8 +8,9 @@ use serde_json::{Map, Value};
 
 use super::error::ApiError;
 use crate::config::LimitsConfig;
+use crate::harness::{ToolDefinition, compile_schema, is_valid_tool_name};
 use crate::models::ModelProfiles;
-use crate::run::{ModelInfo, ModelSpec, RunContext, RunLimits, RunSpec};
+use crate::run::{ApprovalSpec, ModelInfo, ModelSpec, RunContext, RunLimits, RunSpec};
 use crate::tools::command::RUN_COMMAND;
 use crate::tools::{BUILTIN_TOOL_NAMES, CommandPresets};
 
@@ -19,6 +20,10 @@ pub use crate::run::{DEFAULT_CONTEXT, DEFAULT_LIMITS};
 pub const MAX_METADATA_BYTES: usize = 16 * 1024;
 /// Most files a request may seed its workspace with.
 pub const MAX_WORKSPACE_FILES: usize = 1000;
+/// Most tools a client may give a run.
+pub const MAX_CLIENT_TOOLS: usize = 64;
+/// Longest tool name (what providers take).
+pub const MAX_TOOL_NAME_BYTES: usize = 64;
 /// Longest workspace path a request may name (seeds and downloads), in
 /// bytes: tighter than the kernel's `PATH_MAX` that bounds the tools
 /// ([`crate::tools::path::MAX_PATH_BYTES`]).
@@ -42,6 +47,26 @@ pub struct CreateRunRequest {
     pub context: Option<ContextRequest>,
     #[serde(default)]
     pub metadata: Option<Map<String, Value>>,
+    #[serde(default)]
+    pub approval: Option<ApprovalRequest>,
+    #[serde(default)]
+    pub client_tools: Option<Vec<ClientToolRequest>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalRequest {
+    pub tools: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientToolRequest {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub parameters: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -64,6 +89,7 @@ pub struct LimitsRequest {
     pub max_steps: Option<u64>,
     pub max_tool_calls: Option<u64>,
     pub timeout_ms: Option<u64>,
+    pub action_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -169,6 +195,13 @@ impl CreateRunRequest {
                 1,
                 ceilings.timeout_ms,
             )?,
+            action_timeout_ms: bounded(
+                "limits.action_timeout_ms",
+                requested.action_timeout_ms,
+                DEFAULT_LIMITS.action_timeout_ms,
+                1,
+                ceilings.action_timeout_ms,
+            )?,
         };
         let requested = self.context.unwrap_or_default();
         let context = RunContext {
@@ -207,6 +240,9 @@ impl CreateRunRequest {
             ));
         }
 
+        let client_tools = client_tools(self.client_tools.unwrap_or_default(), &tools)?;
+        let approval = approval(self.approval, &tools, &client_tools)?;
+
         Ok(RunSpec {
             prompt: self.prompt,
             model,
@@ -217,8 +253,82 @@ impl CreateRunRequest {
             limits,
             context,
             metadata,
+            approval,
+            client_tools,
         })
     }
+}
+
+/// The client's tools: named by the tool-name rule, clashing with no other
+/// tool of the run, each with an object schema that compiles.
+fn client_tools(
+    requested: Vec<ClientToolRequest>,
+    tools: &[String],
+) -> Result<Vec<ToolDefinition>, ApiError> {
+    let invalid = |message: String| Err(ApiError::Validation(message));
+    if requested.len() > MAX_CLIENT_TOOLS {
+        return invalid(format!(
+            "client_tools: at most {MAX_CLIENT_TOOLS} tools may be given (got {})",
+            requested.len()
+        ));
+    }
+    let mut definitions: Vec<ToolDefinition> = Vec::with_capacity(requested.len());
+    for (i, tool) in requested.into_iter().enumerate() {
+        let name = tool.name;
+        if !is_valid_tool_name(&name) || name.len() > MAX_TOOL_NAME_BYTES {
+            return invalid(format!(
+                "client_tools[{i}].name: {name:?} is not a valid tool name \
+                 (^[a-zA-Z][a-zA-Z0-9_-]*$, at most {MAX_TOOL_NAME_BYTES} characters)"
+            ));
+        }
+        if tools.contains(&name) || definitions.iter().any(|d| d.name == name) {
+            return invalid(format!(
+                "client_tools[{i}].name: {name:?} clashes with another tool of the run"
+            ));
+        }
+        let parameters = tool
+            .parameters
+            .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}}));
+        if let Err(why) = compile_schema(&parameters) {
+            return invalid(format!(
+                "client_tools[{i}].parameters: the schema of tool {name} does not compile: {why}"
+            ));
+        }
+        definitions.push(ToolDefinition {
+            name,
+            description: tool.description,
+            parameters,
+        });
+    }
+    Ok(definitions)
+}
+
+/// Which tools' calls wait for approval: tools of the run, or `"*"`.
+fn approval(
+    requested: Option<ApprovalRequest>,
+    tools: &[String],
+    client_tools: &[ToolDefinition],
+) -> Result<ApprovalSpec, ApiError> {
+    let Some(requested) = requested else {
+        return Ok(ApprovalSpec::default());
+    };
+    check_unique("approval.tools", &requested.tools)?;
+    let known = |name: &str| {
+        name == "*"
+            || tools.iter().any(|t| t == name)
+            || client_tools.iter().any(|t| t.name == name)
+    };
+    if let Some(unknown) = requested.tools.iter().find(|name| !known(name)) {
+        let mut names: Vec<String> = tools.to_vec();
+        names.extend(client_tools.iter().map(|t| t.name.clone()));
+        return Err(ApiError::Validation(format!(
+            "approval.tools: {unknown:?} is not a tool of this run (its tools: {}; \"*\" is all of them)",
+            list_or_none(&names)
+        )));
+    }
+    Ok(ApprovalSpec {
+        tools: requested.tools,
+    })
 }
 
 fn profile(

@@ -119,6 +119,7 @@ pub enum ErrorCode {
     MethodNotAllowed,
     IdempotencyKeyReused,
     RunNotLive,
+    RunNotPaused,
     PayloadTooLarge,
     UriTooLong,
     UnsupportedMediaType,
@@ -132,7 +133,7 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 19] = [
+    pub const ALL: [ErrorCode; 20] = [
         Self::InvalidJson,
         Self::InvalidQuery,
         Self::InvalidPath,
@@ -142,6 +143,7 @@ impl ErrorCode {
         Self::MethodNotAllowed,
         Self::IdempotencyKeyReused,
         Self::RunNotLive,
+        Self::RunNotPaused,
         Self::PayloadTooLarge,
         Self::UriTooLong,
         Self::UnsupportedMediaType,
@@ -165,6 +167,7 @@ impl ErrorCode {
             Self::MethodNotAllowed => "method_not_allowed",
             Self::IdempotencyKeyReused => "idempotency_key_reused",
             Self::RunNotLive => "run_not_live",
+            Self::RunNotPaused => "run_not_paused",
             Self::PayloadTooLarge => "payload_too_large",
             Self::UriTooLong => "uri_too_long",
             Self::UnsupportedMediaType => "unsupported_media_type",
@@ -186,7 +189,9 @@ impl ErrorCode {
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::NotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            Self::IdempotencyKeyReused | Self::RunNotLive => StatusCode::CONFLICT,
+            Self::IdempotencyKeyReused | Self::RunNotLive | Self::RunNotPaused => {
+                StatusCode::CONFLICT
+            }
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UriTooLong => StatusCode::URI_TOO_LONG,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,

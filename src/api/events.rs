@@ -35,33 +35,55 @@ pub async fn stream(
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
     let after = resume_point(&headers, &query)?;
-    // Subscribe first: whatever is committed after this is either in the
-    // channel or found by the storage read below.
-    let live = state.runner.store().live().subscribe(run.id);
+    let store = state.runner.store().clone();
+    let closing = state.runner.closing();
     let mut cursor = Cursor {
-        store: state.runner.store().clone(),
+        store: store.clone(),
         run_id: run.id,
         last: after,
         ended: false,
     };
     let events = stream! {
-        for event in cursor.catch_up().await { yield Ok(event); }
-        let Some(mut live) = live else { return };
+        // Each pass follows the run while it is live here; a paused run is
+        // waited for until it goes live again (answered) or ends.
         while !cursor.ended {
-            let events = match live.recv().await {
-                Ok(event) => cursor.follow(&event).await,
-                Err(RecvError::Lagged(skipped)) => {
-                    tracing::debug!(run_id = %cursor.run_id, skipped, "subscriber lagged; catching up from storage");
-                    cursor.catch_up().await
-                }
-                Err(RecvError::Closed) => {
-                    // The run is over (or the server stops): storage has the rest.
-                    let rest = cursor.catch_up().await;
-                    cursor.ended = true;
-                    rest
+            let channels = store.live();
+            // Made before looking, so that a resume after the look wakes it.
+            let reopened = channels.until_reopened(cursor.run_id);
+            // Subscribe first: whatever is committed after this is either in
+            // the channel or found by the storage read below.
+            let live = channels.subscribe(cursor.run_id);
+            for event in cursor.catch_up().await { yield Ok(event); }
+            if cursor.ended { break; }
+            let Some(mut live) = live else {
+                // Not live here: paused (or about to resume), else over.
+                match store.run_status(cursor.run_id).await {
+                    Ok(Some(status)) if !status.is_terminal() => {
+                        tokio::select! {
+                            () = reopened => continue,
+                            () = closing.cancelled() => break,
+                        }
+                    }
+                    // Ended: storage has the rest.
+                    _ => {
+                        for event in cursor.catch_up().await { yield Ok(event); }
+                        break;
+                    }
                 }
             };
-            for event in events { yield Ok(event); }
+            while !cursor.ended {
+                let events = match live.recv().await {
+                    Ok(event) => cursor.follow(&event).await,
+                    Err(RecvError::Lagged(skipped)) => {
+                        tracing::debug!(run_id = %cursor.run_id, skipped, "subscriber lagged; catching up from storage");
+                        cursor.catch_up().await
+                    }
+                    // It ended or paused (or the server stops): storage has
+                    // what came before; the next pass sees which.
+                    Err(RecvError::Closed) => break,
+                };
+                for event in events { yield Ok(event); }
+            }
         }
     };
     Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(state.keep_alive)))

@@ -2,6 +2,7 @@
 //! error is JSON. The API knows the runner and the store's read side, never
 //! SQL.
 
+pub mod actions;
 pub mod auth;
 pub mod create;
 pub mod error;

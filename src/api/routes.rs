@@ -10,7 +10,7 @@ use axum::http::Method;
 use axum::routing::{MethodRouter, delete, get, post};
 
 use super::state::AppState;
-use super::{events, runs, system};
+use super::{actions, events, runs, system};
 
 /// One path and what it answers.
 pub struct Route {
@@ -69,6 +69,11 @@ pub fn table() -> Vec<Route> {
                 (M::GET, NONE, get(runs::get)),
                 (M::DELETE, NONE, delete(runs::cancel)),
             ],
+        ),
+        route(
+            "/v1/runs/{id}/actions",
+            false,
+            [(M::POST, NONE, post(actions::answer))],
         ),
         route(
             "/v1/runs/{id}/messages",

@@ -77,23 +77,20 @@ pub async fn create(
         Err(error) => return Err(error.into()),
     };
     let run = if wait {
-        let finished = match state.runner.finished(run.id) {
-            Some(finished) => finished.await,
-            None => None,
-        };
-        // The final state from memory once its end is stored; read back
-        // otherwise (the run ended before this looked, or its end was not
-        // stored).
-        let run = match finished {
+        // The final state from memory once its end is stored (across any
+        // pauses); read back otherwise (the run ended before this looked,
+        // or its end was not stored).
+        let run = match state.runner.finished(run.id).await {
             Some(run) => run,
             None => read(&state, &tenant, run.id).await?,
         };
         // Only a stored end counts: one that storage refused to the last
         // (the server stopping meanwhile) is not reported as an end.
         if !run.status.is_terminal() {
-            return Err(ApiError::Unavailable(
-                "the run's end could not be stored; ask for it again later".into(),
-            ));
+            return Err(ApiError::Unavailable(format!(
+                "the run has no stored end yet (status {}) and the server cannot wait for it; ask for it again later",
+                run.status
+            )));
         }
         run
     } else {
@@ -266,15 +263,28 @@ pub async fn cancel(
     TenantRun { tenant, run }: TenantRun,
 ) -> Result<Response, ApiError> {
     let id = run.id;
-    if run.status.is_terminal() || state.runner.cancel(&tenant, id).is_none() {
-        // Terminal, or it ended between the read and the cancel.
-        let run = read(&state, &tenant, id).await?;
-        return Err(ApiError::Conflict {
-            code: ErrorCode::RunNotLive,
-            message: format!("the run has already ended with status {}", run.status),
-        });
+    if !run.status.is_terminal() {
+        // Live here, or paused (in storage alone); a paused run answered
+        // meanwhile is live again, so the live one is tried twice.
+        for _ in 0..2 {
+            if state.runner.cancel(&tenant, id).is_some() {
+                return Ok((StatusCode::ACCEPTED, Json(run)).into_response());
+            }
+            if let Some(ended) = state.runner.cancel_paused(id).await? {
+                return Ok((StatusCode::ACCEPTED, Json(ended)).into_response());
+            }
+        }
     }
-    Ok((StatusCode::ACCEPTED, Json(run)).into_response())
+    // Terminal, or it ended between the read and the cancel.
+    let run = read(&state, &tenant, id).await?;
+    if !run.status.is_terminal() {
+        // Live in storage but not here: the server is stopping.
+        return Err(ApiError::ShuttingDown);
+    }
+    Err(ApiError::Conflict {
+        code: ErrorCode::RunNotLive,
+        message: format!("the run has already ended with status {}", run.status),
+    })
 }
 
 /// `GET /v1/runs/{id}/workspace`

@@ -19,7 +19,7 @@ pub use context::{ContextError, ContextIndex, bound_tool_result, select_context}
 pub use events::{Event, EventKind, Observer, ObserverError, Outcome};
 pub use message::{MAX_TOKEN_COUNT, Message, ToolCall, Usage, UsageError, UsageTotals};
 pub use model::{ContextView, DeltaSink, Model, ModelError, ModelRequest, ModelResponse, NoDeltas};
-pub use pause::{ActionKind, Answer, Answers, Approval, Checkpoint, PendingAction};
-pub use registry::{RegistryError, SchemaCache, ToolRegistry, is_valid_tool_name};
+pub use pause::{ActionKind, Answer, Answers, Approval, Checkpoint, PendingAction, check_answers};
+pub use registry::{RegistryError, SchemaCache, ToolRegistry, compile_schema, is_valid_tool_name};
 pub use stop::{Stop, StopReason};
 pub use tool::{ClientTool, Tool, ToolDefinition, ToolError};

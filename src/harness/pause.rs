@@ -97,6 +97,50 @@ pub fn denied(reason: Option<&str>) -> String {
     }
 }
 
+/// Checks a client's answers (in the order given) against a paused run's
+/// pending actions, some of which may be answered already: every call id
+/// must be pending, unanswered and answered once, each with an answer of its
+/// kind. The error names the first answer that is wrong.
+pub fn check_answers<'a>(
+    pending: &[PendingAction],
+    answered: impl Fn(&str) -> bool,
+    given: impl IntoIterator<Item = (&'a str, &'a Answer)>,
+) -> Result<(), String> {
+    let mut seen = HashSet::new();
+    for (i, (call_id, answer)) in given.into_iter().enumerate() {
+        let Some(action) = pending.iter().find(|action| action.call_id == call_id) else {
+            let ids: Vec<&str> = pending.iter().map(|a| a.call_id.as_str()).collect();
+            return Err(format!(
+                "actions[{i}].call_id: {call_id:?} is not a pending action of this run (pending: {})",
+                ids.join(", ")
+            ));
+        };
+        if answered(call_id) {
+            return Err(format!(
+                "actions[{i}].call_id: {call_id:?} was answered already"
+            ));
+        }
+        if !seen.insert(call_id) {
+            return Err(format!(
+                "actions[{i}].call_id: {call_id:?} is answered twice in this request"
+            ));
+        }
+        if !answer.fits(action.kind) {
+            return Err(match action.kind {
+                ActionKind::Approval => format!(
+                    "actions[{i}]: call {call_id:?} of {} waits for approval: answer it with a decision (approve or deny), not an output or an error",
+                    action.name
+                ),
+                ActionKind::ClientTool => format!(
+                    "actions[{i}]: call {call_id:?} is of the client's tool {}: answer it with an output or an error, not a decision",
+                    action.name
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Where a paused run stands: enough to continue it. The transcript ends
 /// with the assistant message whose batch waits; the batch is counted in
 /// `tool_calls` already.
@@ -136,5 +180,40 @@ mod tests {
         assert!(Answer::Error("x".into()).fits(ActionKind::ClientTool));
         assert_eq!(denied(Some("not on Fridays")), "Denied: not on Fridays");
         assert_eq!(denied(None), "Denied by the client");
+    }
+
+    #[test]
+    fn answers_are_checked_against_what_is_pending() {
+        let pending = vec![
+            PendingAction {
+                call_id: "1".into(),
+                kind: ActionKind::Approval,
+                name: "write_file".into(),
+                arguments: Value::Null,
+            },
+            PendingAction {
+                call_id: "2".into(),
+                kind: ActionKind::ClientTool,
+                name: "lookup".into(),
+                arguments: Value::Null,
+            },
+        ];
+        let none = |_: &str| false;
+        let approve = Answer::Approve;
+        let output = Answer::Output(Value::Null);
+        assert!(check_answers(&pending, none, [("1", &approve), ("2", &output)]).is_ok());
+        let error = check_answers(&pending, none, [("3", &approve)]).unwrap_err();
+        assert!(error.contains("\"3\" is not a pending action"), "{error}");
+        let error = check_answers(&pending, |id| id == "1", [("1", &approve)]).unwrap_err();
+        assert!(error.contains("answered already"), "{error}");
+        let error = check_answers(&pending, none, [("1", &approve), ("1", &approve)]).unwrap_err();
+        assert!(
+            error.starts_with("actions[1]") && error.contains("twice"),
+            "{error}"
+        );
+        let error = check_answers(&pending, none, [("2", &approve)]).unwrap_err();
+        assert!(error.contains("client's tool lookup"), "{error}");
+        let error = check_answers(&pending, none, [("1", &output)]).unwrap_err();
+        assert!(error.contains("waits for approval"), "{error}");
     }
 }

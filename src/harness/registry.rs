@@ -52,7 +52,7 @@ impl SchemaCache {
         {
             return Ok(found);
         }
-        let compiled = Arc::new(jsonschema::validator_for(schema).map_err(|e| e.to_string())?);
+        let compiled = Arc::new(compile_schema(schema)?);
         if let Ok(mut validators) = self.validators.lock() {
             if validators.len() >= Self::CAPACITY {
                 validators.clear();
@@ -70,6 +70,21 @@ impl SchemaCache {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// Compiles a tool's parameters schema (JSON Schema, draft 2020-12 unless it
+/// names another with `$schema`). It must be an object schema
+/// (`"type": "object"`), as every provider wants. Patterns use a linear-time
+/// engine: a schema's regex can never make a check take long. No reference
+/// is ever fetched (the crate is built without retrieval).
+pub fn compile_schema(schema: &Value) -> Result<Validator, String> {
+    if schema.get("type") != Some(&Value::String("object".into())) {
+        return Err("the parameters schema must declare \"type\": \"object\"".into());
+    }
+    jsonschema::options()
+        .with_pattern_options(jsonschema::PatternOptions::regex())
+        .build(schema)
+        .map_err(|e| e.to_string())
 }
 
 /// The tools of one run, with each one's compiled argument validator.
@@ -112,14 +127,14 @@ impl ToolRegistry {
                 name: name.clone(),
                 reason,
             };
-            if definition.parameters.get("type") != Some(&Value::String("object".into())) {
-                return Err(invalid_schema(
-                    "the parameters schema must declare \"type\": \"object\"".into(),
-                ));
+            // A client's tools are the run's own: kept out of the shared
+            // cache, which they would only churn.
+            let validator = if tool.is_client() {
+                compile_schema(&definition.parameters).map(Arc::new)
+            } else {
+                cache.validator(&definition.parameters)
             }
-            let validator = cache
-                .validator(&definition.parameters)
-                .map_err(invalid_schema)?;
+            .map_err(invalid_schema)?;
             registry.by_name.insert(name, registry.entries.len());
             registry.entries.push(Entry { tool, validator });
             registry.definitions.push(definition);

@@ -3,6 +3,7 @@
 //! events go to the store, which publishes them to live subscribers.
 
 mod observer;
+mod pauses;
 mod task;
 
 use std::collections::HashMap;
@@ -30,6 +31,7 @@ use crate::tools::{
 };
 
 pub use crate::run::INTERRUPTED;
+pub use pauses::{Answered, NO_ANSWER};
 
 /// A run that is queued or running.
 pub struct LiveRun {
@@ -93,6 +95,8 @@ pub(crate) struct Shared {
     waiting: AtomicUsize,
     /// Runs executing now.
     running: AtomicUsize,
+    /// Told when a pause is stored: the watch of pause deadlines looks again.
+    pauses: Arc<tokio::sync::Notify>,
 }
 
 impl Shared {
@@ -143,6 +147,7 @@ impl Runner {
                 live: Mutex::new(HashMap::new()),
                 waiting: AtomicUsize::new(0),
                 running: AtomicUsize::new(0),
+                pauses: Arc::default(),
             }),
             slots: Arc::new(Semaphore::new(config.runs.max_concurrent)),
             max_queued: config.runs.max_queued,
@@ -155,20 +160,12 @@ impl Runner {
             Arc::downgrade(&runner.shared),
             Duration::from_millis(config.storage.write_retry_ms),
         ));
+        runner.watch_pauses();
         runner
     }
 
     pub fn store(&self) -> &Store {
         &self.shared.store
-    }
-
-    /// Resolves once the live run `id`'s end is stored, to its final state,
-    /// or to `None` when its end could not be stored; `None` at once when it
-    /// is not live.
-    pub fn finished(&self, id: Uuid) -> Option<impl Future<Output = Option<Run>> + use<>> {
-        let live = self.live(id)?;
-        let ended = self.shared.store.live().ended(id)?;
-        Some(async move { if ended.await { live.snapshot() } else { None } })
     }
 
     /// The gauges `/metrics` shows, read from the state that owns them.
@@ -197,6 +194,12 @@ impl Runner {
 
     pub fn is_closing(&self) -> bool {
         self.closing.is_cancelled()
+    }
+
+    /// Fires when the server stops taking runs: what waits on a paused run
+    /// stops waiting then.
+    pub fn closing(&self) -> CancellationToken {
+        self.closing.clone()
     }
 
     pub fn live(&self, id: Uuid) -> Option<Arc<LiveRun>> {
@@ -280,26 +283,23 @@ impl Runner {
             });
         }
         metrics.runs_created.fetch_add(1, Ordering::Relaxed);
-        self.start(run.clone(), tenant.clone(), spec, slot);
+        self.start(run.clone(), tenant.clone(), spec, slot, false);
         Ok(run)
     }
 
-    /// Starts again the runs a previous process left queued, oldest first.
+    /// Starts again the runs a previous process left queued, oldest first;
+    /// answered pauses resume from their checkpoints.
     pub fn resume(&self, unfinished: Vec<Unfinished>) {
-        for Unfinished { run, tenant, model } in unfinished {
+        for Unfinished {
+            run,
+            tenant,
+            model,
+            answered_pause,
+        } in unfinished
+        {
             self.shared.waiting.fetch_add(1, Ordering::AcqRel);
-            let spec = RunSpec {
-                prompt: run.prompt.clone(),
-                model,
-                model_info: run.model.clone(),
-                tools: run.tools.clone(),
-                commands: run.commands.clone(),
-                files: Default::default(),
-                limits: run.limits,
-                context: run.context,
-                metadata: run.metadata.clone(),
-            };
-            self.start(run, tenant, spec, None);
+            let spec = RunSpec::of_run(&run, model);
+            self.start(run, tenant, spec, None, answered_pause);
         }
     }
 
@@ -309,6 +309,7 @@ impl Runner {
         tenant: Tenant,
         spec: RunSpec,
         slot: Option<tokio::sync::OwnedSemaphorePermit>,
+        resuming: bool,
     ) {
         let live = Arc::new(LiveRun {
             id: run.id,
@@ -331,6 +332,7 @@ impl Runner {
             live,
             spec,
             inserted_running: run.status == RunStatus::Running,
+            resuming,
         };
         self.tasks.spawn(task.execute(slot).instrument(span));
     }
@@ -480,7 +482,6 @@ mod tests {
         let run = runner.submit(&tenant, spec, None).await.unwrap();
         let finished = runner
             .finished(run.id)
-            .expect("a run just accepted is live")
             .await
             .expect("its end is stored and kept");
         assert_eq!(finished.status.as_str(), "completed");

@@ -4,7 +4,7 @@
 //! waits, and it never rewrites what the harness reported.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use chrono::{SecondsFormat, Utc};
 use uuid::Uuid;
@@ -13,6 +13,7 @@ use super::LiveRun;
 use crate::harness::{Event, EventKind, Observer, ObserverError, Outcome, UsageTotals};
 use crate::metrics::Metrics;
 use crate::run::{RunStatus, format_time};
+use crate::store::writer::Pause;
 use crate::store::{Finish, LiveEvent, NewEvent, Store};
 
 /// What a run stopped because its records could not be stored is told.
@@ -29,18 +30,42 @@ pub(super) struct RunObserver {
     last_sequence: AtomicU64,
     /// The outcome the run ended with, once its `run_end` was handed over.
     ended: OnceLock<Outcome>,
+    /// The run's `actions_required`, held back until the harness has
+    /// returned the pause's checkpoint, to be stored with it.
+    pausing: Mutex<Option<NewEvent>>,
 }
 
 impl RunObserver {
-    pub(super) fn new(live: Arc<LiveRun>, store: Store, metrics: Arc<Metrics>) -> Self {
+    /// The observer of a run whose transcript holds `messages` messages and
+    /// whose last event is `last_sequence` (both 0 for a new run).
+    pub(super) fn new(
+        live: Arc<LiveRun>,
+        store: Store,
+        metrics: Arc<Metrics>,
+        messages: u32,
+        last_sequence: u64,
+    ) -> Self {
         Self {
             live,
             store,
             metrics,
-            messages: AtomicU32::new(0),
-            last_sequence: AtomicU64::new(0),
+            messages: AtomicU32::new(messages),
+            last_sequence: AtomicU64::new(last_sequence),
             ended: OnceLock::new(),
+            pausing: Mutex::new(None),
         }
+    }
+
+    /// Hands the held-back `actions_required` to the writer with `pause`,
+    /// the run's state as it pauses. `false` when there is none.
+    pub(super) fn pause(&self, pause: Pause) -> bool {
+        let event = self.pausing.lock().ok().and_then(|mut held| held.take());
+        let Some(mut event) = event else {
+            return false;
+        };
+        event.pause = Some(Box::new(pause));
+        self.store.writer().append(event);
+        true
     }
 
     /// The status of the run's `run_end`, once it was emitted.
@@ -49,17 +74,24 @@ impl RunObserver {
     }
 
     /// Ends a run the harness did not (or could not) end: one cancelled while
-    /// queued, or one whose model or tools could not be set up.
+    /// queued, or one whose model or tools could not be set up. Its counters
+    /// stay as stored (a resumed run's are not zero).
     pub(super) fn end_without_harness(&self, status: Outcome, error: Option<String>) {
+        let (steps, tool_calls, usage) = self
+            .live
+            .snapshot()
+            .map_or((0, 0, UsageTotals::default()), |run| {
+                (run.steps, run.tool_calls, run.usage)
+            });
         let event = Event {
             run_id: self.live.id,
             sequence: self.last_sequence.load(Ordering::Acquire) + 1,
             timestamp: Utc::now(),
             kind: EventKind::RunEnd {
                 status,
-                steps: 0,
-                tool_calls: 0,
-                usage: UsageTotals::default(),
+                steps,
+                tool_calls,
+                usage,
                 answer: None,
                 error,
             },
@@ -139,14 +171,23 @@ impl Observer for RunObserver {
             _ => {}
         }
         let outcome = finish.as_ref().map(|finish| finish.status);
-        self.store.writer().append(NewEvent {
+        let new = NewEvent {
             run_id: self.live.id,
             sequence: event.sequence,
             kind: event.kind.type_name(),
             body: event_json(event)?.into(),
             message,
             finish,
-        });
+            pause: None,
+        };
+        if matches!(event.kind, EventKind::ActionsRequired { .. }) {
+            // The harness's last event before it returns the checkpoint.
+            if let Ok(mut held) = self.pausing.lock() {
+                *held = Some(new);
+            }
+            return Ok(());
+        }
+        self.store.writer().append(new);
         // Recorded once handed over: a run whose end never reached the
         // writer has no `ended`, and its task closes its channel itself.
         if let Some(outcome) = outcome {

@@ -1,6 +1,7 @@
 //! One run's task: waits for a slot, makes sure its start is stored, builds
 //! its model and tools, runs the harness, and lets go of the run once its end
-//! is stored.
+//! (or its pause) is stored. A resumed run's task starts from the checkpoint
+//! its pause left in storage.
 
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::sync::Arc;
@@ -12,11 +13,12 @@ use futures_util::FutureExt;
 
 use super::{LiveRun, Runner, observer};
 use crate::harness::{
-    Approval, ContextLimits, Harness, Limits, Model, Outcome, RunConfig, StopReason, Tool,
-    ToolRegistry,
+    Answers, Approval, Checkpoint, ClientTool, ContextLimits, Harness, Limits, Model, Outcome,
+    Progress, RunConfig, StopReason, Tool, ToolRegistry,
 };
 use crate::models::ScriptedModel;
 use crate::run::{ModelSpec, RunSpec, RunStatus, format_time};
+use crate::store::{Closing, Pause, StoredPause};
 use crate::tools::builtin_tools;
 
 pub(super) struct RunTask {
@@ -25,15 +27,39 @@ pub(super) struct RunTask {
     pub(super) spec: RunSpec,
     /// Stored `running` from its insert: its start needs no write of its own.
     pub(super) inserted_running: bool,
+    /// An answered pause: it resumes from what its pause stored.
+    pub(super) resuming: bool,
 }
 
 impl RunTask {
     pub(super) async fn execute(self, slot: Option<tokio::sync::OwnedSemaphorePermit>) {
         let shared = Arc::clone(&self.runner.shared);
+        let stored = if self.resuming {
+            match shared.store.paused(self.live.id).await {
+                Ok(stored) => Some(stored),
+                Err(error) => {
+                    tracing::error!(%error, "the paused run's checkpoint could not be read; it stays queued");
+                    if slot.is_none() {
+                        shared.waiting.fetch_sub(1, Ordering::AcqRel);
+                    }
+                    return self.leave_queued();
+                }
+            }
+        } else {
+            None
+        };
+        let (messages, last_sequence) = stored.as_ref().map_or((0, 0), |stored| {
+            (
+                u32::try_from(stored.messages.len()).unwrap_or(u32::MAX),
+                stored.last_sequence,
+            )
+        });
         let observer = observer::RunObserver::new(
             Arc::clone(&self.live),
             shared.store.clone(),
             Arc::clone(&shared.metrics),
+            messages,
+            last_sequence,
         );
         let stop = &self.live.stop;
         let interrupted = || matches!(stop.reason(), Some(StopReason::Interrupted(_)));
@@ -71,10 +97,11 @@ impl RunTask {
         let at = Utc::now();
         if !self.inserted_running {
             // Set first: once sent, the start may be stored even if a
-            // cancel wins the race below.
+            // cancel wins the race below. A resumed run keeps its first start.
             self.live.update(|run| {
                 run.status = RunStatus::Running;
-                run.started_at = Some(at);
+                run.started_at.get_or_insert(at);
+                run.pending_actions.clear();
             });
         }
         let started = async {
@@ -106,14 +133,14 @@ impl RunTask {
         self.live.executing.store(true, Ordering::Release);
         shared.running.fetch_add(1, Ordering::AcqRel);
         let began = Instant::now();
-        tracing::debug!("run started");
-        let outcome = std::panic::AssertUnwindSafe(self.run_harness(&observer))
+        tracing::debug!(resumed = self.resuming, "run started");
+        let outcome = std::panic::AssertUnwindSafe(self.run_harness(&observer, stored))
             .catch_unwind()
             .await;
-        let failure = match outcome {
-            Ok(Ok(())) => None,
-            Ok(Err(error)) => Some(error),
-            Err(_) => Some("the run's task panicked".to_owned()),
+        let (failure, paused) = match outcome {
+            Ok(Ok(paused)) => (None, paused),
+            Ok(Err(error)) => (Some(error), None),
+            Err(_) => (Some("the run's task panicked".to_owned()), None),
         };
         if let Some(error) = failure
             && observer.ended().is_none()
@@ -124,7 +151,10 @@ impl RunTask {
         shared.metrics.run_duration.record(began.elapsed());
         shared.running.fetch_sub(1, Ordering::AcqRel);
         drop(slot);
-        self.ended(&observer).await;
+        match paused {
+            Some(checkpoint) => self.paused(&observer, checkpoint).await,
+            None => self.ended(&observer).await,
+        }
     }
 
     /// After the run's end was handed to the store: counts it, and waits for
@@ -137,7 +167,7 @@ impl RunTask {
         let shared = &self.runner.shared;
         match observer.ended() {
             Some(status) => shared.metrics.finished(status),
-            None => shared.store.live().close(self.live.id, false),
+            None => shared.store.live().close(self.live.id, Closing::GivenUp),
         }
         if let Some(stored) = shared.store.live().ended(self.live.id) {
             tokio::select! {
@@ -148,32 +178,105 @@ impl RunTask {
         shared.forget(self.live.id);
     }
 
+    /// The harness paused the run: stores the pause with its
+    /// `actions_required`, waits for it to be stored, and lets go of the
+    /// run, which from then on lives in storage alone. A client's cancel
+    /// that came while the pause was being stored ends it now.
+    async fn paused(&self, observer: &observer::RunObserver, checkpoint: Checkpoint) {
+        let shared = &self.runner.shared;
+        let timeout = Duration::from_millis(self.spec.limits.action_timeout_ms);
+        let deadline = Utc::now() + timeout;
+        let pending = serde_json::to_string(&checkpoint.pending).unwrap_or_else(|_| "[]".into());
+        self.live.update(|run| {
+            run.status = RunStatus::RequiresAction;
+            run.steps = checkpoint.steps;
+            run.tool_calls = checkpoint.tool_calls;
+            run.usage = checkpoint.usage;
+            run.pending_actions.clone_from(&checkpoint.pending);
+        });
+        let handed = observer.pause(Pause {
+            steps: checkpoint.steps,
+            tool_calls: checkpoint.tool_calls,
+            usage: checkpoint.usage,
+            pending,
+            running_ms: u64::try_from(checkpoint.elapsed.as_millis()).unwrap_or(u64::MAX),
+            action_deadline: format_time(&deadline),
+        });
+        if !handed {
+            shared.store.live().close(self.live.id, Closing::GivenUp);
+        }
+        let closing = match shared.store.live().ended(self.live.id) {
+            Some(closed) => tokio::select! {
+                how = closed => how,
+                () = self.runner.past_grace.cancelled() => Closing::GivenUp,
+            },
+            None => Closing::GivenUp,
+        };
+        shared.forget(self.live.id);
+        if closing != Closing::Paused {
+            tracing::error!("the run's pause could not be stored");
+            return;
+        }
+        tracing::info!(
+            pending = checkpoint.pending.len(),
+            steps = checkpoint.steps,
+            "run paused for a decision"
+        );
+        shared.metrics.runs_paused.fetch_add(1, Ordering::Relaxed);
+        shared.pauses.notify_one();
+        if matches!(self.live.stop.reason(), Some(StopReason::Cancelled))
+            && let Err(error) = self.runner.cancel_paused(self.live.id).await
+        {
+            tracing::error!(%error, "a paused run's cancel could not be stored");
+        }
+    }
+
     /// Lets go of a run that never started, leaving it `queued` in storage.
     fn leave_queued(&self) {
-        self.runner.shared.store.live().close(self.live.id, false);
+        let live = self.runner.shared.store.live();
+        live.close(self.live.id, Closing::GivenUp);
         self.runner.shared.forget(self.live.id);
     }
 
-    /// Builds the run's model and tools and runs the harness. An error is the
-    /// service's own failure (the run ends `failed`).
-    async fn run_harness(&self, observer: &observer::RunObserver) -> Result<(), String> {
+    /// Builds the run's model and tools and runs the harness, from the
+    /// start or from `stored`, its answered pause. Returns the checkpoint of
+    /// a run that paused. An error is the service's own failure (the run
+    /// ends `failed`).
+    async fn run_harness(
+        &self,
+        observer: &observer::RunObserver,
+        stored: Option<StoredPause>,
+    ) -> Result<Option<Checkpoint>, String> {
         let shared = &self.runner.shared;
         let spec = &self.spec;
+        // A resumed scripted model goes on from the response after the last
+        // one it gave (each accepted response is a step).
+        let answered = match &stored {
+            Some(_) => self.live.snapshot().map_or(0, |run| run.steps as usize),
+            None => 0,
+        };
         let model: Arc<dyn Model> = match &spec.model {
-            ModelSpec::Scripted(script) => Arc::new(ScriptedModel::new(script.clone())),
+            ModelSpec::Scripted(script) => Arc::new(ScriptedModel::new(
+                script.get(answered..).unwrap_or_default().to_vec(),
+            )),
             ModelSpec::Profile(name) => shared
                 .profiles
                 .instantiate(name)
                 .ok_or_else(|| format!("model profile {name:?} is not configured"))?,
         };
         let workspace = Arc::new(shared.workspaces.run(&self.live.id.to_string()));
-        let tools: Vec<Arc<dyn Tool>> = builtin_tools(
+        let mut tools: Vec<Arc<dyn Tool>> = builtin_tools(
             workspace,
             Arc::clone(&shared.commands),
             &spec.tools,
             &spec.commands,
         )
         .map_err(|e| e.to_string())?;
+        tools.extend(
+            spec.client_tools
+                .iter()
+                .map(|definition| Arc::new(ClientTool::new(definition.clone())) as Arc<dyn Tool>),
+        );
         let registry =
             ToolRegistry::with_cache(tools, &shared.schemas).map_err(|e| e.to_string())?;
         let config = RunConfig {
@@ -190,16 +293,45 @@ impl RunTask {
                 max_tool_result_chars: NonZeroUsize::new(spec.context.max_tool_result_chars)
                     .ok_or("max_tool_result_chars is zero")?,
             },
-            approval: Approval::None,
+            approval: Approval::from_names(&spec.approval.tools),
         };
-        let result = Harness {
+        let harness = Harness {
             model: &*model,
             tools: &registry,
             observer: Some(observer),
+        };
+        let progress = match stored {
+            None => harness.start(config, &self.live.stop).await,
+            Some(stored) => {
+                let run = self
+                    .live
+                    .snapshot()
+                    .ok_or("the run's state is unreadable")?;
+                let answers: Answers = stored
+                    .answers
+                    .iter()
+                    .map(|(id, answer)| (id.clone(), answer.to_answer()))
+                    .collect();
+                let checkpoint = Checkpoint {
+                    messages: stored.messages,
+                    steps: run.steps,
+                    tool_calls: run.tool_calls,
+                    usage: run.usage,
+                    last_sequence: stored.last_sequence,
+                    elapsed: stored.running,
+                    pending: stored.pending,
+                };
+                harness
+                    .resume(config, checkpoint, answers, &self.live.stop)
+                    .await
+            }
+        };
+        match progress {
+            Progress::Ended(result) => {
+                tracing::info!(status = %result.status, steps = result.steps, tool_calls = result.tool_calls, "run ended");
+                Ok(None)
+            }
+            Progress::Paused(checkpoint) => Ok(Some(checkpoint)),
         }
-        .run(config, &self.live.stop)
-        .await;
-        tracing::info!(status = %result.status, steps = result.steps, tool_calls = result.tool_calls, "run ended");
-        Ok(())
     }
 }

@@ -4,12 +4,14 @@
 //! sees an event storage does not have; `model_delta` text, which is never
 //! stored, goes out through the same channel at once.
 //!
-//! A run's channel opens when it goes live and closes once its end is
-//! committed (or given up): subscribers then see the channel closed, and
-//! whoever waits for the end is let go.
+//! A run's channel opens when it goes live and closes once its end (or its
+//! pause) is committed, or given up: subscribers then see the channel
+//! closed, and whoever waits for the end is told how it closed. A paused run
+//! has no channel (it holds no memory here); whoever follows it waits for
+//! it to go live again ([`Channels::until_reopened`]).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::broadcast;
@@ -37,23 +39,57 @@ impl LiveEvent {
     }
 }
 
+/// How a run's channel closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Closing {
+    /// Its end is stored.
+    Ended,
+    /// Its pause is stored: it waits for a decision, and goes live again
+    /// (with a new channel) once it is answered.
+    Paused,
+    /// It left without a stored end: its last write was given up, or it was
+    /// left queued for the next process.
+    GivenUp,
+}
+
+impl Closing {
+    fn code(self) -> u8 {
+        match self {
+            Self::Ended => 1,
+            Self::Paused => 2,
+            Self::GivenUp => 0,
+        }
+    }
+
+    fn from_code(code: u8) -> Self {
+        match code {
+            1 => Self::Ended,
+            2 => Self::Paused,
+            _ => Self::GivenUp,
+        }
+    }
+}
+
 struct Channel {
     events: broadcast::Sender<Arc<LiveEvent>>,
     ended: Ended,
 }
 
-/// Fires when a run's channel closes, telling whether its end was stored
-/// (`false`: given up, or the run left without an end, as one left queued).
+/// Fires when a run's channel closes, telling how.
 #[derive(Clone, Default)]
 struct Ended {
     token: CancellationToken,
-    stored: Arc<AtomicBool>,
+    how: Arc<AtomicU8>,
 }
 
 /// The channels of the live runs.
 #[derive(Default)]
 pub struct Channels {
     runs: Mutex<HashMap<Uuid, Channel>>,
+    /// Fired when a run that is not live here goes live again or ends:
+    /// what followers of a paused run wait on. Made only for runs someone
+    /// waits on.
+    reopened: Mutex<HashMap<Uuid, CancellationToken>>,
 }
 
 impl Channels {
@@ -65,6 +101,31 @@ impl Channels {
                 ended: Ended::default(),
             });
         }
+        self.wake(run_id);
+    }
+
+    /// Resolves once the run `run_id` goes live here again or ends. Made
+    /// before looking at where the run stands, so that no change after the
+    /// look is missed.
+    pub fn until_reopened(&self, run_id: Uuid) -> impl Future<Output = ()> + Send + use<> {
+        let token = self
+            .reopened
+            .lock()
+            .map(|mut waiting| waiting.entry(run_id).or_default().clone())
+            .unwrap_or_default();
+        token.cancelled_owned()
+    }
+
+    /// Tells whoever waits for `run_id` to go live again that it changed.
+    pub fn wake(&self, run_id: Uuid) {
+        let token = self
+            .reopened
+            .lock()
+            .ok()
+            .and_then(|mut waiting| waiting.remove(&run_id));
+        if let Some(token) = token {
+            token.cancel();
+        }
     }
 
     /// Subscribes to a live run's events; `None` once it is not live.
@@ -73,16 +134,16 @@ impl Channels {
         runs.get(&run_id).map(|channel| channel.events.subscribe())
     }
 
-    /// Resolves once the run's channel closes, to whether its end was
-    /// stored; `None` when it is not open.
-    pub fn ended(&self, run_id: Uuid) -> Option<impl Future<Output = bool> + Send + use<>> {
+    /// Resolves once the run's channel closes, to how it closed; `None`
+    /// when it is not open.
+    pub fn ended(&self, run_id: Uuid) -> Option<impl Future<Output = Closing> + Send + use<>> {
         let ended = {
             let runs = self.runs.lock().ok()?;
             runs.get(&run_id)?.ended.clone()
         };
         Some(async move {
             ended.token.cancelled().await;
-            ended.stored.load(Ordering::Acquire)
+            Closing::from_code(ended.how.load(Ordering::Acquire))
         })
     }
 
@@ -96,17 +157,19 @@ impl Channels {
     }
 
     /// Closes the run's channel: its subscribers see it closed, and its
-    /// waiters are let go, told whether its end was `stored`.
-    pub fn close(&self, run_id: Uuid, stored: bool) {
+    /// waiters are let go, told `how`. Whoever waits for a run that is not
+    /// live (a paused one that ended) is woken too.
+    pub fn close(&self, run_id: Uuid, how: Closing) {
         let channel = self
             .runs
             .lock()
             .ok()
             .and_then(|mut runs| runs.remove(&run_id));
         if let Some(channel) = channel {
-            channel.ended.stored.store(stored, Ordering::Release);
+            channel.ended.how.store(how.code(), Ordering::Release);
             channel.ended.token.cancel();
         }
+        self.wake(run_id);
     }
 
     /// How many channels are open.
@@ -140,11 +203,34 @@ mod tests {
         let mut receiver = channels.subscribe(run).unwrap();
         let ended = channels.ended(run).unwrap();
         channels.publish(run, event(1, "run_start"));
-        channels.close(run, true);
+        channels.close(run, Closing::Paused);
         assert_eq!(receiver.recv().await.unwrap().sequence, Some(1));
         assert!(receiver.recv().await.is_err());
-        assert!(ended.await);
+        assert_eq!(ended.await, Closing::Paused);
         assert!(channels.subscribe(run).is_none());
         assert!(channels.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_paused_run_wakes_its_waiters_when_it_goes_live_again() {
+        let channels = Channels::default();
+        let run = Uuid::now_v7();
+        let reopened = channels.until_reopened(run);
+        let other = channels.until_reopened(Uuid::now_v7());
+        channels.open(run);
+        tokio::time::timeout(std::time::Duration::from_secs(1), reopened)
+            .await
+            .expect("woken by the open");
+        let ended = channels.until_reopened(run);
+        channels.close(run, Closing::Ended);
+        tokio::time::timeout(std::time::Duration::from_secs(1), ended)
+            .await
+            .expect("woken by the end");
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(20), other)
+                .await
+                .is_err(),
+            "another run's waiter sleeps on"
+        );
     }
 }

@@ -6,7 +6,7 @@
 //! readers go on while it writes.
 
 pub mod live;
-mod rows;
+pub(crate) mod rows;
 pub mod writer;
 
 use std::str::FromStr;
@@ -21,11 +21,11 @@ use sqlx::sqlite::{
 use sqlx::{ConnectOptions, Connection, Row};
 use uuid::Uuid;
 
-use crate::harness::Outcome;
-use crate::run::{ModelSpec, Run, RunSpec, RunStatus, Tenant, format_time};
+use crate::harness::{Message, Outcome, PendingAction};
+use crate::run::{ActionAnswer, ModelSpec, Run, RunSpec, RunStatus, Tenant, format_time};
 
-pub use live::{Channels, LiveEvent};
-pub use writer::{Finish, NewEvent, Writer, WriterStats};
+pub use live::{Channels, Closing, LiveEvent};
+pub use writer::{Finish, NewEvent, Pause, Transition, Transitioned, Writer, WriterStats};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -58,6 +58,20 @@ pub struct Unfinished {
     pub run: Run,
     pub tenant: Tenant,
     pub model: ModelSpec,
+    /// A paused run whose every action was answered: it resumes from its
+    /// checkpoint rather than starting.
+    pub answered_pause: bool,
+}
+
+/// A paused run, answered, as stored: what its resume starts from.
+#[derive(Debug, Clone)]
+pub struct StoredPause {
+    pub messages: Vec<Arc<Message>>,
+    pub last_sequence: u64,
+    /// Running time used before the pause.
+    pub running: Duration,
+    pub pending: Vec<PendingAction>,
+    pub answers: std::collections::HashMap<String, ActionAnswer>,
 }
 
 /// A run found by its idempotency key.
@@ -215,6 +229,79 @@ impl Store {
             .collect()
     }
 
+    /// A run's status, whoever's it is.
+    pub async fn run_status(&self, id: Uuid) -> Result<Option<RunStatus>, StoreError> {
+        let status: Option<String> = sqlx::query_scalar("SELECT status FROM runs WHERE id = ?")
+            .bind(id.to_string())
+            .fetch_optional(&self.read)
+            .await?;
+        status
+            .map(|text| {
+                RunStatus::parse(&text)
+                    .ok_or_else(|| StoreError::Corrupt(format!("unknown run status {text:?}")))
+            })
+            .transpose()
+    }
+
+    /// Where an answered pause stands, to resume it: its transcript, its
+    /// last event, its running time, what it waited on and the answers.
+    pub async fn paused(&self, id: Uuid) -> Result<StoredPause, StoreError> {
+        let row = sqlx::query(
+            "SELECT pending_actions, answers, running_ms, \
+             (SELECT COALESCE(MAX(sequence), 0) FROM events WHERE run_id = runs.id) AS last \
+             FROM runs WHERE id = ?",
+        )
+        .bind(id.to_string())
+        .fetch_optional(&self.read)
+        .await?
+        .ok_or_else(|| StoreError::Corrupt(format!("run {id} vanished")))?;
+        let messages = self
+            .messages(id)
+            .await?
+            .iter()
+            .map(|text| {
+                serde_json::from_str::<Message>(text)
+                    .map(Arc::new)
+                    .map_err(|e| StoreError::Corrupt(format!("a message of run {id}: {e}")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let count = |column: &str| {
+            u64::try_from(row.get::<i64, _>(column))
+                .map_err(|_| StoreError::Corrupt(format!("{column} out of range")))
+        };
+        Ok(StoredPause {
+            messages,
+            last_sequence: count("last")?,
+            running: Duration::from_millis(count("running_ms")?),
+            pending: rows::json(&row, "pending_actions")?,
+            answers: rows::json(&row, "answers")?,
+        })
+    }
+
+    /// Paused runs by their deadline, soonest first.
+    pub async fn pause_deadlines(
+        &self,
+        limit: u32,
+    ) -> Result<Vec<(Uuid, DateTime<Utc>)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, action_deadline FROM runs WHERE status = 'requires_action' \
+             AND action_deadline IS NOT NULL ORDER BY action_deadline LIMIT ?",
+        )
+        .bind(i64::from(limit))
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let id = row.get::<String, _>(0);
+                let id = Uuid::parse_str(&id)
+                    .map_err(|_| StoreError::Corrupt(format!("bad run id {id:?}")))?;
+                let at = DateTime::parse_from_rfc3339(&row.get::<String, _>(1))
+                    .map_err(|_| StoreError::Corrupt("bad action deadline".into()))?;
+                Ok((id, at.with_timezone(&Utc)))
+            })
+            .collect()
+    }
+
     pub async fn find_idempotent(
         &self,
         tenant: &Tenant,
@@ -237,6 +324,32 @@ impl Store {
     }
 }
 
+/// The `run_end` event of a run the store itself ends (one a previous
+/// process left running, a paused one cancelled or timed out), as stored.
+pub(crate) fn run_end_body(
+    run: &Run,
+    sequence: i64,
+    at: DateTime<Utc>,
+    status: Outcome,
+    error: Option<String>,
+) -> Result<String, StoreError> {
+    let event = crate::harness::Event {
+        run_id: run.id,
+        sequence: u64::try_from(sequence).unwrap_or(1),
+        timestamp: at,
+        kind: crate::harness::EventKind::RunEnd {
+            status,
+            steps: run.steps,
+            tool_calls: run.tool_calls,
+            usage: run.usage,
+            answer: None,
+            error,
+        },
+    };
+    serde_json::to_string(&event)
+        .map_err(|e| StoreError::Corrupt(format!("cannot serialise an event: {e}")))
+}
+
 /// Inserts for a new run, in the order the writer applies them.
 pub(crate) struct NewRun<'a> {
     pub run: &'a Run,
@@ -256,7 +369,8 @@ pub struct Recovered {
 
 /// Brings the previous process's live runs to rest: `running` ones become
 /// `interrupted` with a `run_end` event after their last one; `queued` ones
-/// are returned, oldest first, to be started again.
+/// are returned, oldest first, to be started (or resumed) again. Paused runs
+/// stay paused: they hold nothing but their row.
 async fn recover(
     connection: &mut SqliteConnection,
     now: DateTime<Utc>,
@@ -276,21 +390,13 @@ async fn recover(
         .fetch_one(&mut *tx)
         .await?;
         let error = crate::run::INTERRUPTED.to_owned();
-        let event = crate::harness::Event {
-            run_id: run.id,
-            sequence: u64::try_from(sequence).unwrap_or(1),
-            timestamp: now,
-            kind: crate::harness::EventKind::RunEnd {
-                status: Outcome::Interrupted,
-                steps: run.steps,
-                tool_calls: run.tool_calls,
-                usage: run.usage,
-                answer: None,
-                error: Some(error.clone()),
-            },
-        };
-        let body = serde_json::to_string(&event)
-            .map_err(|e| StoreError::Corrupt(format!("cannot serialise an event: {e}")))?;
+        let body = run_end_body(
+            &run,
+            sequence,
+            now,
+            Outcome::Interrupted,
+            Some(error.clone()),
+        )?;
         sqlx::query(
             "INSERT INTO events (run_id, sequence, type, body) VALUES (?, ?, 'run_end', ?)",
         )

@@ -7,9 +7,9 @@ use sqlx::sqlite::SqliteRow;
 use uuid::Uuid;
 
 use super::{StoreError, Unfinished};
-use crate::harness::UsageTotals;
+use crate::harness::{PendingAction, UsageTotals};
 use crate::run::RunStatus;
-use crate::run::{Run, Tenant};
+use crate::run::{ActionAnswer, Run, Tenant};
 
 /// A `SELECT` of every column of `runs`, with the given filter appended.
 macro_rules! select_runs {
@@ -18,7 +18,9 @@ macro_rules! select_runs {
             "SELECT id, tenant, status, prompt, answer, error, steps, tool_calls, ",
             "input_tokens, output_tokens, model_calls_with_usage, limits, context, tools, ",
             "commands, model, metadata, model_spec, request_hash, created_at, started_at, ",
-            "finished_at FROM runs ",
+            "finished_at, approval, client_tools, pending_actions, answers, running_ms, ",
+            "action_deadline ",
+            "FROM runs ",
             $filter
         )
     };
@@ -27,6 +29,7 @@ macro_rules! select_runs {
 pub(super) const SELECT_RUN_BY_ID: &str = select_runs!("WHERE id = ? AND tenant = ?");
 pub(super) const SELECT_RUN_BY_IDEMPOTENCY_KEY: &str =
     select_runs!("WHERE tenant = ? AND idempotency_key = ?");
+pub(super) const SELECT_RUN_FOR_UPDATE: &str = select_runs!("WHERE id = ?");
 pub(super) const SELECT_LIVE_RUNS: &str = select_runs!("WHERE status = ? ORDER BY id");
 /// Newest first; the status and cursor filters apply only when bound non-null.
 pub(super) const SELECT_RUNS_PAGE: &str = select_runs!(
@@ -54,6 +57,9 @@ pub(super) fn run_from_row(row: &SqliteRow) -> Result<Run, StoreError> {
         commands: json(row, "commands")?,
         model: json(row, "model")?,
         metadata: json(row, "metadata")?,
+        pending_actions: unanswered(row)?,
+        approval: json(row, "approval")?,
+        client_tools: json(row, "client_tools")?,
         created_at: time(&row.get::<String, _>("created_at"))?,
         started_at: row
             .get::<Option<String>, _>("started_at")
@@ -73,8 +79,25 @@ pub(super) fn unfinished_from_row(row: &SqliteRow) -> Result<Unfinished, StoreEr
         run: run_from_row(row)?,
         tenant: Tenant(row.get("tenant")),
         model: json(row, "model_spec")?,
+        answered_pause: row.get::<String, _>("pending_actions") != "[]",
     })
 }
+
+/// The pending actions still waiting for an answer.
+fn unanswered(row: &SqliteRow) -> Result<Vec<PendingAction>, StoreError> {
+    let pending: Vec<PendingAction> = json(row, "pending_actions")?;
+    if pending.is_empty() {
+        return Ok(pending);
+    }
+    let answers: Answers = json(row, "answers")?;
+    Ok(pending
+        .into_iter()
+        .filter(|action| !answers.contains_key(&action.call_id))
+        .collect())
+}
+
+/// The answers a paused run was given so far, by call id.
+pub(super) type Answers = std::collections::HashMap<String, ActionAnswer>;
 
 fn parse_uuid(text: &str) -> Result<Uuid, StoreError> {
     Uuid::parse_str(text).map_err(|_| StoreError::Corrupt(format!("bad run id {text:?}")))
@@ -85,7 +108,7 @@ fn count<T: TryFrom<i64>>(row: &SqliteRow, column: &str) -> Result<T, StoreError
         .map_err(|_| StoreError::Corrupt(format!("{column} out of range")))
 }
 
-fn json<T: DeserializeOwned>(row: &SqliteRow, column: &str) -> Result<T, StoreError> {
+pub(super) fn json<T: DeserializeOwned>(row: &SqliteRow, column: &str) -> Result<T, StoreError> {
     serde_json::from_str(&row.get::<String, _>(column))
         .map_err(|e| StoreError::Corrupt(format!("{column}: {e}")))
 }

@@ -283,6 +283,16 @@ pub fn two_step(tool: &str, arguments: Value, answer: &str) -> Value {
     })
 }
 
+/// Asserts that a run's stored events are numbered 1, 2, 3, ... with no gap.
+pub fn assert_gap_free(events: &[SseEvent]) {
+    let sequences: Vec<u64> = events.iter().map(|e| e.id.unwrap()).collect();
+    assert_eq!(
+        sequences,
+        (1..=sequences.len() as u64).collect::<Vec<_>>(),
+        "no gap"
+    );
+}
+
 pub fn types(events: &[SseEvent]) -> Vec<&str> {
     events.iter().map(|e| e.event.as_str()).collect()
 }
@@ -311,6 +321,22 @@ impl Remote {
 
     pub async fn get_json(&self, path: &str) -> Value {
         self.get(path).await.json().await.unwrap()
+    }
+
+    /// Polls a run (10 s at most) until it has the given status.
+    pub async fn wait_status(&self, id: &str, status: &str) -> Value {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let run = self.get_json(&format!("/v1/runs/{id}")).await;
+            if run["status"] == status {
+                return run;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "run {id} never reached {status}: {run}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     pub async fn post_json(&self, path: &str, body: &Value) -> Value {
@@ -343,4 +369,49 @@ pub fn terminate(child: &mut std::process::Child) -> std::process::ExitStatus {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The real binary, serving from `dir`.
+pub fn start_binary(dir: &TempDir) -> (std::process::Child, String) {
+    start_binary_with(dir, &[])
+}
+
+/// The real binary, serving from `dir`, with more settings (`AGENT_RUNNER_...`
+/// variables).
+pub fn start_binary_with(
+    dir: &TempDir,
+    settings: &[(&str, &str)],
+) -> (std::process::Child, String) {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let mut command = Command::new(env!("CARGO_BIN_EXE_agent-runner"));
+    command
+        .arg("serve")
+        .env("AGENT_RUNNER_SERVER__BIND", "127.0.0.1:0")
+        .env(
+            "AGENT_RUNNER_STORAGE__DATABASE_URL",
+            format!("sqlite://{}/runs.db", dir.path().display()),
+        )
+        .env(
+            "AGENT_RUNNER_STORAGE__WORKSPACES_DIR",
+            dir.path().join("workspaces"),
+        )
+        .env("RUST_LOG", "warn");
+    for (name, value) in settings {
+        command.env(name, value);
+    }
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).unwrap();
+    let address = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_owned();
+    (child, address)
 }

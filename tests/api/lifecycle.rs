@@ -1,12 +1,9 @@
 //! Durability and lifecycle: graceful stops, restarts, and recovery after the
 //! process is killed.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tempfile::TempDir;
 
 use crate::helpers::*;
 
@@ -111,35 +108,6 @@ async fn a_stopping_server_takes_no_new_runs() {
         1,
         "the refused run was not created"
     );
-}
-
-/// The real binary, serving from `dir`.
-fn start_binary(dir: &TempDir) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agent-runner"))
-        .arg("serve")
-        .env("AGENT_RUNNER_SERVER__BIND", "127.0.0.1:0")
-        .env(
-            "AGENT_RUNNER_STORAGE__DATABASE_URL",
-            format!("sqlite://{}/runs.db", dir.path().display()),
-        )
-        .env(
-            "AGENT_RUNNER_STORAGE__WORKSPACES_DIR",
-            dir.path().join("workspaces"),
-        )
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).unwrap();
-    let address = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_owned();
-    (child, address)
 }
 
 #[tokio::test]

@@ -10,6 +10,7 @@ mod connections;
 mod errors;
 mod lifecycle;
 mod openapi;
+mod pauses;
 mod runs;
 mod sandbox;
 mod scenarios;

@@ -1114,6 +1114,54 @@ async fn every_event_of_a_stream_matches_the_event_schema() {
         .await;
     check("get", "/v1/runs/{id}/events", &resumed);
 
+    // A run that pauses for an approval, is answered, and goes on: its
+    // stream carries actions_required and follows it across the pause.
+    let paused = app
+        .create_run(json!({
+            "prompt": "write it, with permission",
+            "approval": {"tools": ["write_file"]},
+            "model": {"scripted": [
+                {"content": "", "tool_calls": [call("w1", "write_file", json!({"path": "b.txt", "content": "y"}))]},
+                {"content": "written"}
+            ]}
+        }))
+        .await;
+    let paused_id = paused["id"].as_str().unwrap().to_owned();
+    let following = {
+        let app_url = app.url(&format!("/v1/runs/{paused_id}/events"));
+        let request = app.client.get(app_url);
+        let request = match &app.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        };
+        tokio::spawn(async move { read_sse(request.send().await.unwrap()).await.0 })
+    };
+    let waiting = app.wait_status(&paused_id, "requires_action").await;
+    check(
+        "get",
+        "/v1/runs/{id}",
+        &app.get(&format!("/v1/runs/{paused_id}")).await,
+    );
+    assert_eq!(waiting["pending_actions"][0]["kind"], "approval");
+    let answered = app
+        .send(
+            app.request(Method::POST, &format!("/v1/runs/{paused_id}/actions"))
+                .json(&json!({"actions": [{"call_id": "w1", "decision": "approve"}]})),
+        )
+        .await;
+    check("post", "/v1/runs/{id}/actions", &answered);
+    assert_eq!(answered.status, StatusCode::OK, "{}", answered.text);
+    let again = app
+        .send(
+            app.request(Method::POST, &format!("/v1/runs/{paused_id}/actions"))
+                .json(&json!({"actions": [{"call_id": "w1", "decision": "approve"}]})),
+        )
+        .await;
+    check("post", "/v1/runs/{id}/actions", &again);
+    let followed = following.await.unwrap();
+    check_events(&followed, &mut seen);
+    assert_eq!(followed.last().unwrap().data["status"], "completed");
+
     let mut expected = documented_event_types();
     expected.remove("model_delta");
     let missing: Vec<_> = expected.difference(&seen).collect();
@@ -1244,9 +1292,10 @@ fn the_schemas_refuse_wrong_shapes() {
         "id": run_id, "status": "completed", "prompt": "hi", "answer": "x", "error": null,
         "steps": 1, "tool_calls": 0,
         "usage": {"input_tokens": 0, "output_tokens": 0, "model_calls_with_usage": 0},
-        "limits": {"max_steps": 10, "max_tool_calls": 30, "timeout_ms": 120000},
+        "limits": {"max_steps": 10, "max_tool_calls": 30, "timeout_ms": 120000, "action_timeout_ms": 3600000},
         "context": {"max_context_chars": 32000, "max_tool_result_chars": 8000},
         "tools": ["read_file"], "commands": [], "model": {"provider": "scripted"}, "metadata": {},
+        "pending_actions": [], "approval": {"tools": []}, "client_tools": [],
         "created_at": "2026-01-02T03:04:05.123Z", "started_at": null, "finished_at": null
     });
     assert_matches(run_schema, &run, "a run object");

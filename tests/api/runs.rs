@@ -43,6 +43,9 @@ async fn a_created_run_is_answered_with_its_object_and_location() {
         "commands",
         "model",
         "metadata",
+        "pending_actions",
+        "approval",
+        "client_tools",
         "created_at",
         "started_at",
         "finished_at",
@@ -54,7 +57,7 @@ async fn a_created_run_is_answered_with_its_object_and_location() {
     assert_eq!(run["prompt"], "Inspect the project");
     assert_eq!(
         run["limits"],
-        json!({"max_steps": 3, "max_tool_calls": 4, "timeout_ms": 5000})
+        json!({"max_steps": 3, "max_tool_calls": 4, "timeout_ms": 5000, "action_timeout_ms": 3_600_000})
     );
     assert_eq!(
         run["context"],

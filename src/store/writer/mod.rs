@@ -22,6 +22,7 @@
 
 mod health;
 mod sql;
+mod transition;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -34,11 +35,12 @@ use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use super::StoreError;
-use super::live::{Channels, LiveEvent};
+use super::live::{Channels, Closing, LiveEvent};
 use crate::harness::{Outcome, UsageTotals};
 use health::Health;
 pub(crate) use sql::RunRow;
 use sql::apply_all;
+pub use transition::{Transition, Transitioned};
 
 /// Most operations committed in one transaction.
 pub const MAX_BATCH: usize = 2048;
@@ -72,6 +74,24 @@ pub struct NewEvent {
     pub message: Option<(u32, Arc<str>)>,
     /// For `run_end`: the run's final state.
     pub finish: Option<Box<Finish>>,
+    /// For `actions_required`: where the run pauses, written with it.
+    pub pause: Option<Box<Pause>>,
+}
+
+/// A run pausing for a decision, written with its `actions_required` event
+/// in one transaction: once a client can see the event, the run is
+/// `requires_action` and can be answered.
+#[derive(Debug)]
+pub struct Pause {
+    pub steps: u32,
+    pub tool_calls: u32,
+    pub usage: UsageTotals,
+    /// JSON of the pending actions.
+    pub pending: String,
+    /// Running time used so far.
+    pub running_ms: u64,
+    /// When the pause ends `timeout` unless answered (RFC 3339).
+    pub action_deadline: String,
 }
 
 pub(super) enum Op {
@@ -82,6 +102,12 @@ pub(super) enum Op {
         done: oneshot::Sender<Result<(), StoreError>>,
     },
     Event(NewEvent),
+    /// A change that depends on what is stored (answering or ending a paused
+    /// run): written in a transaction of its own.
+    Transition(
+        Box<Transition>,
+        oneshot::Sender<Result<Transitioned, StoreError>>,
+    ),
     Close(oneshot::Sender<()>),
 }
 
@@ -157,6 +183,16 @@ impl Writer {
         wait.await.map_err(|_| StoreError::Closed)?
     }
 
+    /// Applies `transition` in a transaction of its own, after everything
+    /// sent before it, and waits for the commit.
+    pub async fn transition(&self, transition: Transition) -> Result<Transitioned, StoreError> {
+        let (done, wait) = oneshot::channel();
+        self.sender
+            .send(Op::Transition(Box::new(transition), done))
+            .map_err(|_| StoreError::Closed)?;
+        wait.await.map_err(|_| StoreError::Closed)?
+    }
+
     /// Appends an event (and the message it announces, if any); a `run_end`
     /// carries the run's final state, written in the same transaction. Its
     /// subscribers hear of it once it is committed.
@@ -227,7 +263,17 @@ impl Task {
             if pending.is_empty() {
                 continue;
             }
-            let take = pending.len().min(MAX_BATCH);
+            // A transition is committed alone: what it finds stored decides
+            // what it writes.
+            let take = match pending
+                .iter()
+                .take(MAX_BATCH)
+                .position(|op| matches!(op, Op::Transition(..)))
+            {
+                Some(0) => 1,
+                Some(before) => before,
+                None => pending.len().min(MAX_BATCH),
+            };
             let batch: Vec<Op> = pending.drain(..take).collect();
             self.stats.batches.fetch_add(1, Ordering::Relaxed);
             self.stats
@@ -276,7 +322,22 @@ impl Task {
     /// is answered with the error instead. Should the transaction fail for
     /// another reason, each operation is written in a transaction of its own,
     /// so that one bad write loses nothing else and gets its own error.
-    async fn commit(&mut self, batch: Vec<Op>) -> (Vec<Op>, bool) {
+    async fn commit(&mut self, mut batch: Vec<Op>) -> (Vec<Op>, bool) {
+        if let [Op::Transition(..)] = batch.as_slice()
+            && let Some(Op::Transition(transition, done)) = batch.pop()
+        {
+            let outcome = transition::apply(&mut self.connection, &transition).await;
+            let refused = outcome.as_ref().err().is_some_and(is_refusal);
+            if let Ok(Transitioned::Ended { run, .. }) = &outcome {
+                self.channels.close(run.id, Closing::Ended);
+            }
+            // Answered at once, refusal or not: its client tries again.
+            let _ = done.send(outcome.map_err(|error| match error {
+                error if refused => StoreError::Refused(error.to_string()),
+                error => error,
+            }));
+            return (Vec::new(), refused);
+        }
         let error = match apply_all(&mut self.connection, &batch).await {
             Ok(()) => {
                 for op in batch {
@@ -320,6 +381,9 @@ fn hold(batch: Vec<Op>, error: &StoreError) -> Vec<Op> {
             Op::InsertRun(_, done) => {
                 let _ = done.send(Err(StoreError::Refused(error.to_string())));
             }
+            Op::Transition(_, done) => {
+                let _ = done.send(Err(StoreError::Refused(error.to_string())));
+            }
             op => held.push(op),
         }
     }
@@ -348,9 +412,18 @@ fn finish(op: Op, stored: bool, channels: &Channels) {
                     }),
                 );
             }
-            if event.finish.is_some() {
-                channels.close(event.run_id, stored);
+            let closing = match (stored, event.finish.is_some(), event.pause.is_some()) {
+                (true, true, _) => Some(Closing::Ended),
+                (true, _, true) => Some(Closing::Paused),
+                (false, true, _) | (false, _, true) => Some(Closing::GivenUp),
+                _ => None,
+            };
+            if let Some(closing) = closing {
+                channels.close(event.run_id, closing);
             }
+        }
+        Op::Transition(_, done) => {
+            let _ = done.send(Err(StoreError::Refused("the write was given up".into())));
         }
         Op::Close(_) => {}
     }
@@ -360,6 +433,9 @@ fn finish(op: Op, stored: bool, channels: &Channels) {
 fn fail(op: Op, error: StoreError, channels: &Channels) {
     match op {
         Op::InsertRun(_, done) | Op::Started { done, .. } => {
+            let _ = done.send(Err(error));
+        }
+        Op::Transition(_, done) => {
             let _ = done.send(Err(error));
         }
         op => finish(op, false, channels),

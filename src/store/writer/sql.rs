@@ -7,7 +7,7 @@ use super::Op;
 use crate::run::format_time;
 use crate::store::{NewRun, StoreError};
 
-/// Most rows one statement writes (the runs insert binds 15 values a row,
+/// Most rows one statement writes (the runs insert binds 17 values a row,
 /// well within SQLite's 32,766 variables).
 const MAX_ROWS_PER_STATEMENT: usize = 256;
 
@@ -23,6 +23,8 @@ pub(crate) struct RunRow {
     commands: String,
     model: String,
     metadata: String,
+    approval: String,
+    client_tools: String,
     model_spec: String,
     idempotency_key: Option<String>,
     request_hash: Option<String>,
@@ -44,6 +46,8 @@ impl RunRow {
             commands: json(&run.commands)?,
             model: json(&run.model)?,
             metadata: json(&run.metadata)?,
+            approval: json(&run.approval)?,
+            client_tools: json(&run.client_tools)?,
             model_spec: json(&new.spec.model)?,
             idempotency_key: new.idempotency.map(|(key, _)| key.to_owned()),
             request_hash: new.idempotency.map(|(_, hash)| hash.to_owned()),
@@ -86,13 +90,14 @@ pub(super) async fn apply_all(
 /// bounded the writer (see docs/benchmarks.md).
 ///
 /// The kinds go in an order that keeps every run's rows consistent: a run is
-/// inserted before its events and marked running before it ends.
+/// inserted before its events and marked running before it pauses or ends.
 async fn apply(connection: &mut SqliteConnection, ops: &[Op]) -> Result<(), StoreError> {
     let mut runs = Vec::new();
     let mut started = Vec::new();
     let mut messages = Vec::new();
     let mut events = Vec::new();
     let mut finishes = Vec::new();
+    let mut pauses = Vec::new();
     for op in ops {
         match op {
             Op::InsertRun(row, _) => runs.push(&**row),
@@ -105,15 +110,20 @@ async fn apply(connection: &mut SqliteConnection, ops: &[Op]) -> Result<(), Stor
                 if let Some(finish) = &event.finish {
                     finishes.push((run_id.clone(), &**finish));
                 }
+                if let Some(pause) = &event.pause {
+                    pauses.push((run_id.clone(), &**pause));
+                }
                 events.push((run_id, saturate(event.sequence), event.kind, &*event.body));
             }
-            Op::Close(_) => {}
+            // Committed alone (see `Task::commit`).
+            Op::Transition(..) | Op::Close(_) => {}
         }
     }
     for chunk in chunks(&runs) {
         let mut query = QueryBuilder::<Sqlite>::new(
             "INSERT INTO runs (id, tenant, status, prompt, limits, context, tools, commands, \
-             model, metadata, model_spec, idempotency_key, request_hash, created_at, started_at) ",
+             model, metadata, approval, client_tools, model_spec, idempotency_key, request_hash, \
+             created_at, started_at) ",
         );
         query.push_values(chunk, |mut values, row| {
             values
@@ -127,6 +137,8 @@ async fn apply(connection: &mut SqliteConnection, ops: &[Op]) -> Result<(), Stor
                 .push_bind(row.commands.as_str())
                 .push_bind(row.model.as_str())
                 .push_bind(row.metadata.as_str())
+                .push_bind(row.approval.as_str())
+                .push_bind(row.client_tools.as_str())
                 .push_bind(row.model_spec.as_str())
                 .push_bind(row.idempotency_key.as_deref())
                 .push_bind(row.request_hash.as_deref())
@@ -137,7 +149,10 @@ async fn apply(connection: &mut SqliteConnection, ops: &[Op]) -> Result<(), Stor
     }
     for chunk in chunks(&started) {
         let mut query = QueryBuilder::<Sqlite>::new(
-            "UPDATE runs SET status = 'running', started_at = v.column2 FROM (",
+            // A resumed run keeps its first start, and no longer waits on
+            // anything.
+            "UPDATE runs SET status = 'running', started_at = COALESCE(runs.started_at, v.column2), \
+             pending_actions = '[]', answers = '{}', action_deadline = NULL FROM (",
         );
         query.push_values(chunk, |mut values, (run_id, at)| {
             values.push_bind(run_id.as_str()).push_bind(*at);
@@ -166,6 +181,28 @@ async fn apply(connection: &mut SqliteConnection, ops: &[Op]) -> Result<(), Stor
                 .push_bind(*kind)
                 .push_bind(*body);
         });
+        query.build().execute(&mut *connection).await?;
+    }
+    for chunk in chunks(&pauses) {
+        let mut query = QueryBuilder::<Sqlite>::new(
+            "UPDATE runs SET status = 'requires_action', steps = v.column2, \
+             tool_calls = v.column3, input_tokens = v.column4, output_tokens = v.column5, \
+             model_calls_with_usage = v.column6, pending_actions = v.column7, answers = '{}', \
+             running_ms = v.column8, action_deadline = v.column9 FROM (",
+        );
+        query.push_values(chunk, |mut values, (run_id, pause)| {
+            values
+                .push_bind(run_id.as_str())
+                .push_bind(i64::from(pause.steps))
+                .push_bind(i64::from(pause.tool_calls))
+                .push_bind(saturate(pause.usage.input_tokens))
+                .push_bind(saturate(pause.usage.output_tokens))
+                .push_bind(saturate(pause.usage.model_calls_with_usage))
+                .push_bind(pause.pending.as_str())
+                .push_bind(saturate(pause.running_ms))
+                .push_bind(pause.action_deadline.as_str());
+        });
+        query.push(") AS v WHERE runs.id = v.column1");
         query.build().execute(&mut *connection).await?;
     }
     for chunk in chunks(&finishes) {
@@ -211,7 +248,7 @@ fn chunks<T>(rows: &[T]) -> impl Iterator<Item = &[T]> {
     })
 }
 
-fn saturate(value: u64) -> i64 {
+pub(super) fn saturate(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 

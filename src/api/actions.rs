@@ -1,0 +1,151 @@
+//! `POST /v1/runs/{id}/actions`: a client's answers to a paused run's
+//! pending actions: decisions for approvals, results for its own tools.
+//! Refused whole when any answer is wrong; nothing of it is stored then.
+
+use axum::Json;
+use axum::extract::State;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::error::{ApiError, ErrorCode};
+use super::json::ApiJson;
+use super::state::AppState;
+use super::tenant_run::TenantRun;
+use crate::run::{ActionAnswer, Decision, Run};
+use crate::runner::{Answered, SubmitError};
+
+/// Most answers one request may carry (a batch is bounded by
+/// `max_tool_calls`, and this by the ceiling of it).
+pub const MAX_ANSWERS: usize = 1000;
+/// Longest denial reason or client error kept.
+pub const MAX_ANSWER_TEXT_BYTES: usize = 64 * 1024;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ActionsRequest {
+    actions: Vec<ActionRequest>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ActionRequest {
+    call_id: String,
+    #[serde(default)]
+    decision: Option<String>,
+    #[serde(default)]
+    reason: Option<String>,
+    /// Present (even `null`) for a client tool's result.
+    #[serde(default, deserialize_with = "present")]
+    output: Option<Value>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+/// `Some(value)` for a field that is there, `null` included.
+fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(deserializer).map(Some)
+}
+
+impl ActionRequest {
+    /// One answer: exactly one of a decision (with an optional reason for a
+    /// denial), an output, or an error.
+    fn validate(self, i: usize) -> Result<(String, ActionAnswer), ApiError> {
+        let invalid = |message: String| Err(ApiError::Validation(message));
+        if self.call_id.is_empty() {
+            return invalid(format!("actions[{i}].call_id must not be empty"));
+        }
+        let given = [
+            self.decision.is_some(),
+            self.output.is_some(),
+            self.error.is_some(),
+        ];
+        if given.iter().filter(|&&g| g).count() != 1 {
+            return invalid(format!(
+                "actions[{i}]: give exactly one of decision (approve or deny), output or error"
+            ));
+        }
+        for (field, text) in [("reason", &self.reason), ("error", &self.error)] {
+            if text
+                .as_ref()
+                .is_some_and(|t| t.len() > MAX_ANSWER_TEXT_BYTES)
+            {
+                return invalid(format!(
+                    "actions[{i}].{field}: at most {MAX_ANSWER_TEXT_BYTES} bytes are kept"
+                ));
+            }
+        }
+        if self.reason.is_some() && self.decision.as_deref() != Some("deny") {
+            return invalid(format!(
+                "actions[{i}].reason is only for a denial (decision: deny)"
+            ));
+        }
+        let answer = match (self.decision.as_deref(), self.output, self.error) {
+            (Some("approve"), _, _) => ActionAnswer::Decision {
+                decision: Decision::Approve,
+                reason: None,
+            },
+            (Some("deny"), _, _) => ActionAnswer::Decision {
+                decision: Decision::Deny,
+                reason: self.reason,
+            },
+            (Some(other), _, _) => {
+                return invalid(format!(
+                    "actions[{i}].decision must be approve or deny (got {other:?})"
+                ));
+            }
+            (None, Some(output), _) => ActionAnswer::Output { output },
+            (None, None, Some(error)) => ActionAnswer::Error { error },
+            (None, None, None) => unreachable!("exactly one was given"),
+        };
+        Ok((self.call_id, answer))
+    }
+}
+
+/// `POST /v1/runs/{id}/actions`
+pub async fn answer(
+    State(state): State<AppState>,
+    TenantRun { tenant, run }: TenantRun,
+    ApiJson(body): ApiJson<Value>,
+) -> Result<Json<Run>, ApiError> {
+    let request: ActionsRequest = super::json::from_value(body)?;
+    if request.actions.is_empty() {
+        return Err(ApiError::Validation(
+            "actions must answer at least one pending action".into(),
+        ));
+    }
+    if request.actions.len() > MAX_ANSWERS {
+        return Err(ApiError::Validation(format!(
+            "actions: at most {MAX_ANSWERS} answers may be given"
+        )));
+    }
+    let answers = request
+        .actions
+        .into_iter()
+        .enumerate()
+        .map(|(i, action)| action.validate(i))
+        .collect::<Result<Vec<_>, _>>()?;
+    let answered = state
+        .runner
+        .answer(&tenant, run.id, answers)
+        .await
+        .map_err(|error| match error {
+            SubmitError::StorageRefused(why) => {
+                tracing::error!(%why, run_id = %run.id, "answers could not be stored");
+                ApiError::Unavailable(
+                    "the server's storage refuses writes; nothing was answered, retry later".into(),
+                )
+            }
+            error => error.into(),
+        })?;
+    match answered {
+        Answered::Run(run) => Ok(Json(*run)),
+        Answered::NotFound => Err(ApiError::NotFound("run")),
+        Answered::NotPaused(status) => Err(ApiError::Conflict {
+            code: ErrorCode::RunNotPaused,
+            message: format!(
+                "the run is not waiting for a decision (its status is {status}); nothing was answered"
+            ),
+        }),
+        Answered::Refused(why) => Err(ApiError::Validation(format!("{why}; nothing was answered"))),
+    }
+}

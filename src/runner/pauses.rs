@@ -1,0 +1,208 @@
+//! Paused runs: answering them (and resuming those fully answered), ending
+//! them, and the watch that times out pauses no answer came for. A paused
+//! run holds nothing here: each of these starts from what storage holds.
+
+use std::sync::Weak;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use chrono::Utc;
+use uuid::Uuid;
+
+use super::{Runner, Shared, SubmitError};
+use crate::harness::Outcome;
+use crate::run::{ActionAnswer, Run, RunSpec, Tenant};
+use crate::store::{Closing, StoreError, Transition, Transitioned};
+
+/// What a paused run whose pause ran out is told.
+pub const NO_ANSWER: &str =
+    "No answer came in time: the run waited its limits.action_timeout_ms for a decision";
+
+/// Most paused runs the watch looks at per pass.
+const WATCH_PAGE: u32 = 256;
+/// Longest the watch sleeps without looking (a pause stored meanwhile wakes
+/// it sooner).
+const WATCH_IDLE: Duration = Duration::from_secs(5);
+
+/// What became of a client's answers.
+#[derive(Debug)]
+pub enum Answered {
+    /// Stored: the run as it is now (`queued` once every action is
+    /// answered, and then it resumes).
+    Run(Box<Run>),
+    NotFound,
+    /// The run does not wait for a decision: its status.
+    NotPaused(crate::run::RunStatus),
+    /// An answer does not fit (why); nothing of them was stored.
+    Refused(String),
+}
+
+impl Runner {
+    /// Stores a client's answers to a paused run, all or none; once every
+    /// pending action is answered, the run resumes (it takes a slot like a
+    /// queued run).
+    pub async fn answer(
+        &self,
+        tenant: &Tenant,
+        id: Uuid,
+        answers: Vec<(String, ActionAnswer)>,
+    ) -> Result<Answered, SubmitError> {
+        let transition = Transition::Answer {
+            run_id: id,
+            tenant: tenant.clone(),
+            answers,
+        };
+        let outcome = self
+            .shared
+            .store
+            .writer()
+            .transition(transition)
+            .await
+            .map_err(|error| match error {
+                StoreError::Refused(why) => SubmitError::StorageRefused(why),
+                error => SubmitError::Store(error),
+            })?;
+        Ok(match outcome {
+            Transitioned::Answered {
+                run,
+                complete,
+                model,
+            } => {
+                // A server that is stopping leaves it queued: the next
+                // process resumes it.
+                if complete && !self.is_closing() {
+                    let _accepting = self.tasks.token();
+                    self.shared.waiting.fetch_add(1, Ordering::AcqRel);
+                    let spec = RunSpec::of_run(&run, model);
+                    self.start(run.clone(), tenant.clone(), spec, None, true);
+                }
+                Answered::Run(Box::new(run))
+            }
+            Transitioned::NotFound => Answered::NotFound,
+            Transitioned::NotPaused(status) => Answered::NotPaused(status),
+            Transitioned::Refused(why) => Answered::Refused(why),
+            Transitioned::NotDue | Transitioned::Ended { .. } => {
+                return Err(SubmitError::Store(StoreError::Corrupt(
+                    "an answer ended a run".into(),
+                )));
+            }
+        })
+    }
+
+    /// Ends a paused run `aborted` (a client's cancel). `Ok(None)` when it
+    /// is not paused (any more).
+    pub async fn cancel_paused(&self, id: Uuid) -> Result<Option<Run>, StoreError> {
+        let ended = end_paused(&self.shared, id, Outcome::Aborted, None, false).await?;
+        Ok(ended)
+    }
+
+    /// Resolves to a run's final state once it is terminal, across its
+    /// pauses: from memory when its end was stored here, `None` when it is
+    /// known to be stored (read it), when its end could not be stored, or
+    /// when the server stops first.
+    pub async fn finished(&self, id: Uuid) -> Option<Run> {
+        let channels = self.shared.store.live();
+        loop {
+            // Made before looking, so a resume after the look is not missed.
+            let reopened = channels.until_reopened(id);
+            if let (Some(live), Some(ended)) = (self.live(id), channels.ended(id)) {
+                match ended.await {
+                    Closing::Ended => return live.snapshot(),
+                    Closing::GivenUp => return None,
+                    Closing::Paused => continue,
+                }
+            }
+            // Not live here: ended, paused, or answered and about to resume.
+            match self.shared.store.run_status(id).await {
+                Ok(Some(status)) if !status.is_terminal() => {
+                    tokio::select! {
+                        () = reopened => {}
+                        () = self.closing.cancelled() => return None,
+                    }
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// Watches the paused runs' deadlines, ending each pause that runs out
+    /// `timeout`. Ends with the runner.
+    pub(super) fn watch_pauses(&self) {
+        tokio::spawn(watch_pauses(
+            std::sync::Arc::downgrade(&self.shared),
+            self.closing.clone(),
+        ));
+    }
+}
+
+async fn end_paused(
+    shared: &Shared,
+    id: Uuid,
+    status: Outcome,
+    error: Option<String>,
+    due: bool,
+) -> Result<Option<Run>, StoreError> {
+    let transition = Transition::End {
+        run_id: id,
+        status,
+        error,
+        at: Utc::now(),
+        due,
+    };
+    match shared.store.writer().transition(transition).await? {
+        Transitioned::Ended { run } => {
+            shared.metrics.finished(status);
+            Ok(Some(run))
+        }
+        _ => Ok(None),
+    }
+}
+
+async fn watch_pauses(shared: Weak<Shared>, closing: tokio_util::sync::CancellationToken) {
+    loop {
+        let Some(strong) = shared.upgrade() else {
+            return;
+        };
+        let next = match strong.store.pause_deadlines(WATCH_PAGE).await {
+            Ok(deadlines) => {
+                let now = Utc::now();
+                // A full page of due pauses: look again at once.
+                let mut next = (deadlines.len() == WATCH_PAGE as usize).then_some(now);
+                for (id, deadline) in deadlines {
+                    if deadline > now {
+                        next = Some(deadline);
+                        break;
+                    }
+                    next = None;
+                    match end_paused(&strong, id, Outcome::Timeout, Some(NO_ANSWER.into()), true)
+                        .await
+                    {
+                        Ok(Some(_)) => {
+                            tracing::info!(run_id = %id, "a pause ran out; the run timed out")
+                        }
+                        Ok(None) => {}
+                        Err(error) => {
+                            tracing::warn!(run_id = %id, %error, "a pause that ran out could not be ended");
+                            break;
+                        }
+                    }
+                }
+                next
+            }
+            Err(error) => {
+                tracing::warn!(%error, "reading the paused runs' deadlines failed");
+                None
+            }
+        };
+        let sleep = next
+            .and_then(|next| (next - Utc::now()).to_std().ok())
+            .map_or(WATCH_IDLE, |wait| wait.min(WATCH_IDLE));
+        let pauses = std::sync::Arc::clone(&strong.pauses);
+        drop(strong);
+        tokio::select! {
+            () = tokio::time::sleep(sleep) => {}
+            () = pauses.notified() => {}
+            () = closing.cancelled() => return,
+        }
+    }
+}
