@@ -60,7 +60,7 @@ pub async fn stream(
                 match store.run_status(cursor.run_id).await {
                     Ok(Some(status)) if !status.is_terminal() => {
                         tokio::select! {
-                            () = reopened => continue,
+                            () = reopened.wait() => continue,
                             () = closing.cancelled() => break,
                         }
                     }

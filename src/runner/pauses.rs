@@ -116,7 +116,7 @@ impl Runner {
             match self.shared.store.run_status(id).await {
                 Ok(Some(status)) if !status.is_terminal() => {
                     tokio::select! {
-                        () = reopened => {}
+                        () = reopened.wait() => {}
                         () = self.closing.cancelled() => return None,
                     }
                 }

@@ -89,7 +89,36 @@ pub struct Channels {
     /// Fired when a run that is not live here goes live again or ends:
     /// what followers of a paused run wait on. Made only for runs someone
     /// waits on.
-    reopened: Mutex<HashMap<Uuid, CancellationToken>>,
+    reopened: Mutex<HashMap<Uuid, Arc<CancellationToken>>>,
+}
+
+/// A registered wait for a run to go live again or end (see
+/// [`Channels::until_reopened`]). Its run's entry goes when its last waiter
+/// does, so waiters that give up leave nothing behind.
+pub struct Reopened<'a> {
+    channels: &'a Channels,
+    run_id: Uuid,
+    token: Arc<CancellationToken>,
+}
+
+impl Reopened<'_> {
+    /// Resolves once the run went live here again or ended.
+    pub async fn wait(&self) {
+        self.token.cancelled().await;
+    }
+}
+
+impl Drop for Reopened<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut waiting) = self.channels.reopened.lock()
+            && let Some(entry) = waiting.get(&self.run_id)
+            // The map's and this one: no other waiter.
+            && Arc::ptr_eq(entry, &self.token)
+            && Arc::strong_count(entry) <= 2
+        {
+            waiting.remove(&self.run_id);
+        }
+    }
 }
 
 impl Channels {
@@ -104,16 +133,25 @@ impl Channels {
         self.wake(run_id);
     }
 
-    /// Resolves once the run `run_id` goes live here again or ends. Made
+    /// A wait for the run `run_id` to go live here again or end. Made
     /// before looking at where the run stands, so that no change after the
     /// look is missed.
-    pub fn until_reopened(&self, run_id: Uuid) -> impl Future<Output = ()> + Send + use<> {
+    pub fn until_reopened(&self, run_id: Uuid) -> Reopened<'_> {
         let token = self
             .reopened
             .lock()
-            .map(|mut waiting| waiting.entry(run_id).or_default().clone())
+            .map(|mut waiting| Arc::clone(waiting.entry(run_id).or_default()))
             .unwrap_or_default();
-        token.cancelled_owned()
+        Reopened {
+            channels: self,
+            run_id,
+            token,
+        }
+    }
+
+    /// Runs someone waits on to go live again.
+    pub fn waited_on(&self) -> usize {
+        self.reopened.lock().map_or(0, |waiting| waiting.len())
     }
 
     /// Tells whoever waits for `run_id` to go live again that it changed.
@@ -184,6 +222,8 @@ impl Channels {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn event(sequence: u64, kind: &'static str) -> Arc<LiveEvent> {
@@ -215,22 +255,31 @@ mod tests {
     async fn a_paused_run_wakes_its_waiters_when_it_goes_live_again() {
         let channels = Channels::default();
         let run = Uuid::now_v7();
+        let second = Duration::from_secs(1);
         let reopened = channels.until_reopened(run);
         let other = channels.until_reopened(Uuid::now_v7());
         channels.open(run);
-        tokio::time::timeout(std::time::Duration::from_secs(1), reopened)
+        tokio::time::timeout(second, reopened.wait())
             .await
             .expect("woken by the open");
         let ended = channels.until_reopened(run);
         channels.close(run, Closing::Ended);
-        tokio::time::timeout(std::time::Duration::from_secs(1), ended)
+        tokio::time::timeout(second, ended.wait())
             .await
             .expect("woken by the end");
-        assert!(
-            tokio::time::timeout(std::time::Duration::from_millis(20), other)
-                .await
-                .is_err(),
-            "another run's waiter sleeps on"
+        let slept = tokio::time::timeout(Duration::from_millis(20), other.wait()).await;
+        assert!(slept.is_err(), "another run's waiter sleeps on");
+        drop((reopened, ended));
+        assert_eq!(channels.waited_on(), 1);
+        let again = channels.until_reopened(run);
+        let twice = channels.until_reopened(run);
+        drop(again);
+        assert_eq!(channels.waited_on(), 2, "one waiter of the run is left");
+        drop((twice, other));
+        assert_eq!(
+            channels.waited_on(),
+            0,
+            "waiters that gave up leave nothing"
         );
     }
 }
