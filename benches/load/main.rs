@@ -1,7 +1,7 @@
 //! The load benchmark: starts the real `agent-runner` binary as its own
 //! process, on loopback with a fresh data directory, and drives it over HTTP.
 //!
-//! `cargo bench --bench load` runs both modes with their defaults;
+//! `cargo bench --bench load` runs every mode with its defaults;
 //! `cargo bench --bench load -- throughput --clients 64 --seconds 10` or
 //! `cargo bench --bench load -- live --runs 2000` runs one. `--help` lists the
 //! options; docs/benchmarks.md says how to read the report.
@@ -13,10 +13,14 @@
 //! - `live`: holds many runs live at once (a scripted `delay_ms`), each with an
 //!   SSE subscriber, and reports the server's memory per live run; then
 //!   cancels them all and checks that every stream ends with `aborted`.
+//! - `paused`: pauses many runs for an approval and reports the server's
+//!   memory per paused run (a paused run lives in storage alone); then
+//!   answers each while following its events, and reports the time from the
+//!   answer to the resumed run's first `tool_start`.
 //!
 //! Built as a bench, it starts the server binary cargo built with it (same
 //! profile). Run by `cargo test --benches` (no `--bench` flag), it does a
-//! short smoke run of both modes instead.
+//! short smoke run of every mode instead.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -35,6 +39,10 @@ use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{ConnectOptions, Connection};
 use tokio::sync::Semaphore;
 
+mod live;
+mod paused;
+mod throughput;
+
 type Error = Box<dyn std::error::Error + Send + Sync>;
 type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -42,9 +50,11 @@ const USAGE: &str = "\
 Usage: cargo bench --bench load -- [MODE] [OPTIONS]
 
 Modes:
-  all          throughput, then live (the default)
+  all          throughput, live, then paused (the default)
   throughput   concurrent clients POST 2-step runs with ?wait=true
   live         many live runs, each with an SSE subscriber: memory per run
+  paused       many runs paused for an approval: memory per paused run, and
+               time from an answer to the resumed run's first tool start
 
 Options:
   --clients N      throughput: concurrent clients (default 64)
@@ -55,6 +65,7 @@ Options:
                    soon as the last one ends; latency counts from the
                    scheduled start, so a server that falls behind shows it
   --runs K         live: runs held live at once (default 2000)
+  --paused K       paused: runs held paused at once (default 1000)
   --concurrency N  live: requests in flight while creating and cancelling (default 64)
   --server PATH    the agent-runner binary (default: the one cargo built)
   --data-dir DIR   where each server's fresh data directory is made (default:
@@ -97,6 +108,7 @@ const LIVE_DELAY_MS: u64 = 600_000;
 struct Options {
     throughput: bool,
     live: bool,
+    paused: bool,
     clients: usize,
     seconds: f64,
     warmup: f64,
@@ -104,6 +116,7 @@ struct Options {
     /// client goes on as soon as its last run ends (closed loop).
     rate: Option<f64>,
     runs: usize,
+    paused_runs: usize,
     concurrency: usize,
     server: PathBuf,
     data_dir: PathBuf,
@@ -112,6 +125,10 @@ struct Options {
 }
 
 impl Options {
+    fn set_modes(&mut self, throughput: bool, live: bool, paused: bool) {
+        (self.throughput, self.live, self.paused) = (throughput, live, paused);
+    }
+
     fn parse(args: &[String]) -> Result<Option<Self>, String> {
         // cargo passes --bench when benchmarking; without it (cargo test) the
         // smoke run keeps things short.
@@ -119,11 +136,13 @@ impl Options {
         let mut options = Options {
             throughput: true,
             live: true,
+            paused: true,
             clients: if benching { 64 } else { 4 },
             seconds: if benching { 10.0 } else { 1.0 },
             warmup: if benching { 2.0 } else { 0.2 },
             rate: None,
             runs: if benching { 2000 } else { 50 },
+            paused_runs: if benching { 1000 } else { 20 },
             concurrency: 64,
             server: PathBuf::from(env!("CARGO_BIN_EXE_agent-runner")),
             data_dir: PathBuf::from(env!("CARGO_TARGET_TMPDIR")),
@@ -139,14 +158,16 @@ impl Options {
             };
             match arg.as_str() {
                 "-h" | "--help" => return Ok(None),
-                "all" => (options.throughput, options.live) = (true, true),
-                "throughput" => (options.throughput, options.live) = (true, false),
-                "live" => (options.throughput, options.live) = (false, true),
+                "all" => options.set_modes(true, true, true),
+                "throughput" => options.set_modes(true, false, false),
+                "live" => options.set_modes(false, true, false),
+                "paused" => options.set_modes(false, false, true),
                 "--clients" => options.clients = number("--clients", &value("--clients")?)?,
                 "--seconds" => options.seconds = number("--seconds", &value("--seconds")?)?,
                 "--warmup" => options.warmup = number("--warmup", &value("--warmup")?)?,
                 "--rate" => options.rate = Some(number("--rate", &value("--rate")?)?),
                 "--runs" => options.runs = number("--runs", &value("--runs")?)?,
+                "--paused" => options.paused_runs = number("--paused", &value("--paused")?)?,
                 "--concurrency" => {
                     options.concurrency = number("--concurrency", &value("--concurrency")?)?
                 }
@@ -157,8 +178,12 @@ impl Options {
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
-        if options.clients == 0 || options.runs == 0 || options.concurrency == 0 {
-            return Err("--clients, --runs and --concurrency must be at least 1".into());
+        if options.clients == 0
+            || options.runs == 0
+            || options.paused_runs == 0
+            || options.concurrency == 0
+        {
+            return Err("--clients, --runs, --paused and --concurrency must be at least 1".into());
         }
         if !(options.seconds > 0.0 && options.warmup >= 0.0) {
             return Err("--seconds must be positive and --warmup nonnegative".into());
@@ -210,10 +235,13 @@ async fn run(options: Options) -> Result<()> {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     if options.throughput {
-        throughput(&options).await?;
+        throughput::throughput(&options).await?;
     }
     if options.live {
-        live(&options).await?;
+        live::live(&options).await?;
+    }
+    if options.paused {
+        paused::paused(&options).await?;
     }
     Ok(())
 }
@@ -454,205 +482,6 @@ struct RunObject {
     tool_calls: u32,
 }
 
-// ---------------------------------------------------------------------------
-// Throughput
-
-/// What one client saw.
-#[derive(Default)]
-struct ClientLog {
-    latencies: Vec<Duration>,
-    ids: Vec<String>,
-    errors: BTreeMap<String, u64>,
-}
-
-async fn throughput(options: &Options) -> Result<()> {
-    let concurrency = options.clients.max(1);
-    let server = Server::start(
-        options,
-        &[
-            // Enough slots that no run of the benchmark waits in the queue.
-            (
-                "RUNS__MAX_CONCURRENT",
-                (concurrency * 2).max(256).to_string(),
-            ),
-            ("RUNS__MAX_QUEUED", "100000".into()),
-        ],
-    )?;
-    let http = client(Some(Duration::from_secs(30)))?;
-    let url = server.url("/v1/runs?wait=true");
-    let body = Arc::new(serde_json::to_vec(&two_step_run())?);
-    let pace = match options.rate {
-        Some(rate) => format!("open loop, {rate} runs/s scheduled"),
-        None => "closed loop".to_owned(),
-    };
-    println!(
-        "\n== throughput: {} clients ({pace}), {} s measured after {} s of warm-up",
-        options.clients, options.seconds, options.warmup
-    );
-
-    if options.warmup > 0.0 {
-        drive(&http, &url, &body, options, options.warmup).await;
-    }
-    let before = server.stats();
-    let metrics_before = metrics(&http, &server).await?;
-    let sampler = RssSampler::start(&server);
-    let started = Instant::now();
-    let logs = drive(&http, &url, &body, options, options.seconds).await;
-    let elapsed = started.elapsed();
-    let sampled_peak = sampler.finish().await;
-    let after = server.stats();
-    let metrics_after = metrics(&http, &server).await?;
-
-    let mut latencies: Vec<Duration> = logs.iter().flat_map(|l| l.latencies.clone()).collect();
-    latencies.sort_unstable();
-    let mut errors = BTreeMap::new();
-    for log in &logs {
-        for (kind, count) in &log.errors {
-            *errors.entry(kind.clone()).or_insert(0) += count;
-        }
-    }
-    let completed = latencies.len();
-    let rate = completed as f64 / elapsed.as_secs_f64();
-    let delta = |name: &str| {
-        metrics_after.get(name).copied().unwrap_or(0.0)
-            - metrics_before.get(name).copied().unwrap_or(0.0)
-    };
-    let batches = delta("agent_runner_store_batches_total");
-    let writes = delta("agent_runner_store_writes_total");
-    let server_cpu = after.cpu.saturating_sub(before.cpu);
-    let client_cpu = process_stats("/proc/self").cpu;
-
-    println!(
-        "runs completed     {completed} in {:.2} s",
-        elapsed.as_secs_f64()
-    );
-    println!("throughput         {rate:.0} runs/s");
-    println!(
-        "latency            p50 {}  p90 {}  p99 {}  max {}",
-        ms(percentile(&latencies, 0.50)),
-        ms(percentile(&latencies, 0.90)),
-        ms(percentile(&latencies, 0.99)),
-        ms(latencies.last().copied().unwrap_or_default()),
-    );
-    println!(
-        "errors             {}",
-        if errors.is_empty() {
-            "none".to_owned()
-        } else {
-            format!("{errors:?}")
-        }
-    );
-    println!(
-        "server RSS         peak {} (measured phase {}), now {}",
-        kib(after.peak_rss_kib),
-        kib(sampled_peak),
-        kib(after.rss_kib)
-    );
-    println!(
-        "server CPU         {:.0} ms per s ({:.0} us per run), {} threads",
-        server_cpu.as_secs_f64() * 1000.0 / elapsed.as_secs_f64(),
-        server_cpu.as_secs_f64() * 1e6 / completed.max(1) as f64,
-        after.threads
-    );
-    println!(
-        "load tool CPU      {:.0} ms in all (warm-up included)",
-        client_cpu.as_secs_f64() * 1000.0
-    );
-    println!(
-        "store writer       {batches:.0} transactions, {writes:.0} writes ({:.1} per transaction, {:.1} per run)",
-        writes / batches.max(1.0),
-        writes / (completed.max(1) as f64),
-    );
-
-    // Spot checks through the API, on runs spread over the whole phase.
-    let ids: Vec<&String> = logs.iter().flat_map(|l| l.ids.iter()).collect();
-    let step = (ids.len() / 20).max(1);
-    let mut checked = 0;
-    for id in ids.iter().step_by(step) {
-        check_stored_run(&http, &server, id).await?;
-        checked += 1;
-    }
-    // The whole database, once the server has stopped.
-    let data = server.stop(options.keep).await?;
-    let counts = database_counts(&database(data.path())).await?;
-    let total_runs = counts.runs;
-    let all_complete = counts.completed == total_runs
-        && counts.events == total_runs * TWO_STEP_EVENTS
-        && counts.messages == total_runs * TWO_STEP_MESSAGES;
-    println!(
-        "persistence        {checked} runs checked through the API; database: {} runs ({} completed), {} events, {} messages {}",
-        counts.runs,
-        counts.completed,
-        counts.events,
-        counts.messages,
-        if all_complete {
-            "(12 events and 4 messages for every run)"
-        } else {
-            "(MISSING ROWS)"
-        }
-    );
-    if !all_complete {
-        return Err("some runs are not completely stored".into());
-    }
-    if !errors.is_empty() {
-        return Err(format!("{} requests failed", errors.values().sum::<u64>()).into());
-    }
-    Ok(())
-}
-
-/// The clients POST runs for `seconds`: each as soon as its last run ended,
-/// or, with a rate, each taking the next start of a fixed schedule.
-async fn drive(
-    http: &reqwest::Client,
-    url: &str,
-    body: &Arc<Vec<u8>>,
-    options: &Options,
-    seconds: f64,
-) -> Vec<ClientLog> {
-    let start = Instant::now();
-    let deadline = start + Duration::from_secs_f64(seconds);
-    let scheduled = Arc::new(AtomicU64::new(0));
-    let rate = options.rate;
-    let tasks: Vec<_> = (0..options.clients)
-        .map(|_| {
-            let (http, url, body) = (http.clone(), url.to_owned(), Arc::clone(body));
-            let scheduled = Arc::clone(&scheduled);
-            tokio::spawn(async move {
-                let mut log = ClientLog::default();
-                loop {
-                    let began = match rate {
-                        None => Instant::now(),
-                        Some(rate) => {
-                            let n = scheduled.fetch_add(1, Ordering::Relaxed);
-                            let at = start + Duration::from_secs_f64(n as f64 / rate);
-                            tokio::time::sleep_until(at.into()).await;
-                            at
-                        }
-                    };
-                    if began >= deadline {
-                        break;
-                    }
-                    match post_and_wait(&http, &url, &body).await {
-                        Ok(run) => {
-                            log.latencies.push(began.elapsed());
-                            log.ids.push(run.id);
-                        }
-                        Err(kind) => *log.errors.entry(kind).or_insert(0) += 1,
-                    }
-                }
-                log
-            })
-        })
-        .collect();
-    let mut logs = Vec::with_capacity(options.clients);
-    for task in tasks {
-        if let Ok(log) = task.await {
-            logs.push(log);
-        }
-    }
-    logs
-}
-
 /// One `POST ?wait=true`; the error is a short description, for counting.
 async fn post_and_wait(
     http: &reqwest::Client,
@@ -690,49 +519,6 @@ fn error_kind(error: &reqwest::Error) -> &'static str {
     } else {
         "other"
     }
-}
-
-/// Checks one run through the API: completed in 2 steps, 4 messages, 12
-/// events in sequence ending with `run_end`.
-async fn check_stored_run(http: &reqwest::Client, server: &Server, id: &str) -> Result<()> {
-    let run: RunObject = http
-        .get(server.url(&format!("/v1/runs/{id}")))
-        .send()
-        .await?
-        .json()
-        .await?;
-    if run.status != "completed" || run.steps != 2 || run.tool_calls != 1 {
-        return Err(format!("run {id}: {run:?}").into());
-    }
-    let messages: Value = http
-        .get(server.url(&format!("/v1/runs/{id}/messages")))
-        .send()
-        .await?
-        .json()
-        .await?;
-    let count = messages["messages"].as_array().map_or(0, Vec::len);
-    if count as i64 != TWO_STEP_MESSAGES {
-        return Err(format!("run {id}: {count} messages stored").into());
-    }
-    let text = http
-        .get(server.url(&format!("/v1/runs/{id}/events")))
-        .send()
-        .await?
-        .text()
-        .await?;
-    let mut parser = SseParser::new();
-    parser.push(text.as_bytes());
-    parser.finish();
-    let events: Vec<_> = std::iter::from_fn(|| parser.next_event()).collect();
-    let sequences: Vec<u64> = events
-        .iter()
-        .filter_map(|e| e.id.as_deref()?.parse().ok())
-        .collect();
-    let expected: Vec<u64> = (1..=TWO_STEP_EVENTS as u64).collect();
-    if sequences != expected || events.last().and_then(|e| e.event.as_deref()) != Some("run_end") {
-        return Err(format!("run {id}: events {sequences:?}").into());
-    }
-    Ok(())
 }
 
 struct DatabaseCounts {
@@ -799,179 +585,4 @@ fn ms(d: Duration) -> String {
 
 fn kib(k: u64) -> String {
     format!("{:.1} MiB", k as f64 / 1024.0)
-}
-
-// ---------------------------------------------------------------------------
-// Live runs
-
-async fn live(options: &Options) -> Result<()> {
-    let runs = options.runs;
-    let server = Server::start(
-        options,
-        &[
-            ("RUNS__MAX_CONCURRENT", (runs + 64).to_string()),
-            ("RUNS__MAX_QUEUED", (runs + 64).to_string()),
-        ],
-    )?;
-    let http = client(Some(Duration::from_secs(30)))?;
-    // Streams last as long as their runs: no overall timeout.
-    let streams = client(None)?;
-    println!("\n== live: {runs} live runs, each with an SSE subscriber");
-
-    // Warm up: the fixed costs (pools, threads, caches) belong to the baseline.
-    let two_step = serde_json::to_vec(&two_step_run())?;
-    let url = server.url("/v1/runs?wait=true");
-    for _ in 0..50 {
-        post_and_wait(&http, &url, &two_step).await?;
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let baseline = server.stats();
-    let baseline_files = server.open_files();
-
-    // Create the runs.
-    let started = Instant::now();
-    let body = serde_json::to_vec(&live_run(LIVE_DELAY_MS))?;
-    let gate = Arc::new(Semaphore::new(options.concurrency));
-    let mut creating = Vec::with_capacity(runs);
-    for _ in 0..runs {
-        let permit = Arc::clone(&gate).acquire_owned().await?;
-        let (http, url, body) = (http.clone(), server.url("/v1/runs"), body.clone());
-        creating.push(tokio::spawn(async move {
-            let _permit = permit;
-            let response = http
-                .post(url)
-                .header("content-type", "application/json")
-                .body(body)
-                .send()
-                .await?;
-            if response.status() != reqwest::StatusCode::CREATED {
-                return Err(format!("creating a live run: HTTP {}", response.status()).into());
-            }
-            Ok::<_, Error>(response.json::<RunObject>().await?.id)
-        }));
-    }
-    let mut ids = Vec::with_capacity(runs);
-    for task in creating {
-        ids.push(task.await??);
-    }
-    let created = started.elapsed();
-
-    // Subscribe to each; a subscriber counts itself in once it has seen the
-    // run's model start (the run is running, waiting on its model).
-    let subscribed = Arc::new(AtomicUsize::new(0));
-    let subscribers: Vec<_> = ids
-        .iter()
-        .map(|id| {
-            let (streams, subscribed) = (streams.clone(), Arc::clone(&subscribed));
-            let url = server.url(&format!("/v1/runs/{id}/events"));
-            tokio::spawn(async move { subscribe(&streams, &url, &subscribed).await })
-        })
-        .collect();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while subscribed.load(Ordering::Acquire) < runs {
-        if Instant::now() > deadline {
-            return Err(format!(
-                "only {} of {runs} subscribers saw their run start",
-                subscribed.load(Ordering::Acquire)
-            )
-            .into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let ready = started.elapsed();
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let held = server.stats();
-    let held_files = server.open_files();
-    let active = metrics(&http, &server)
-        .await?
-        .get("agent_runner_active_runs")
-        .copied()
-        .unwrap_or(0.0);
-    let per_run = (held.rss_kib as f64 - baseline.rss_kib as f64) / runs as f64;
-
-    println!(
-        "runs created       {runs} in {:.2} s; all running and subscribed after {:.2} s (server: {active} active)",
-        created.as_secs_f64(),
-        ready.as_secs_f64()
-    );
-    println!(
-        "server RSS         baseline {}, with {runs} live runs {} (peak {})",
-        kib(baseline.rss_kib),
-        kib(held.rss_kib),
-        kib(held.peak_rss_kib)
-    );
-    println!("memory per run     {per_run:.1} KiB (RSS growth / live runs)");
-    println!(
-        "server files       {baseline_files} open before, {held_files} with the live runs; {} threads",
-        held.threads
-    );
-
-    // Cancel them all; every stream must end with `aborted`.
-    let cancelling = Instant::now();
-    let mut cancels = Vec::with_capacity(runs);
-    for id in &ids {
-        let permit = Arc::clone(&gate).acquire_owned().await?;
-        let (http, url) = (http.clone(), server.url(&format!("/v1/runs/{id}")));
-        cancels.push(tokio::spawn(async move {
-            let _permit = permit;
-            let status = http.delete(url).send().await?.status();
-            if status != reqwest::StatusCode::ACCEPTED {
-                return Err(format!("cancelling: HTTP {status}").into());
-            }
-            Ok::<_, Error>(())
-        }));
-    }
-    for task in cancels {
-        task.await??;
-    }
-    let mut ends: BTreeMap<String, usize> = BTreeMap::new();
-    for task in subscribers {
-        let end = tokio::time::timeout(Duration::from_secs(60), task)
-            .await
-            .map_err(|_| "a stream did not end within 60 s of its cancel")???;
-        *ends.entry(end).or_insert(0) += 1;
-    }
-    let ended = cancelling.elapsed();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let after = server.stats();
-    println!(
-        "cancelled          all in {:.2} s; streams ended: {ends:?}; server RSS then {}",
-        ended.as_secs_f64(),
-        kib(after.rss_kib)
-    );
-    let data = server.stop(options.keep).await?;
-    let counts = database_counts(&database(data.path())).await?;
-    println!(
-        "persistence        database: {} runs, {} events",
-        counts.runs, counts.events
-    );
-    if ends.get("aborted") != Some(&runs) {
-        return Err(format!("expected {runs} streams to end aborted, got {ends:?}").into());
-    }
-    Ok(())
-}
-
-/// Follows one run's event stream to its end; returns the `run_end` status.
-async fn subscribe(http: &reqwest::Client, url: &str, subscribed: &AtomicUsize) -> Result<String> {
-    let response = http.get(url).send().await?;
-    if response.status() != reqwest::StatusCode::OK {
-        return Err(format!("subscribing: HTTP {}", response.status()).into());
-    }
-    let mut body = response.bytes_stream();
-    let mut parser = SseParser::new();
-    let mut counted = false;
-    while let Some(chunk) = body.next().await {
-        for event in parser.push_and_take(&chunk?) {
-            let kind = event.event.as_deref().unwrap_or("message");
-            if kind == "model_start" && !counted {
-                counted = true;
-                subscribed.fetch_add(1, Ordering::AcqRel);
-            }
-            if kind == "run_end" {
-                let data: Value = serde_json::from_str(&event.data)?;
-                return Ok(data["status"].as_str().unwrap_or("?").to_owned());
-            }
-        }
-    }
-    Err("the stream closed before run_end".into())
 }
