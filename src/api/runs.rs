@@ -257,6 +257,10 @@ pub async fn messages(
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
+/// How often a cancel looks for a run that is neither live here nor paused
+/// (one answered and about to resume), a millisecond apart.
+const CANCEL_ATTEMPTS: usize = 10;
+
 /// `DELETE /v1/runs/{id}`
 pub async fn cancel(
     State(state): State<AppState>,
@@ -264,22 +268,31 @@ pub async fn cancel(
 ) -> Result<Response, ApiError> {
     let id = run.id;
     if !run.status.is_terminal() {
-        // Live here, or paused (in storage alone); a paused run answered
-        // meanwhile is live again, so the live one is tried twice.
-        for _ in 0..2 {
+        // Live here, or paused (in storage alone). A paused run answered
+        // meanwhile is live again a moment later: tried a few times.
+        for _ in 0..CANCEL_ATTEMPTS {
             if state.runner.cancel(&tenant, id).is_some() {
                 return Ok((StatusCode::ACCEPTED, Json(run)).into_response());
             }
             if let Some(ended) = state.runner.cancel_paused(id).await? {
                 return Ok((StatusCode::ACCEPTED, Json(ended)).into_response());
             }
+            if state.runner.is_closing() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
         }
     }
     // Terminal, or it ended between the read and the cancel.
     let run = read(&state, &tenant, id).await?;
     if !run.status.is_terminal() {
-        // Live in storage but not here: the server is stopping.
-        return Err(ApiError::ShuttingDown);
+        // Live in storage but not here: the server is stopping, so the
+        // next process has it.
+        return Err(if state.runner.is_closing() {
+            ApiError::ShuttingDown
+        } else {
+            ApiError::Unavailable("the run is between two states; retry the cancel".into())
+        });
     }
     Err(ApiError::Conflict {
         code: ErrorCode::RunNotLive,

@@ -100,9 +100,15 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    fn forget(&self, id: Uuid) {
-        if let Ok(mut live) = self.live.lock() {
-            live.remove(&id);
+    /// Lets go of a live run, unless its id is live again as another one
+    /// (a paused run answered and resumed before its first task let go).
+    fn forget(&self, run: &Arc<LiveRun>) {
+        if let Ok(mut live) = self.live.lock()
+            && live
+                .get(&run.id)
+                .is_some_and(|registered| Arc::ptr_eq(registered, run))
+        {
+            live.remove(&run.id);
         }
     }
 }
@@ -318,10 +324,16 @@ impl Runner {
             executing: AtomicBool::new(false),
             state: Mutex::new(run.clone()),
         });
-        self.shared.store.live().open(run.id);
-        if let Ok(mut registry) = self.shared.live.lock() {
-            registry.insert(run.id, Arc::clone(&live));
+        // Registered before its channel opens: whoever finds the channel
+        // open finds this run live, not the task of its pause.
+        if let Ok(mut registry) = self.shared.live.lock()
+            && let Some(paused) = registry.insert(run.id, Arc::clone(&live))
+            && matches!(paused.stop.reason(), Some(StopReason::Cancelled))
+        {
+            // Cancelled while its pause was letting go, after the answer.
+            live.stop.cancel();
         }
+        self.shared.store.live().open(run.id);
         if self.past_grace.is_cancelled() {
             live.stop
                 .stop(StopReason::Interrupted(INTERRUPTED.to_owned()));

@@ -175,7 +175,7 @@ impl RunTask {
                 () = self.runner.past_grace.cancelled() => {}
             }
         }
-        shared.forget(self.live.id);
+        shared.forget(&self.live);
     }
 
     /// The harness paused the run: stores the pause with its
@@ -194,6 +194,10 @@ impl RunTask {
             run.usage = checkpoint.usage;
             run.pending_actions.clone_from(&checkpoint.pending);
         });
+        // Taken before the pause is handed over: once it is stored, a
+        // client may answer it and the run go live again, with a channel
+        // of its own.
+        let closed = shared.store.live().ended(self.live.id);
         let handed = observer.pause(Pause {
             steps: checkpoint.steps,
             tool_calls: checkpoint.tool_calls,
@@ -205,14 +209,14 @@ impl RunTask {
         if !handed {
             shared.store.live().close(self.live.id, Closing::GivenUp);
         }
-        let closing = match shared.store.live().ended(self.live.id) {
+        let closing = match closed {
             Some(closed) => tokio::select! {
                 how = closed => how,
                 () = self.runner.past_grace.cancelled() => Closing::GivenUp,
             },
             None => Closing::GivenUp,
         };
-        shared.forget(self.live.id);
+        shared.forget(&self.live);
         if closing != Closing::Paused {
             tracing::error!("the run's pause could not be stored");
             return;
@@ -235,7 +239,7 @@ impl RunTask {
     fn leave_queued(&self) {
         let live = self.runner.shared.store.live();
         live.close(self.live.id, Closing::GivenUp);
-        self.runner.shared.forget(self.live.id);
+        self.runner.shared.forget(&self.live);
     }
 
     /// Builds the run's model and tools and runs the harness, from the
