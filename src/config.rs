@@ -106,6 +106,10 @@ impl Default for RunsConfig {
     }
 }
 
+/// The largest time ceiling: a year, in milliseconds (deadlines further
+/// out are not kept).
+pub const MAX_TIME_LIMIT_MS: u64 = 365 * 24 * 3_600_000;
+
 /// Ceilings a request may not exceed (422 if it does).
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -259,6 +263,11 @@ impl Config {
                 "limits.max_steps, timeout_ms, max_context_chars, max_tool_result_chars and action_timeout_ms must be at least 1"
                     .into(),
             );
+        }
+        if limits.timeout_ms > MAX_TIME_LIMIT_MS || limits.action_timeout_ms > MAX_TIME_LIMIT_MS {
+            return invalid(format!(
+                "limits.timeout_ms and action_timeout_ms must be at most {MAX_TIME_LIMIT_MS} (a year)"
+            ));
         }
         for (name, preset) in &self.commands {
             if !crate::harness::is_valid_tool_name(name) {
@@ -481,6 +490,9 @@ mod tests {
         assert!(error("[sandbox]\nmode = \"loose\"").contains("sandbox.mode"));
         assert!(error("[sandbox]\nread_paths = [\"usr\"]").contains("absolute"));
         assert!(error("[sandbox]\npids_max = 0").contains("pids_max"));
+        assert!(error("[limits]\naction_timeout_ms = 0").contains("action_timeout_ms"));
+        assert!(error("[limits]\naction_timeout_ms = 31536000001").contains("a year"));
+        assert!(error("[limits]\ntimeout_ms = 31536000001").contains("a year"));
         assert!(
             error("[commands.t]\nprogram = \"x\"\nmemory_max_bytes = 10")
                 .contains("commands.t.memory_max_bytes")

@@ -105,6 +105,10 @@ impl<'de> Deserialize<'de> for RunStatus {
 /// or found `running` by the next process).
 pub const INTERRUPTED: &str = "The server stopped while the run was running";
 
+/// The `error` of a run whose pause for a decision ran out.
+pub const NO_ANSWER: &str =
+    "No answer came in time: the run waited its limits.action_timeout_ms for a decision";
+
 /// Budgets of a run as the API shows them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunLimits {

@@ -32,8 +32,9 @@ struct ActionRequest {
     call_id: String,
     #[serde(default)]
     decision: Option<String>,
-    #[serde(default)]
-    reason: Option<String>,
+    /// Present (even `null`) when given: only a denial takes one.
+    #[serde(default, deserialize_with = "present")]
+    reason: Option<Value>,
     /// Present (even `null`) for a client tool's result.
     #[serde(default, deserialize_with = "present")]
     output: Option<Value>,
@@ -64,7 +65,17 @@ impl ActionRequest {
                 "actions[{i}]: give exactly one of decision (approve or deny), output or error"
             ));
         }
-        for (field, text) in [("reason", &self.reason), ("error", &self.error)] {
+        if self.reason.is_some() && self.decision.as_deref() != Some("deny") {
+            return invalid(format!(
+                "actions[{i}].reason is only for a denial (decision: deny)"
+            ));
+        }
+        let reason = match self.reason {
+            None => None,
+            Some(Value::String(reason)) => Some(reason),
+            Some(_) => return invalid(format!("actions[{i}].reason must be a string")),
+        };
+        for (field, text) in [("reason", &reason), ("error", &self.error)] {
             if text
                 .as_ref()
                 .is_some_and(|t| t.len() > MAX_ANSWER_TEXT_BYTES)
@@ -74,11 +85,6 @@ impl ActionRequest {
                 ));
             }
         }
-        if self.reason.is_some() && self.decision.as_deref() != Some("deny") {
-            return invalid(format!(
-                "actions[{i}].reason is only for a denial (decision: deny)"
-            ));
-        }
         let answer = match (self.decision.as_deref(), self.output, self.error) {
             (Some("approve"), _, _) => ActionAnswer::Decision {
                 decision: Decision::Approve,
@@ -86,7 +92,7 @@ impl ActionRequest {
             },
             (Some("deny"), _, _) => ActionAnswer::Decision {
                 decision: Decision::Deny,
-                reason: self.reason,
+                reason,
             },
             (Some(other), _, _) => {
                 return invalid(format!(

@@ -22,6 +22,10 @@ pub const MAX_METADATA_BYTES: usize = 16 * 1024;
 pub const MAX_WORKSPACE_FILES: usize = 1000;
 /// Most tools a client may give a run.
 pub const MAX_CLIENT_TOOLS: usize = 64;
+/// Largest parameters schema of a client tool, serialised, and largest sum
+/// of them.
+pub const MAX_CLIENT_SCHEMA_BYTES: usize = 16 * 1024;
+pub const MAX_CLIENT_SCHEMAS_BYTES: usize = 64 * 1024;
 /// Longest tool name (what providers take).
 pub const MAX_TOOL_NAME_BYTES: usize = 64;
 /// Longest workspace path a request may name (seeds and downloads), in
@@ -273,6 +277,7 @@ fn client_tools(
         ));
     }
     let mut definitions: Vec<ToolDefinition> = Vec::with_capacity(requested.len());
+    let mut schema_bytes = 0;
     for (i, tool) in requested.into_iter().enumerate() {
         let name = tool.name;
         if !is_valid_tool_name(&name) || name.len() > MAX_TOOL_NAME_BYTES {
@@ -289,6 +294,20 @@ fn client_tools(
         let parameters = tool
             .parameters
             .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}}));
+        // Compiling a schema costs time in its size (each pattern is a
+        // regex to build): bounded, per tool and in all.
+        let size = serde_json::to_string(&parameters).map_or(usize::MAX, |s| s.len());
+        if size > MAX_CLIENT_SCHEMA_BYTES {
+            return invalid(format!(
+                "client_tools[{i}].parameters: at most {MAX_CLIENT_SCHEMA_BYTES} bytes of JSON (got {size})"
+            ));
+        }
+        schema_bytes += size;
+        if schema_bytes > MAX_CLIENT_SCHEMAS_BYTES {
+            return invalid(format!(
+                "client_tools: at most {MAX_CLIENT_SCHEMAS_BYTES} bytes of parameters schemas in all"
+            ));
+        }
         if let Err(why) = compile_schema(&parameters) {
             return invalid(format!(
                 "client_tools[{i}].parameters: the schema of tool {name} does not compile: {why}"

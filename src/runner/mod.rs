@@ -100,6 +100,26 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// Lets go of a run that paused, unless a client cancelled it (checked
+    /// under the lock that cancels take): that one stays registered until
+    /// its pause is ended, so that an answer racing the cancel starts a run
+    /// that inherits it. Whether it was cancelled.
+    fn forget_unless_cancelled(&self, run: &Arc<LiveRun>) -> bool {
+        let Ok(mut live) = self.live.lock() else {
+            return false;
+        };
+        if matches!(run.stop.reason(), Some(StopReason::Cancelled)) {
+            return true;
+        }
+        if live
+            .get(&run.id)
+            .is_some_and(|registered| Arc::ptr_eq(registered, run))
+        {
+            live.remove(&run.id);
+        }
+        false
+    }
+
     /// Lets go of a live run, unless its id is live again as another one
     /// (a paused run answered and resumed before its first task let go).
     fn forget(&self, run: &Arc<LiveRun>) {
@@ -219,7 +239,25 @@ impl Runner {
 
     /// Accepts a run: seeds its workspace, stores it, and starts it or queues
     /// it. Nothing is left behind when this fails.
+    ///
+    /// It goes on in a task of its own: a client that goes away once its
+    /// run is stored never leaves it stored without a task.
     pub async fn submit(
+        &self,
+        tenant: &Tenant,
+        spec: RunSpec,
+        idempotency: Option<(&str, &str)>,
+    ) -> Result<Run, SubmitError> {
+        let (runner, tenant) = (self.clone(), tenant.clone());
+        let idempotency = idempotency.map(|(key, hash)| (key.to_owned(), hash.to_owned()));
+        detached(async move {
+            let idempotency = idempotency.as_ref().map(|(k, h)| (k.as_str(), h.as_str()));
+            runner.accept(&tenant, spec, idempotency).await
+        })
+        .await
+    }
+
+    async fn accept(
         &self,
         tenant: &Tenant,
         spec: RunSpec,
@@ -351,9 +389,12 @@ impl Runner {
 
     /// Cancels a live run. `None` when it is not live (terminal or unknown).
     pub fn cancel(&self, tenant: &Tenant, id: Uuid) -> Option<Arc<LiveRun>> {
-        let live = self.live(id).filter(|live| &live.tenant == tenant)?;
+        // Under the registry's lock: a pausing run's task decides under it
+        // whether it was cancelled (see `Shared::forget_unless_cancelled`).
+        let registry = self.shared.live.lock().ok()?;
+        let live = registry.get(&id).filter(|live| &live.tenant == tenant)?;
         live.stop.cancel();
-        Some(live)
+        Some(Arc::clone(live))
     }
 
     /// Stops the service's runs: no new run is accepted; running runs get
@@ -385,6 +426,18 @@ impl Runner {
         self.tasks.wait().await;
         self.shared.store.close().await;
     }
+}
+
+/// Drives `work` in a task of its own, so that it finishes even if whoever
+/// awaits it (a request's handler) is dropped halfway.
+async fn detached<T: Send + 'static>(
+    work: impl Future<Output = Result<T, SubmitError>> + Send + 'static,
+) -> Result<T, SubmitError> {
+    tokio::spawn(work).await.unwrap_or_else(|error| {
+        Err(SubmitError::Store(StoreError::Corrupt(format!(
+            "the request's task failed: {error}"
+        ))))
+    })
 }
 
 /// How often the storage watch looks.

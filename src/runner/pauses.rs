@@ -14,9 +14,7 @@ use crate::harness::Outcome;
 use crate::run::{ActionAnswer, Run, RunSpec, Tenant};
 use crate::store::{Closing, StoreError, Transition, Transitioned};
 
-/// What a paused run whose pause ran out is told.
-pub const NO_ANSWER: &str =
-    "No answer came in time: the run waited its limits.action_timeout_ms for a decision";
+pub use crate::run::NO_ANSWER;
 
 /// Most paused runs the watch looks at per pass.
 const WATCH_PAGE: u32 = 256;
@@ -40,10 +38,21 @@ pub enum Answered {
 impl Runner {
     /// Stores a client's answers to a paused run, all or none; once every
     /// pending action is answered, the run resumes (it takes a slot like a
-    /// queued run).
+    /// queued run). It goes on in a task of its own: a client that goes
+    /// away once its answers are stored never leaves the run unresumed.
     pub async fn answer(
         &self,
         tenant: &Tenant,
+        id: Uuid,
+        answers: Vec<(String, ActionAnswer)>,
+    ) -> Result<Answered, SubmitError> {
+        let (runner, tenant) = (self.clone(), tenant.clone());
+        super::detached(async move { runner.answered(tenant, id, answers).await }).await
+    }
+
+    async fn answered(
+        &self,
+        tenant: Tenant,
         id: Uuid,
         answers: Vec<(String, ActionAnswer)>,
     ) -> Result<Answered, SubmitError> {
@@ -51,6 +60,7 @@ impl Runner {
             run_id: id,
             tenant: tenant.clone(),
             answers,
+            at: Utc::now(),
         };
         let outcome = self
             .shared
@@ -81,9 +91,14 @@ impl Runner {
             Transitioned::NotFound => Answered::NotFound,
             Transitioned::NotPaused(status) => Answered::NotPaused(status),
             Transitioned::Refused(why) => Answered::Refused(why),
-            Transitioned::NotDue | Transitioned::Ended { .. } => {
+            // Its pause had run out: it ended `timeout` instead.
+            Transitioned::Ended { run } => {
+                self.shared.metrics.finished(Outcome::Timeout);
+                Answered::NotPaused(run.status)
+            }
+            Transitioned::NotDue => {
                 return Err(SubmitError::Store(StoreError::Corrupt(
-                    "an answer ended a run".into(),
+                    "an answer was taken for a deadline".into(),
                 )));
             }
         })
@@ -167,13 +182,13 @@ async fn watch_pauses(shared: Weak<Shared>, closing: tokio_util::sync::Cancellat
             Ok(deadlines) => {
                 let now = Utc::now();
                 // A full page of due pauses: look again at once.
-                let mut next = (deadlines.len() == WATCH_PAGE as usize).then_some(now);
+                let full = deadlines.len() == WATCH_PAGE as usize;
+                let mut next = full.then_some(now);
                 for (id, deadline) in deadlines {
                     if deadline > now {
                         next = Some(deadline);
                         break;
                     }
-                    next = None;
                     match end_paused(&strong, id, Outcome::Timeout, Some(NO_ANSWER.into()), true)
                         .await
                     {
@@ -182,7 +197,9 @@ async fn watch_pauses(shared: Weak<Shared>, closing: tokio_util::sync::Cancellat
                         }
                         Ok(None) => {}
                         Err(error) => {
+                            // Tried again after the idle wait, not at once.
                             tracing::warn!(run_id = %id, %error, "a pause that ran out could not be ended");
+                            next = None;
                             break;
                         }
                     }

@@ -184,8 +184,12 @@ impl RunTask {
     /// that came while the pause was being stored ends it now.
     async fn paused(&self, observer: &observer::RunObserver, checkpoint: Checkpoint) {
         let shared = &self.runner.shared;
-        let timeout = Duration::from_millis(self.spec.limits.action_timeout_ms);
-        let deadline = Utc::now() + timeout;
+        // The configured ceiling keeps this within a year.
+        let timeout = chrono::TimeDelta::milliseconds(
+            i64::try_from(self.spec.limits.action_timeout_ms).unwrap_or(i64::MAX),
+        );
+        let now = Utc::now();
+        let deadline = now.checked_add_signed(timeout).unwrap_or(now);
         let pending = serde_json::to_string(&checkpoint.pending).unwrap_or_else(|_| "[]".into());
         self.live.update(|run| {
             run.status = RunStatus::RequiresAction;
@@ -209,29 +213,37 @@ impl RunTask {
         if !handed {
             shared.store.live().close(self.live.id, Closing::GivenUp);
         }
+        // Past shutdown's grace it is not waited for: closing the store
+        // commits it (the next process finds it paused) or gives it up.
         let closing = match closed {
             Some(closed) => tokio::select! {
-                how = closed => how,
-                () = self.runner.past_grace.cancelled() => Closing::GivenUp,
+                how = closed => Some(how),
+                () = self.runner.past_grace.cancelled() => None,
             },
-            None => Closing::GivenUp,
+            None => Some(Closing::GivenUp),
         };
-        shared.forget(&self.live);
-        if closing != Closing::Paused {
-            tracing::error!("the run's pause could not be stored");
-            return;
+        match closing {
+            Some(Closing::Paused) => {
+                tracing::info!(
+                    pending = checkpoint.pending.len(),
+                    steps = checkpoint.steps,
+                    "run paused for a decision"
+                );
+                shared.metrics.runs_paused.fetch_add(1, Ordering::Relaxed);
+                shared.pauses.notify_one();
+            }
+            Some(_) => tracing::error!("the run's pause could not be stored"),
+            None => tracing::info!("the server stopped before the run's pause was known stored"),
         }
-        tracing::info!(
-            pending = checkpoint.pending.len(),
-            steps = checkpoint.steps,
-            "run paused for a decision"
-        );
-        shared.metrics.runs_paused.fetch_add(1, Ordering::Relaxed);
-        shared.pauses.notify_one();
-        if matches!(self.live.stop.reason(), Some(StopReason::Cancelled))
-            && let Err(error) = self.runner.cancel_paused(self.live.id).await
-        {
-            tracing::error!(%error, "a paused run's cancel could not be stored");
+        // A client's cancel that came before this let go ends the pause
+        // (after it in the writer's order); the run stays registered
+        // meanwhile, so that an answer that wins the race starts a run that
+        // inherits the cancel.
+        if shared.forget_unless_cancelled(&self.live) {
+            if let Err(error) = self.runner.cancel_paused(self.live.id).await {
+                tracing::error!(%error, "a paused run's cancel could not be stored");
+            }
+            shared.forget(&self.live);
         }
     }
 
@@ -281,8 +293,17 @@ impl RunTask {
                 .iter()
                 .map(|definition| Arc::new(ClientTool::new(definition.clone())) as Arc<dyn Tool>),
         );
-        let registry =
-            ToolRegistry::with_cache(tools, &shared.schemas).map_err(|e| e.to_string())?;
+        // A client's schemas are compiled for each run, off the runtime's
+        // threads (the server's own come from the shared cache).
+        let registry = if spec.client_tools.is_empty() {
+            ToolRegistry::with_cache(tools, &shared.schemas)
+        } else {
+            let shared = Arc::clone(shared);
+            tokio::task::spawn_blocking(move || ToolRegistry::with_cache(tools, &shared.schemas))
+                .await
+                .map_err(|e| e.to_string())?
+        }
+        .map_err(|e| e.to_string())?;
         let config = RunConfig {
             run_id: self.live.id,
             prompt: spec.prompt.clone(),

@@ -98,26 +98,36 @@ pub struct Channels {
 pub struct Reopened<'a> {
     channels: &'a Channels,
     run_id: Uuid,
-    token: Arc<CancellationToken>,
+    /// Taken when it is dropped, under the lock, so that the count of
+    /// waiters is exact.
+    token: Option<Arc<CancellationToken>>,
 }
 
 impl Reopened<'_> {
     /// Resolves once the run went live here again or ended.
     pub async fn wait(&self) {
-        self.token.cancelled().await;
+        if let Some(token) = &self.token {
+            token.cancelled().await;
+        }
     }
 }
 
 impl Drop for Reopened<'_> {
     fn drop(&mut self) {
-        if let Ok(mut waiting) = self.channels.reopened.lock()
-            && let Some(entry) = waiting.get(&self.run_id)
+        let Ok(mut waiting) = self.channels.reopened.lock() else {
+            return;
+        };
+        let Some(mine) = self.token.take() else {
+            return;
+        };
+        if let Some(entry) = waiting.get(&self.run_id)
             // The map's and this one: no other waiter.
-            && Arc::ptr_eq(entry, &self.token)
+            && Arc::ptr_eq(entry, &mine)
             && Arc::strong_count(entry) <= 2
         {
             waiting.remove(&self.run_id);
         }
+        drop(mine);
     }
 }
 
@@ -145,7 +155,7 @@ impl Channels {
         Reopened {
             channels: self,
             run_id,
-            token,
+            token: Some(token),
         }
     }
 

@@ -290,16 +290,22 @@ impl Store {
         .bind(i64::from(limit))
         .fetch_all(&self.read)
         .await?;
-        rows.iter()
-            .map(|row| {
+        // A row that does not parse is logged and passed over, never in the
+        // way of the others' deadlines.
+        Ok(rows
+            .iter()
+            .filter_map(|row| {
                 let id = row.get::<String, _>(0);
-                let id = Uuid::parse_str(&id)
-                    .map_err(|_| StoreError::Corrupt(format!("bad run id {id:?}")))?;
-                let at = DateTime::parse_from_rfc3339(&row.get::<String, _>(1))
-                    .map_err(|_| StoreError::Corrupt("bad action deadline".into()))?;
-                Ok((id, at.with_timezone(&Utc)))
+                let at = row.get::<String, _>(1);
+                match (Uuid::parse_str(&id), DateTime::parse_from_rfc3339(&at)) {
+                    (Ok(id), Ok(at)) => Some((id, at.with_timezone(&Utc))),
+                    _ => {
+                        tracing::error!(run_id = %id, deadline = %at, "a paused run's deadline is unreadable");
+                        None
+                    }
+                }
             })
-            .collect()
+            .collect())
     }
 
     pub async fn find_idempotent(

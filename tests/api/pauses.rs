@@ -335,6 +335,14 @@ async fn every_wrong_answer_is_refused_whole_and_nothing_of_it_is_applied() {
             json!([{"call_id": "w1", "decision": "approve", "when": "now"}]),
             "when",
         ),
+        (
+            json!([{"call_id": "w1", "decision": "approve", "reason": null}]),
+            "only for a denial",
+        ),
+        (
+            json!([{"call_id": "w1", "decision": "deny", "reason": 5}]),
+            "must be a string",
+        ),
         (json!([]), "at least one"),
     ];
     for (actions, expected) in refused {
@@ -433,6 +441,10 @@ async fn requests_with_wrong_client_tools_or_approvals_are_refused_and_create_no
             "client_tools[0].parameters",
         ),
         (json!({"client_tools": many}), "at most 64"),
+        (
+            json!({"client_tools": [{"name": "t", "parameters": {"type": "object", "description": "x".repeat(17 * 1024)}}]}),
+            "client_tools[0].parameters: at most 16384 bytes",
+        ),
         (
             json!({"client_tools": [{"name": "t", "extra": 1}]}),
             "extra",

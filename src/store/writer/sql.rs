@@ -210,7 +210,8 @@ async fn apply(connection: &mut SqliteConnection, ops: &[Op]) -> Result<(), Stor
             "UPDATE runs SET status = v.column2, answer = v.column3, error = v.column4, \
              steps = v.column5, tool_calls = v.column6, input_tokens = v.column7, \
              output_tokens = v.column8, model_calls_with_usage = v.column9, \
-             finished_at = v.column10 FROM (",
+             finished_at = v.column10, pending_actions = '[]', answers = '{}', \
+             action_deadline = NULL FROM (",
         );
         query.push_values(chunk, |mut values, (run_id, finish)| {
             values

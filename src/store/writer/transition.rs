@@ -9,7 +9,7 @@ use sqlx::sqlite::SqliteConnection;
 use uuid::Uuid;
 
 use crate::harness::{Outcome, PendingAction, check_answers};
-use crate::run::{ActionAnswer, ModelSpec, Run, RunStatus, Tenant, format_time};
+use crate::run::{ActionAnswer, ModelSpec, NO_ANSWER, Run, RunStatus, Tenant, format_time};
 use crate::store::rows::{self, Answers};
 use crate::store::{StoreError, run_end_body};
 
@@ -18,10 +18,13 @@ use crate::store::{StoreError, run_end_body};
 pub enum Transition {
     /// A client's answers to some or all of its pending actions: all of
     /// them applied, or none.
+    /// Answers that come once its pause ran out (`at` is past its
+    /// deadline) end it `timeout` instead, as the watch would have.
     Answer {
         run_id: Uuid,
         tenant: Tenant,
         answers: Vec<(String, ActionAnswer)>,
+        at: DateTime<Utc>,
     },
     /// Ends it with a `run_end` after its last event: a client's cancel,
     /// or (`due`: only if its deadline is at or before that time) its pause
@@ -110,7 +113,23 @@ async fn decide(
     }
     let pending: Vec<PendingAction> = rows::json(&row, "pending_actions")?;
     let mut answered: Answers = rows::json(&row, "answers")?;
+    let deadline: Option<String> = sqlx::Row::get(&row, "action_deadline");
+    let due_by = |at: &DateTime<Utc>| {
+        deadline
+            .as_deref()
+            .is_some_and(|deadline| deadline <= format_time(at).as_str())
+    };
     match transition {
+        Transition::Answer { at, .. } if due_by(at) => {
+            end(
+                connection,
+                run,
+                Outcome::Timeout,
+                Some(NO_ANSWER.into()),
+                *at,
+            )
+            .await
+        }
         Transition::Answer { answers, .. } => {
             let given: Vec<_> = answers
                 .iter()
@@ -159,40 +178,148 @@ async fn decide(
             due,
             ..
         } => {
-            let deadline: Option<String> = sqlx::Row::get(&row, "action_deadline");
-            if *due && deadline.is_none_or(|deadline| deadline > format_time(at)) {
+            if *due && !due_by(at) {
                 return Ok(Transitioned::NotDue);
             }
-            let sequence: i64 = sqlx::query_scalar(
-                "SELECT COALESCE(MAX(sequence), 0) + 1 FROM events WHERE run_id = ?",
-            )
-            .bind(run_id.to_string())
+            end(connection, run, *status, error.clone(), *at).await
+        }
+    }
+}
+
+/// Ends a paused run: its `run_end` after its last event, its final state.
+async fn end(
+    connection: &mut SqliteConnection,
+    mut run: Run,
+    status: Outcome,
+    error: Option<String>,
+    at: DateTime<Utc>,
+) -> Result<Transitioned, StoreError> {
+    let run_id = run.id.to_string();
+    let sequence: i64 =
+        sqlx::query_scalar("SELECT COALESCE(MAX(sequence), 0) + 1 FROM events WHERE run_id = ?")
+            .bind(&run_id)
             .fetch_one(&mut *connection)
             .await?;
-            let body = run_end_body(&run, sequence, *at, *status, error.clone())?;
-            sqlx::query(
-                "INSERT INTO events (run_id, sequence, type, body) VALUES (?, ?, 'run_end', ?)",
-            )
-            .bind(run_id.to_string())
-            .bind(sequence)
-            .bind(body)
-            .execute(&mut *connection)
-            .await?;
-            sqlx::query(
-                "UPDATE runs SET status = ?, error = ?, finished_at = ?, pending_actions = '[]', \
-                 answers = '{}', action_deadline = NULL WHERE id = ?",
-            )
-            .bind(status.as_str())
-            .bind(error.as_deref())
-            .bind(format_time(at))
-            .bind(run_id.to_string())
-            .execute(&mut *connection)
-            .await?;
-            run.status = RunStatus::Ended(*status);
-            run.error.clone_from(error);
-            run.finished_at = Some(*at);
-            run.pending_actions.clear();
-            Ok(Transitioned::Ended { run })
+    let body = run_end_body(&run, sequence, at, status, error.clone())?;
+    sqlx::query("INSERT INTO events (run_id, sequence, type, body) VALUES (?, ?, 'run_end', ?)")
+        .bind(&run_id)
+        .bind(sequence)
+        .bind(body)
+        .execute(&mut *connection)
+        .await?;
+    sqlx::query(
+        "UPDATE runs SET status = ?, error = ?, finished_at = ?, pending_actions = '[]', \
+         answers = '{}', action_deadline = NULL WHERE id = ?",
+    )
+    .bind(status.as_str())
+    .bind(error.as_deref())
+    .bind(format_time(&at))
+    .bind(&run_id)
+    .execute(&mut *connection)
+    .await?;
+    run.status = RunStatus::Ended(status);
+    run.error = error;
+    run.finished_at = Some(at);
+    run.pending_actions.clear();
+    Ok(Transitioned::Ended { run })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use chrono::TimeDelta;
+    use serde_json::json;
+
+    use super::*;
+    use crate::harness::{ActionKind, UsageTotals};
+    use crate::run::{Decision, RunSpec};
+    use crate::store::writer::{Pause, RunRow};
+    use crate::store::{NewEvent, NewRun, Store};
+
+    /// A run stored paused, its pause's deadline `deadline` from now.
+    async fn paused(store: &Store, deadline: TimeDelta) -> Uuid {
+        let spec = RunSpec::scripted(Vec::new());
+        let mut run = Run::queued(Uuid::now_v7(), &spec, Utc::now());
+        run.status = RunStatus::Running;
+        let tenant = Tenant::anonymous();
+        let row = RunRow::new(NewRun {
+            run: &run,
+            tenant: &tenant,
+            spec: &spec,
+            idempotency: None,
+        })
+        .unwrap();
+        store.writer().insert_run(row).await.unwrap();
+        let pending = vec![PendingAction {
+            call_id: "1".into(),
+            kind: ActionKind::Approval,
+            name: "list_dir".into(),
+            arguments: json!({}),
+        }];
+        store.writer().append(NewEvent {
+            run_id: run.id,
+            sequence: 1,
+            kind: "actions_required",
+            body: Arc::from("{}"),
+            message: None,
+            finish: None,
+            pause: Some(Box::new(Pause {
+                steps: 1,
+                tool_calls: 1,
+                usage: UsageTotals::default(),
+                pending: serde_json::to_string(&pending).unwrap(),
+                running_ms: 5,
+                action_deadline: format_time(&(Utc::now() + deadline)),
+            })),
+        });
+        run.id
+    }
+
+    fn approve(run_id: Uuid) -> Transition {
+        Transition::Answer {
+            run_id,
+            tenant: Tenant::anonymous(),
+            answers: vec![(
+                "1".into(),
+                ActionAnswer::Decision {
+                    decision: Decision::Approve,
+                    reason: None,
+                },
+            )],
+            at: Utc::now(),
         }
+    }
+
+    #[tokio::test]
+    async fn an_answer_after_the_deadline_ends_the_run_timeout_instead() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}/runs.db", dir.path().display());
+        let (store, _) = Store::open(&url, Duration::from_secs(1)).await.unwrap();
+
+        let in_time = paused(&store, TimeDelta::minutes(1)).await;
+        let answered = store.writer().transition(approve(in_time)).await.unwrap();
+        assert!(
+            matches!(&answered, Transitioned::Answered { complete: true, run, .. } if run.status == RunStatus::Queued),
+            "{answered:?}"
+        );
+
+        let late = paused(&store, TimeDelta::milliseconds(-1)).await;
+        match store.writer().transition(approve(late)).await.unwrap() {
+            Transitioned::Ended { run } => {
+                assert_eq!(run.status, RunStatus::Ended(Outcome::Timeout));
+                assert_eq!(run.error.as_deref(), Some(NO_ANSWER));
+            }
+            other => panic!("a late answer was taken: {other:?}"),
+        }
+        let stored = store.get_run(&Tenant::anonymous(), late).await.unwrap();
+        assert_eq!(
+            stored.map(|run| run.status),
+            Some(RunStatus::Ended(Outcome::Timeout))
+        );
+        let again = store.writer().transition(approve(late)).await.unwrap();
+        assert!(matches!(again, Transitioned::NotPaused(_)), "{again:?}");
+        store.close().await;
     }
 }
