@@ -182,6 +182,10 @@ pub struct RunSpec {
     pub approval: ApprovalSpec,
     /// Tools the client executes.
     pub client_tools: Vec<ToolDefinition>,
+    /// The system prompt (the request's, else its profile's).
+    pub instructions: Option<String>,
+    /// The run this one continues: its transcript and workspace.
+    pub previous_run_id: Option<Uuid>,
 }
 
 impl RunSpec {
@@ -200,6 +204,8 @@ impl RunSpec {
             metadata: run.metadata.clone(),
             approval: run.approval.clone(),
             client_tools: run.client_tools.clone(),
+            instructions: run.instructions.clone(),
+            previous_run_id: run.previous_run_id,
         }
     }
 }
@@ -277,6 +283,11 @@ pub struct Run {
     pub pending_actions: Vec<PendingAction>,
     pub approval: ApprovalSpec,
     pub client_tools: Vec<ToolDefinition>,
+    pub instructions: Option<String>,
+    /// The first run of its conversation: its own id unless it continues
+    /// another.
+    pub thread_id: Uuid,
+    pub previous_run_id: Option<Uuid>,
     #[serde(serialize_with = "rfc3339")]
     pub created_at: DateTime<Utc>,
     #[serde(serialize_with = "rfc3339_opt")]
@@ -286,7 +297,8 @@ pub struct Run {
 }
 
 impl Run {
-    /// A run just accepted: queued, nothing done yet.
+    /// A run just accepted: queued, nothing done yet; the first of its
+    /// thread (see [`Run::continuing`]).
     pub fn queued(id: Uuid, spec: &RunSpec, created_at: DateTime<Utc>) -> Self {
         Self {
             id,
@@ -306,6 +318,9 @@ impl Run {
             pending_actions: Vec::new(),
             approval: spec.approval.clone(),
             client_tools: spec.client_tools.clone(),
+            instructions: spec.instructions.clone(),
+            thread_id: id,
+            previous_run_id: spec.previous_run_id,
             created_at,
             started_at: None,
             finished_at: None,
@@ -361,6 +376,8 @@ impl RunSpec {
             metadata: Default::default(),
             approval: ApprovalSpec::default(),
             client_tools: Vec::new(),
+            instructions: None,
+            previous_run_id: None,
         }
     }
 }

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
+use uuid::Uuid;
 
 use super::error::ApiError;
 use crate::config::LimitsConfig;
@@ -20,6 +21,8 @@ pub use crate::run::{DEFAULT_CONTEXT, DEFAULT_LIMITS};
 pub const MAX_METADATA_BYTES: usize = 16 * 1024;
 /// Most files a request may seed its workspace with.
 pub const MAX_WORKSPACE_FILES: usize = 1000;
+/// Longest `instructions` accepted, in bytes.
+pub const MAX_INSTRUCTIONS_BYTES: usize = 256 * 1024;
 /// Most tools a client may give a run.
 pub const MAX_CLIENT_TOOLS: usize = 64;
 /// Largest parameters schema of a client tool, serialised, and largest sum
@@ -55,6 +58,10 @@ pub struct CreateRunRequest {
     pub approval: Option<ApprovalRequest>,
     #[serde(default)]
     pub client_tools: Option<Vec<ClientToolRequest>>,
+    #[serde(default)]
+    pub instructions: Option<String>,
+    #[serde(default)]
+    pub previous_run_id: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -117,9 +124,17 @@ impl CreateRunRequest {
         if self.prompt.trim().is_empty() {
             return invalid("prompt must not be empty".into());
         }
+        // The request's instructions replace its profile's ("" clears them).
+        let mut instructions = None;
         let (model, model_info) = match self.model {
-            None => profile(server, server.default_model, "runs.default_model")?,
-            Some(ModelChoice::Profile(name)) => profile(server, &name, "model.profile")?,
+            None => {
+                instructions = profile_instructions(server, server.default_model);
+                profile(server, server.default_model, "runs.default_model")?
+            }
+            Some(ModelChoice::Profile(name)) => {
+                instructions = profile_instructions(server, &name);
+                profile(server, &name, "model.profile")?
+            }
             Some(ModelChoice::Scripted(script)) => {
                 check_script(&script)?;
                 (
@@ -244,6 +259,23 @@ impl CreateRunRequest {
             ));
         }
 
+        if let Some(given) = self.instructions {
+            if given.len() > MAX_INSTRUCTIONS_BYTES {
+                return invalid(format!(
+                    "instructions: at most {MAX_INSTRUCTIONS_BYTES} bytes (got {})",
+                    given.len()
+                ));
+            }
+            instructions = (!given.is_empty()).then_some(given);
+        }
+        let previous_run_id = self
+            .previous_run_id
+            .map(|id| {
+                Uuid::parse_str(&id).map_err(|_| {
+                    ApiError::Validation(format!("previous_run_id: {id:?} is not a run id"))
+                })
+            })
+            .transpose()?;
         let client_tools = client_tools(self.client_tools.unwrap_or_default(), &tools)?;
         let approval = approval(self.approval, &tools, &client_tools)?;
 
@@ -259,8 +291,18 @@ impl CreateRunRequest {
             metadata,
             approval,
             client_tools,
+            instructions,
+            previous_run_id,
         })
     }
+}
+
+fn profile_instructions(server: &Ceilings<'_>, name: &str) -> Option<String> {
+    server
+        .profiles
+        .get(name)
+        .and_then(|profile| profile.instructions())
+        .map(str::to_owned)
 }
 
 /// The client's tools: named by the tool-name rule, clashing with no other

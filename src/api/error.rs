@@ -120,6 +120,7 @@ pub enum ErrorCode {
     IdempotencyKeyReused,
     RunNotLive,
     RunNotPaused,
+    RunLive,
     PayloadTooLarge,
     UriTooLong,
     UnsupportedMediaType,
@@ -133,7 +134,7 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 20] = [
+    pub const ALL: [ErrorCode; 21] = [
         Self::InvalidJson,
         Self::InvalidQuery,
         Self::InvalidPath,
@@ -144,6 +145,7 @@ impl ErrorCode {
         Self::IdempotencyKeyReused,
         Self::RunNotLive,
         Self::RunNotPaused,
+        Self::RunLive,
         Self::PayloadTooLarge,
         Self::UriTooLong,
         Self::UnsupportedMediaType,
@@ -168,6 +170,7 @@ impl ErrorCode {
             Self::IdempotencyKeyReused => "idempotency_key_reused",
             Self::RunNotLive => "run_not_live",
             Self::RunNotPaused => "run_not_paused",
+            Self::RunLive => "run_live",
             Self::PayloadTooLarge => "payload_too_large",
             Self::UriTooLong => "uri_too_long",
             Self::UnsupportedMediaType => "unsupported_media_type",
@@ -189,7 +192,7 @@ impl ErrorCode {
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::NotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            Self::IdempotencyKeyReused | Self::RunNotLive | Self::RunNotPaused => {
+            Self::IdempotencyKeyReused | Self::RunNotLive | Self::RunNotPaused | Self::RunLive => {
                 StatusCode::CONFLICT
             }
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -225,6 +228,11 @@ impl From<SubmitError> for ApiError {
                         .into(),
                 )
             }
+            SubmitError::PreviousNotFound => Self::NotFound("previous_run_id: the run"),
+            error @ SubmitError::PreviousLive(_) => Self::Conflict {
+                code: ErrorCode::RunLive,
+                message: error.to_string(),
+            },
             SubmitError::Store(error) => error.into(),
         }
     }

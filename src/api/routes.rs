@@ -58,7 +58,11 @@ pub fn table() -> Vec<Route> {
             "/v1/runs",
             false,
             [
-                (M::GET, &["status", "limit", "cursor"][..], get(runs::list)),
+                (
+                    M::GET,
+                    &["status", "thread_id", "limit", "cursor"][..],
+                    get(runs::list),
+                ),
                 (M::POST, &["wait"][..], post(runs::create)),
             ],
         ),

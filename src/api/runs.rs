@@ -18,6 +18,7 @@ use super::state::AppState;
 use super::tenant_run::{TenantRun, read};
 use crate::run::{Run, RunStatus, Tenant};
 use crate::runner::SubmitError;
+use crate::store::RunFilter;
 use crate::tools::{Workspace, WorkspaceError, WorkspaceOptions};
 
 /// Longest `Idempotency-Key` accepted.
@@ -217,17 +218,21 @@ pub async fn list(
                 ))
             })?,
     };
-    let cursor = query
-        .get("cursor")
-        .map(|c| {
-            Uuid::parse_str(c)
-                .map_err(|_| ApiError::InvalidQuery(format!("cursor {c:?} is not a valid cursor")))
-        })
-        .transpose()?;
+    let id_param = |name: &str, what: &str| {
+        query
+            .get(name)
+            .map(|text| {
+                Uuid::parse_str(text)
+                    .map_err(|_| ApiError::InvalidQuery(format!("{name} {text:?} is not {what}")))
+            })
+            .transpose()
+    };
+    let thread_id = id_param("thread_id", "a run id")?;
+    let cursor = id_param("cursor", "a valid cursor")?;
     let mut runs = state
         .runner
         .store()
-        .list_runs(&tenant, status, cursor, limit + 1)
+        .list_runs(&tenant, RunFilter { status, thread_id }, cursor, limit + 1)
         .await?;
     let next_cursor = if runs.len() > limit as usize {
         runs.truncate(limit as usize);

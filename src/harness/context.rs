@@ -74,8 +74,11 @@ pub struct ContextIndex {
     /// Serialised size of the first message (the user prompt).
     first_size: usize,
     /// Groups after the first message: `(index of first message, total size)`.
-    /// An assistant message starts a group; its tool results join it.
+    /// An assistant message starts a group; its tool results join it. A user
+    /// message (of a continued conversation) is a group alone.
     groups: Vec<(usize, usize)>,
+    /// The group of the newest user message after the first, if any.
+    newest_user: Option<usize>,
     len: usize,
 }
 
@@ -91,34 +94,30 @@ impl ContextIndex {
         }
         match (message, self.groups.last_mut()) {
             (Message::Tool { .. }, Some(group)) => group.1 += size,
-            _ => self.groups.push((index, size)),
+            _ => {
+                if matches!(message, Message::User { .. }) {
+                    self.newest_user = Some(self.groups.len());
+                }
+                self.groups.push((index, size));
+            }
         }
     }
 
-    /// Chooses the context: the first message, then as many of the most recent
-    /// groups as fit in `limit` characters (the JSON array's brackets and commas
-    /// included). Returns the index of the first message of the oldest group
-    /// kept (the transcript's length when none is), or `TooSmall` when the first
-    /// message and the latest group cannot both fit.
+    /// Chooses the context within `limit` characters (the JSON array's
+    /// brackets and commas included). Required: the first message, and the
+    /// newest user message after it with everything after that (without
+    /// one, the latest group). Then as many earlier groups as fit, newest
+    /// first. Returns the index of the first message of the oldest group
+    /// kept (the transcript's length when none is), or `TooSmall` when what
+    /// is required does not fit.
     pub fn select(&self, limit: usize) -> Result<usize, ContextError> {
         // "[" + first + "]"
         let mut used = self.first_size + 2;
-        let mut start = self.len;
-        for (i, &(group_start, group_size)) in self.groups.iter().enumerate().rev() {
-            // Each message of the group is preceded by a comma.
-            let messages = self.messages_in(i);
-            let cost = group_size + messages;
-            if used + cost > limit {
-                if start == self.len {
-                    return Err(ContextError::TooSmall {
-                        limit,
-                        required: used + cost,
-                    });
-                }
-                break;
-            }
-            used += cost;
-            start = group_start;
+        let required = self
+            .newest_user
+            .unwrap_or(self.groups.len().saturating_sub(1));
+        for group in required..self.groups.len() {
+            used += self.cost(group);
         }
         if used > limit {
             return Err(ContextError::TooSmall {
@@ -126,7 +125,21 @@ impl ContextIndex {
                 required: used,
             });
         }
+        let mut start = self.groups.get(required).map_or(self.len, |group| group.0);
+        for group in (0..required).rev() {
+            let cost = self.cost(group);
+            if used + cost > limit {
+                break;
+            }
+            used += cost;
+            start = self.groups[group].0;
+        }
         Ok(start)
+    }
+
+    /// A group's characters, with the comma before each of its messages.
+    fn cost(&self, group: usize) -> usize {
+        self.groups[group].1 + self.messages_in(group)
     }
 
     fn messages_in(&self, group: usize) -> usize {
@@ -277,6 +290,60 @@ mod tests {
                 messages[4].clone(),
                 messages[5].clone()
             ]
+        );
+    }
+
+    #[test]
+    fn a_conversation_keeps_its_first_and_its_newest_user_message() {
+        let messages = vec![
+            Message::user("first task"),
+            Message::assistant("", vec![call("1")]),
+            Message::tool("1", "x".repeat(100), false),
+            Message::assistant("done with the first", vec![]),
+            Message::user("second task"),
+            Message::assistant("done with the second", vec![]),
+            Message::user("third task"),
+            Message::assistant("", vec![call("2")]),
+            Message::tool("2", "y".repeat(100), false),
+            Message::assistant("", vec![call("3")]),
+            Message::tool("3", "z".repeat(100), false),
+        ];
+        let required = {
+            let mut kept = vec![messages[0].clone()];
+            kept.extend_from_slice(&messages[6..]);
+            kept
+        };
+        // Exactly what is required: the first message, the newest user
+        // message and all after it, even the older of its batches.
+        assert_eq!(
+            select_context(&messages, size(&required)).unwrap(),
+            required
+        );
+        // Room for one more group: the newest earlier one.
+        let mut with_one = vec![messages[0].clone()];
+        with_one.extend_from_slice(&messages[5..]);
+        assert_eq!(
+            select_context(&messages, size(&with_one)).unwrap(),
+            with_one
+        );
+        // An earlier group that does not fit stops the filling, newest first.
+        let mut with_two = vec![messages[0].clone()];
+        with_two.extend_from_slice(&messages[4..]);
+        assert_eq!(
+            select_context(&messages, size(&with_two) + 10).unwrap(),
+            with_two
+        );
+        assert_eq!(
+            select_context(&messages, size(&messages)).unwrap(),
+            messages
+        );
+        // Less than the required part: a context limit, not a cut in it.
+        assert_eq!(
+            select_context(&messages, size(&required) - 1),
+            Err(ContextError::TooSmall {
+                limit: size(&required) - 1,
+                required: size(&required)
+            })
         );
     }
 

@@ -13,6 +13,9 @@ use super::tool::ToolDefinition;
 
 /// What a model is given for one step.
 pub struct ModelRequest<'a> {
+    /// The run's system prompt, sent as the provider's system message on
+    /// every step; never part of the transcript.
+    pub instructions: Option<&'a str>,
     /// The messages selected for context (see [`super::context`]), in order.
     pub messages: ContextView<'a>,
     pub tools: &'a [Arc<ToolDefinition>],

@@ -108,6 +108,9 @@ impl Dialect for Anthropic {
             "max_tokens": self.max_tokens,
             "messages": messages_json(request.messages.iter()),
         });
+        if let Some(instructions) = request.instructions {
+            body["system"] = json!(instructions);
+        }
         if !request.tools.is_empty() {
             body["tools"] = tools_json(request.tools);
         }

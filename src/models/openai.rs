@@ -91,9 +91,14 @@ impl OpenAiModel {
 #[async_trait]
 impl Dialect for OpenAi {
     fn request_body(&self, request: &ModelRequest<'_>, stream: bool) -> Value {
+        let mut messages = messages_json(request.messages.iter());
+        if let (Some(instructions), Value::Array(messages)) = (request.instructions, &mut messages)
+        {
+            messages.insert(0, json!({"role": "system", "content": instructions}));
+        }
         let mut body = json!({
             "model": self.model,
-            "messages": messages_json(request.messages.iter()),
+            "messages": messages,
         });
         // The API refuses an empty `tools` array.
         if !request.tools.is_empty() {

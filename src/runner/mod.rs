@@ -76,6 +76,12 @@ pub enum SubmitError {
     /// Storage refuses writes (the database's disk full, an I/O error).
     #[error("storage refuses writes: {0}")]
     StorageRefused(String),
+    /// `previous_run_id` names no run of the tenant.
+    #[error("previous_run_id: no such run")]
+    PreviousNotFound,
+    /// `previous_run_id` names a run that has not ended.
+    #[error("previous_run_id: the run is {0}; a run can be continued once it has ended")]
+    PreviousLive(RunStatus),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -275,6 +281,23 @@ impl Runner {
                 failing.as_millis()
             )));
         }
+        // A run that continues another: that one must have ended (it stays
+        // as it ended; a terminal run never goes live again).
+        let previous = match spec.previous_run_id {
+            None => None,
+            Some(previous) => {
+                let previous = self
+                    .shared
+                    .store
+                    .get_run(tenant, previous)
+                    .await?
+                    .ok_or(SubmitError::PreviousNotFound)?;
+                if !previous.status.is_terminal() {
+                    return Err(SubmitError::PreviousLive(previous.status));
+                }
+                Some(previous)
+            }
+        };
         let metrics = &self.shared.metrics;
         // A free slot starts the run now; otherwise it waits, if there is room.
         let slot = match Arc::clone(&self.slots).try_acquire_owned() {
@@ -303,7 +326,12 @@ impl Runner {
             run.started_at = Some(run.created_at);
         }
         let directory = self.workspace_dir(id);
-        if let Err(error) = seed_workspace(&directory, &spec).await {
+        let mut prepared = Ok(());
+        if let Some(previous) = &previous {
+            run.thread_id = previous.thread_id;
+            prepared = copy_previous(&self.workspace_dir(previous.id), &directory).await;
+        }
+        if let Err(error) = prepared.and(seed_workspace(&directory, &spec).await) {
             unqueue();
             let _ = tokio::fs::remove_dir_all(&directory).await;
             return Err(error);
@@ -476,6 +504,24 @@ async fn watch_storage(shared: std::sync::Weak<Shared>, write_retry: Duration) {
             }
         }
     }
+}
+
+/// Starts a run's workspace as a copy of the one it continues, as it ended.
+async fn copy_previous(from: &std::path::Path, to: &std::path::Path) -> Result<(), SubmitError> {
+    let (from, to) = (from.to_owned(), to.to_owned());
+    let began = std::time::Instant::now();
+    let stats = tokio::task::spawn_blocking(move || crate::tools::copy::copy_workspace(&from, &to))
+        .await
+        .map_err(|e| SubmitError::Workspace(format!("copying the workspace failed: {e}")))?
+        .map_err(|e| server_side(&e, format!("copying the previous run's workspace: {e}")))?;
+    tracing::debug!(
+        files = stats.files,
+        cloned = stats.cloned,
+        bytes = stats.bytes,
+        ms = began.elapsed().as_millis() as u64,
+        "workspace copied"
+    );
+    Ok(())
 }
 
 /// Creates the run's workspace directory and the request's files in it.

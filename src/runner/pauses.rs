@@ -118,8 +118,6 @@ impl Runner {
     pub async fn finished(&self, id: Uuid) -> Option<Run> {
         let channels = self.shared.store.live();
         loop {
-            // Made before looking, so a resume after the look is not missed.
-            let reopened = channels.until_reopened(id);
             if let (Some(live), Some(ended)) = (self.live(id), channels.ended(id)) {
                 match ended.await {
                     Closing::Ended => return live.snapshot(),
@@ -128,6 +126,12 @@ impl Runner {
                 }
             }
             // Not live here: ended, paused, or answered and about to resume.
+            // The wait is made before looking again, so that a resume after
+            // the look is not missed.
+            let reopened = channels.until_reopened(id);
+            if channels.ended(id).is_some() {
+                continue;
+            }
             match self.shared.store.run_status(id).await {
                 Ok(Some(status)) if !status.is_terminal() => {
                     tokio::select! {

@@ -13,8 +13,8 @@ use futures_util::FutureExt;
 
 use super::{LiveRun, Runner, observer};
 use crate::harness::{
-    Answers, Approval, Checkpoint, ClientTool, ContextLimits, Harness, Limits, Model, Outcome,
-    Progress, RunConfig, StopReason, Tool, ToolRegistry,
+    Answers, Approval, Checkpoint, ClientTool, ContextLimits, Harness, Limits, Message, Model,
+    Outcome, Progress, RunConfig, StopReason, Tool, ToolRegistry,
 };
 use crate::models::ScriptedModel;
 use crate::run::{ModelSpec, RunSpec, RunStatus, format_time};
@@ -277,9 +277,27 @@ impl RunTask {
             )),
             ModelSpec::Profile(name) => shared
                 .profiles
-                .instantiate(name)
+                .get(name)
+                .map(|profile| profile.instantiate_after(answered))
                 .ok_or_else(|| format!("model profile {name:?} is not configured"))?,
         };
+        // A run that continues another starts from its transcript, stored
+        // as this run's first messages when it was accepted.
+        let history = match (&stored, spec.previous_run_id) {
+            (None, Some(_)) => shared
+                .store
+                .messages(self.live.id)
+                .await
+                .map_err(|e| format!("reading the continued transcript: {e}"))?
+                .iter()
+                .map(|text| serde_json::from_str::<Message>(text).map(Arc::new))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("a continued message is unreadable: {e}"))?,
+            _ => Vec::new(),
+        };
+        if !history.is_empty() {
+            observer.messages_stored(history.len());
+        }
         let workspace = Arc::new(shared.workspaces.run(&self.live.id.to_string()));
         let mut tools: Vec<Arc<dyn Tool>> = builtin_tools(
             workspace,
@@ -307,6 +325,8 @@ impl RunTask {
         let config = RunConfig {
             run_id: self.live.id,
             prompt: spec.prompt.clone(),
+            instructions: spec.instructions.clone(),
+            history,
             limits: Limits {
                 max_steps: NonZeroU32::new(spec.limits.max_steps).ok_or("max_steps is zero")?,
                 max_tool_calls: spec.limits.max_tool_calls,

@@ -63,6 +63,13 @@ pub struct Unfinished {
     pub answered_pause: bool,
 }
 
+/// Which runs a listing shows.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunFilter {
+    pub status: Option<RunStatus>,
+    pub thread_id: Option<Uuid>,
+}
+
 /// A paused run, answered, as stored: what its resume starts from.
 #[derive(Debug, Clone)]
 pub struct StoredPause {
@@ -175,19 +182,21 @@ impl Store {
         row.map(|row| rows::run_from_row(&row)).transpose()
     }
 
-    /// Runs newest first, after `cursor` (an id) when given.
+    /// Runs newest first, after `cursor` (an id) when given, of one status
+    /// or thread when given.
     pub async fn list_runs(
         &self,
         tenant: &Tenant,
-        status: Option<RunStatus>,
+        filter: RunFilter,
         cursor: Option<Uuid>,
         limit: u32,
     ) -> Result<Vec<Run>, StoreError> {
         let rows = sqlx::query(rows::SELECT_RUNS_PAGE)
             .bind(&tenant.0)
-            .bind(status.map(RunStatus::as_str))
+            .bind(filter.status.map(RunStatus::as_str))
             .bind(cursor.map(|c| c.to_string()))
             .bind(i64::from(limit))
+            .bind(filter.thread_id.map(|t| t.to_string()))
             .fetch_all(&self.read)
             .await?;
         rows.iter().map(rows::run_from_row).collect()

@@ -19,7 +19,7 @@ macro_rules! select_runs {
             "input_tokens, output_tokens, model_calls_with_usage, limits, context, tools, ",
             "commands, model, metadata, model_spec, request_hash, created_at, started_at, ",
             "finished_at, approval, client_tools, pending_actions, answers, running_ms, ",
-            "action_deadline ",
+            "action_deadline, instructions, thread_id, previous_run_id ",
             "FROM runs ",
             $filter
         )
@@ -31,9 +31,11 @@ pub(super) const SELECT_RUN_BY_IDEMPOTENCY_KEY: &str =
     select_runs!("WHERE tenant = ? AND idempotency_key = ?");
 pub(super) const SELECT_RUN_FOR_UPDATE: &str = select_runs!("WHERE id = ?");
 pub(super) const SELECT_LIVE_RUNS: &str = select_runs!("WHERE status = ? ORDER BY id");
-/// Newest first; the status and cursor filters apply only when bound non-null.
+/// Newest first; the status, cursor and thread filters apply only when bound
+/// non-null.
 pub(super) const SELECT_RUNS_PAGE: &str = select_runs!(
-    "WHERE tenant = ?1 AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR id < ?3) ORDER BY id DESC LIMIT ?4"
+    "WHERE tenant = ?1 AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR id < ?3) \
+     AND (?5 IS NULL OR thread_id = ?5) ORDER BY id DESC LIMIT ?4"
 );
 
 pub(super) fn run_from_row(row: &SqliteRow) -> Result<Run, StoreError> {
@@ -60,6 +62,13 @@ pub(super) fn run_from_row(row: &SqliteRow) -> Result<Run, StoreError> {
         pending_actions: unanswered(row)?,
         approval: json(row, "approval")?,
         client_tools: json(row, "client_tools")?,
+        instructions: row.get("instructions"),
+        thread_id: parse_uuid(&row.get::<String, _>("thread_id"))?,
+        previous_run_id: row
+            .get::<Option<String>, _>("previous_run_id")
+            .as_deref()
+            .map(parse_uuid)
+            .transpose()?,
         created_at: time(&row.get::<String, _>("created_at"))?,
         started_at: row
             .get::<Option<String>, _>("started_at")

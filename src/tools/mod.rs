@@ -18,6 +18,7 @@
 mod capture;
 pub mod command;
 pub mod confine;
+pub mod copy;
 mod definitions;
 pub mod error;
 pub mod files;

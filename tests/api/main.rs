@@ -7,6 +7,7 @@ mod helpers;
 
 mod cancel;
 mod connections;
+mod conversations;
 mod errors;
 mod lifecycle;
 mod openapi;

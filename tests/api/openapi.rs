@@ -1296,6 +1296,7 @@ fn the_schemas_refuse_wrong_shapes() {
         "context": {"max_context_chars": 32000, "max_tool_result_chars": 8000},
         "tools": ["read_file"], "commands": [], "model": {"provider": "scripted"}, "metadata": {},
         "pending_actions": [], "approval": {"tools": []}, "client_tools": [],
+        "instructions": null, "thread_id": run_id, "previous_run_id": null,
         "created_at": "2026-01-02T03:04:05.123Z", "started_at": null, "finished_at": null
     });
     assert_matches(run_schema, &run, "a run object");

@@ -280,6 +280,7 @@ pub async fn generate(
     let messages: Vec<Arc<Message>> = messages.iter().cloned().map(Arc::new).collect();
     let tools: Vec<Arc<ToolDefinition>> = tools.iter().cloned().map(Arc::new).collect();
     let request = ModelRequest {
+        instructions: None,
         messages: ContextView::new(&messages[..1], &messages[1..]),
         tools: &tools,
         cancel,

@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 mod calls;
 
-use super::context::{self, ContextIndex};
+use super::context::{self, ContextError, ContextIndex};
 use super::events::{Emitter, EventKind, Observer, Outcome};
 use super::message::{Message, UsageTotals};
 use super::model::{DeltaSink, Model, ModelError, ModelRequest};
@@ -81,6 +81,13 @@ impl Default for ContextLimits {
 pub struct RunConfig {
     pub run_id: Uuid,
     pub prompt: String,
+    /// The system prompt, sent on every step, counted against the context
+    /// budget, never in the transcript.
+    pub instructions: Option<String>,
+    /// The transcript this run continues (a previous run's), before its
+    /// prompt; empty for a run of its own. Not emitted again: it is the
+    /// caller's already.
+    pub history: Vec<Arc<Message>>,
     pub limits: Limits,
     pub context: ContextLimits,
     /// Which tools' calls wait for a client's approval.
@@ -93,6 +100,8 @@ impl RunConfig {
         Self {
             run_id: Uuid::now_v7(),
             prompt: prompt.into(),
+            instructions: None,
+            history: Vec::new(),
             limits: Limits::default(),
             context: ContextLimits::default(),
             approval: Approval::None,
@@ -213,6 +222,10 @@ impl Harness<'_> {
         let (mut run, answers) = match begin {
             Begin::Fresh => {
                 let mut run = Run::new(self, config, Emitter::new(config.run_id, self.observer));
+                for message in &config.history {
+                    run.index.push(message, message.serialized_chars());
+                }
+                run.messages.clone_from(&config.history);
                 run.emitter.emit(|| EventKind::RunStart);
                 run.append(Message::user(config.prompt.clone()));
                 (run, None)
@@ -323,6 +336,26 @@ impl<'h, 'c> Run<'h, 'c> {
         }
     }
 
+    /// Selects the context within `max_context_chars`, the instructions
+    /// counted in it (the characters of their JSON string).
+    fn select_context(&self) -> Result<usize, ContextError> {
+        let limit = self.config.context.max_context_chars.get();
+        let instructions = self
+            .config
+            .instructions
+            .as_deref()
+            .map_or(0, json_string_chars);
+        self.index
+            .select(limit.saturating_sub(instructions))
+            .map_err(|error| match error {
+                ContextError::TooSmall { required, .. } => ContextError::TooSmall {
+                    limit,
+                    required: required + instructions,
+                },
+                error => error,
+            })
+    }
+
     /// Takes up where a paused run stood.
     fn restore(&mut self, checkpoint: Checkpoint) {
         for message in &checkpoint.messages {
@@ -373,10 +406,7 @@ impl Run<'_, '_> {
             if token.is_cancelled() {
                 return End::Stopped;
             }
-            let start = match self
-                .index
-                .select(self.config.context.max_context_chars.get())
-            {
+            let start = match self.select_context() {
                 Ok(start) => start,
                 Err(error) => return End::ContextLimit(error.to_string()),
             };
@@ -384,6 +414,7 @@ impl Run<'_, '_> {
             let began = Instant::now();
             let deltas = Deltas(&self.emitter);
             let request = ModelRequest {
+                instructions: self.config.instructions.as_deref(),
                 messages: context::view(&self.messages, start),
                 tools: tools.definitions(),
                 cancel: token,
@@ -543,6 +574,11 @@ impl DeltaSink for Deltas<'_, '_> {
 fn serialize_result(value: &Value) -> String {
     // Serialising a `Value` cannot fail: its map keys are strings.
     serde_json::to_string(value).unwrap_or_else(|_| "null".to_owned())
+}
+
+/// Characters of `text` as a JSON string, quotes and escapes included.
+fn json_string_chars(text: &str) -> usize {
+    serde_json::to_string(text).map_or(text.len(), |json| json.chars().count())
 }
 
 fn millis(duration: Duration) -> f64 {

@@ -74,6 +74,7 @@ struct RawProfile {
     retry_max_ms: Option<u64>,
     stream: Option<bool>,
     script: Option<Vec<Value>>,
+    instructions: Option<String>,
 }
 
 impl TryFrom<RawProfile> for ModelProfile {
@@ -99,7 +100,10 @@ impl TryFrom<RawProfile> for ModelProfile {
                 return Err(format!("`{field}` is not a setting of kind scripted"));
             }
             let script = raw.script.ok_or("`script` is required for kind scripted")?;
-            return Ok(Self::Scripted(ScriptedProfile { script }));
+            return Ok(Self::Scripted(ScriptedProfile {
+                script,
+                instructions: raw.instructions,
+            }));
         }
         if raw.script.is_some() {
             return Err(format!("`script` is only for kind scripted, not {kind}"));
@@ -116,6 +120,7 @@ impl TryFrom<RawProfile> for ModelProfile {
             retry_base_ms: raw.retry_base_ms,
             retry_max_ms: raw.retry_max_ms,
             stream: raw.stream.unwrap_or(false),
+            instructions: raw.instructions,
         };
         Ok(match kind {
             ProfileKind::Anthropic => Self::Anthropic(profile),
@@ -154,6 +159,8 @@ pub struct HttpProfile {
     pub retry_max_ms: Option<u64>,
     /// Stream the answer, forwarding text as it arrives.
     pub stream: bool,
+    /// The system prompt of a run of this profile that gives none.
+    pub instructions: Option<String>,
 }
 
 // Header values may be sensitive even when they are not the key: show names
@@ -172,6 +179,7 @@ impl fmt::Debug for HttpProfile {
             .field("retry_base_ms", &self.retry_base_ms)
             .field("retry_max_ms", &self.retry_max_ms)
             .field("stream", &self.stream)
+            .field("instructions", &self.instructions.as_ref().map(String::len))
             .finish()
     }
 }
@@ -182,6 +190,8 @@ impl fmt::Debug for HttpProfile {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScriptedProfile {
     pub script: Vec<Value>,
+    /// The system prompt of a run of this profile that gives none.
+    pub instructions: Option<String>,
 }
 
 /// The kind of a profile, as `GET /v1/models` shows it.
@@ -228,6 +238,14 @@ impl ProfileError {
 }
 
 impl ModelProfile {
+    /// The system prompt of a run of this profile that gives none.
+    pub fn instructions(&self) -> Option<&str> {
+        match self {
+            Self::OpenAi(http) | Self::Anthropic(http) => http.instructions.as_deref(),
+            Self::Scripted(scripted) => scripted.instructions.as_deref(),
+        }
+    }
+
     pub fn kind(&self) -> ProfileKind {
         match self {
             Self::OpenAi(_) => ProfileKind::OpenAi,
@@ -240,6 +258,7 @@ impl ModelProfile {
     /// a run of nothing but a prompt works end to end on a fresh server.
     pub fn demo() -> Self {
         Self::Scripted(ScriptedProfile {
+            instructions: None,
             script: vec![
                 json!({
                     "content": "",
@@ -302,7 +321,12 @@ mod tests {
 
     #[test]
     fn scripts_are_checked_element_by_element() {
-        let profile = |script: Vec<Value>| ModelProfile::Scripted(ScriptedProfile { script });
+        let profile = |script: Vec<Value>| {
+            ModelProfile::Scripted(ScriptedProfile {
+                script,
+                instructions: None,
+            })
+        };
         let error = |script: Vec<Value>| {
             profile(script)
                 .validate("s", &no_env)

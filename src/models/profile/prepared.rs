@@ -37,6 +37,7 @@ impl ModelProfile {
         Ok(PreparedProfile {
             kind: self.kind(),
             model,
+            instructions: self.instructions().map(str::to_owned),
             source,
         })
     }
@@ -62,6 +63,7 @@ enum Source {
 pub struct PreparedProfile {
     kind: ProfileKind,
     model: Option<String>,
+    instructions: Option<String>,
     source: Source,
 }
 
@@ -75,10 +77,23 @@ impl PreparedProfile {
         self.model.as_deref()
     }
 
+    /// The system prompt of a run of this profile that gives none.
+    pub fn instructions(&self) -> Option<&str> {
+        self.instructions.as_deref()
+    }
+
     /// The model for one run.
     pub fn instantiate(&self) -> Arc<dyn Model> {
+        self.instantiate_after(0)
+    }
+
+    /// The model for a run that resumes after `steps` responses: a script
+    /// goes on from the next one (a provider is stateless).
+    pub fn instantiate_after(&self, steps: usize) -> Arc<dyn Model> {
         match &self.source {
-            Source::Scripted(script) => Arc::new(ScriptedModel::new(script.iter().cloned())),
+            Source::Scripted(script) => Arc::new(ScriptedModel::new(
+                script.get(steps..).unwrap_or_default().iter().cloned(),
+            )),
             Source::Http(model) => Arc::clone(model),
         }
     }

@@ -7,7 +7,7 @@ use super::Op;
 use crate::run::format_time;
 use crate::store::{NewRun, StoreError};
 
-/// Most rows one statement writes (the runs insert binds 17 values a row,
+/// Most rows one statement writes (the runs insert binds 20 values a row,
 /// well within SQLite's 32,766 variables).
 const MAX_ROWS_PER_STATEMENT: usize = 256;
 
@@ -25,6 +25,9 @@ pub(crate) struct RunRow {
     metadata: String,
     approval: String,
     client_tools: String,
+    instructions: Option<String>,
+    thread_id: String,
+    previous_run_id: Option<String>,
     model_spec: String,
     idempotency_key: Option<String>,
     request_hash: Option<String>,
@@ -48,6 +51,9 @@ impl RunRow {
             metadata: json(&run.metadata)?,
             approval: json(&run.approval)?,
             client_tools: json(&run.client_tools)?,
+            instructions: run.instructions.clone(),
+            thread_id: run.thread_id.to_string(),
+            previous_run_id: run.previous_run_id.map(|id| id.to_string()),
             model_spec: json(&new.spec.model)?,
             idempotency_key: new.idempotency.map(|(key, _)| key.to_owned()),
             request_hash: new.idempotency.map(|(_, hash)| hash.to_owned()),
@@ -122,8 +128,8 @@ async fn apply(connection: &mut SqliteConnection, ops: &[Op]) -> Result<(), Stor
     for chunk in chunks(&runs) {
         let mut query = QueryBuilder::<Sqlite>::new(
             "INSERT INTO runs (id, tenant, status, prompt, limits, context, tools, commands, \
-             model, metadata, approval, client_tools, model_spec, idempotency_key, request_hash, \
-             created_at, started_at) ",
+             model, metadata, approval, client_tools, instructions, thread_id, previous_run_id, \
+             model_spec, idempotency_key, request_hash, created_at, started_at) ",
         );
         query.push_values(chunk, |mut values, row| {
             values
@@ -139,6 +145,9 @@ async fn apply(connection: &mut SqliteConnection, ops: &[Op]) -> Result<(), Stor
                 .push_bind(row.metadata.as_str())
                 .push_bind(row.approval.as_str())
                 .push_bind(row.client_tools.as_str())
+                .push_bind(row.instructions.as_deref())
+                .push_bind(row.thread_id.as_str())
+                .push_bind(row.previous_run_id.as_deref())
                 .push_bind(row.model_spec.as_str())
                 .push_bind(row.idempotency_key.as_deref())
                 .push_bind(row.request_hash.as_deref())
@@ -146,6 +155,19 @@ async fn apply(connection: &mut SqliteConnection, ops: &[Op]) -> Result<(), Stor
                 .push_bind(row.started_at.as_deref());
         });
         query.build().execute(&mut *connection).await?;
+    }
+    // A run that continues another starts with its transcript.
+    for row in &runs {
+        if let Some(previous) = &row.previous_run_id {
+            sqlx::query(
+                "INSERT INTO messages (run_id, position, body) \
+                 SELECT ?, position, body FROM messages WHERE run_id = ?",
+            )
+            .bind(row.id.as_str())
+            .bind(previous.as_str())
+            .execute(&mut *connection)
+            .await?;
+        }
     }
     for chunk in chunks(&started) {
         let mut query = QueryBuilder::<Sqlite>::new(

@@ -1,0 +1,323 @@
+//! Conversations (SPEC section 9): a run's instructions, and runs that
+//! continue others, with their transcripts and workspaces.
+
+use std::sync::{Arc, Mutex};
+
+use agent_runner::models::profile::{HttpProfile, ModelProfile};
+use axum::Router;
+use axum::extract::State;
+use axum::routing::post;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::*;
+
+/// The request bodies a mock provider was sent, in order.
+type Seen = Arc<Mutex<Vec<Value>>>;
+
+async fn openai(State(seen): State<Seen>, body: axum::Json<Value>) -> axum::Json<Value> {
+    seen.lock().unwrap().push(body.0);
+    axum::Json(json!({
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "mock",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"},
+                     "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}
+    }))
+}
+
+async fn anthropic(State(seen): State<Seen>, body: axum::Json<Value>) -> axum::Json<Value> {
+    seen.lock().unwrap().push(body.0);
+    axum::Json(json!({
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "mock",
+        "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
+        "usage": {"input_tokens": 3, "output_tokens": 1}
+    }))
+}
+
+/// Both providers' wire formats on one loopback server.
+async fn mock_providers() -> (String, Seen) {
+    let seen = Seen::default();
+    let router = Router::new()
+        .route("/v1/chat/completions", post(openai))
+        .route("/v1/messages", post(anthropic))
+        .with_state(Arc::clone(&seen));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    (address, seen)
+}
+
+/// A server with an OpenAI profile `oa` and an Anthropic profile `an`, both
+/// on the mock, `oa` with instructions of its own.
+async fn spawn_with_providers(address: &str) -> TestApp {
+    let address = address.to_owned();
+    spawn_with(move |config| {
+        let http = |base_url: String, instructions: Option<&str>| HttpProfile {
+            base_url: Some(base_url),
+            model: Some("mock".into()),
+            // Any variable that is set: the mock reads no key.
+            api_key_env: Some("PATH".into()),
+            instructions: instructions.map(str::to_owned),
+            max_attempts: Some(1),
+            ..HttpProfile::default()
+        };
+        config.models.insert(
+            "oa".into(),
+            ModelProfile::OpenAi(http(
+                format!("{address}/v1"),
+                Some("You are the profile's agent."),
+            )),
+        );
+        config.models.insert(
+            "an".into(),
+            ModelProfile::Anthropic(http(address.clone(), None)),
+        );
+    })
+    .await
+}
+
+fn roles(messages: &[Value]) -> Vec<&str> {
+    messages
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn instructions_reach_both_providers_as_their_system_prompt_and_stay_out_of_the_transcript() {
+    let (address, seen) = mock_providers().await;
+    let app = spawn_with_providers(&address).await;
+
+    let profiles = app
+        .run_to_end(json!({"prompt": "hello", "model": {"profile": "oa"}}))
+        .await;
+    assert_eq!(profiles["status"], "completed", "{profiles}");
+    assert_eq!(profiles["instructions"], "You are the profile's agent.");
+    let own = app
+        .run_to_end(json!({"prompt": "hello", "model": {"profile": "oa"}, "instructions": "Answer in French."}))
+        .await;
+    assert_eq!(own["instructions"], "Answer in French.");
+    let none = app
+        .run_to_end(json!({"prompt": "hello", "model": {"profile": "oa"}, "instructions": ""}))
+        .await;
+    assert_eq!(none["instructions"], Value::Null);
+    let claude = app
+        .run_to_end(
+            json!({"prompt": "hello", "model": {"profile": "an"}, "instructions": "Be brief."}),
+        )
+        .await;
+    assert_eq!(claude["status"], "completed", "{claude}");
+
+    let requests = seen.lock().unwrap().clone();
+    assert_eq!(requests.len(), 4);
+    assert_eq!(
+        requests[0]["messages"][0],
+        json!({"role": "system", "content": "You are the profile's agent."})
+    );
+    assert_eq!(requests[0]["messages"][1]["role"], "user");
+    assert_eq!(
+        requests[1]["messages"][0],
+        json!({"role": "system", "content": "Answer in French."})
+    );
+    assert_eq!(roles(requests[2]["messages"].as_array().unwrap()), ["user"]);
+    assert_eq!(requests[3]["system"], "Be brief.");
+    assert_eq!(roles(requests[3]["messages"].as_array().unwrap()), ["user"]);
+    for run in [&profiles, &own, &none, &claude] {
+        let messages = app.messages(run["id"].as_str().unwrap()).await;
+        assert_eq!(
+            roles(&messages),
+            ["user", "assistant"],
+            "never in the transcript"
+        );
+    }
+
+    // Counted against the context budget: instructions larger than it end
+    // the run before the model is called.
+    let too_big = app
+        .run_to_end(json!({"prompt": "hello", "model": {"profile": "oa"},
+                           "instructions": "x".repeat(2000), "context": {"max_context_chars": 1000}}))
+        .await;
+    assert_eq!(too_big["status"], "context_limit", "{too_big}");
+    assert_eq!(seen.lock().unwrap().len(), 4);
+}
+
+fn writes(path: &str, content: &str, answer: &str) -> Value {
+    json!({"scripted": [
+        {"content": "", "tool_calls": [call("w", "write_file", json!({"path": path, "content": content}))]},
+        {"content": answer}
+    ]})
+}
+
+#[tokio::test]
+async fn a_thread_of_runs_shares_its_history_and_each_workspace_stays_as_it_ended() {
+    let (address, seen) = mock_providers().await;
+    let app = spawn_with_providers(&address).await;
+    let first = app
+        .run_to_end(json!({"prompt": "write one", "model": writes("a.txt", "one", "wrote one")}))
+        .await;
+    let first_id = first["id"].as_str().unwrap();
+    assert_eq!(first["thread_id"], first_id);
+    assert_eq!(first["previous_run_id"], Value::Null);
+    let second = app
+        .run_to_end(json!({"prompt": "write two", "previous_run_id": first_id,
+                           "model": writes("b.txt", "two", "wrote two")}))
+        .await;
+    let second_id = second["id"].as_str().unwrap();
+    assert_eq!(second["status"], "completed", "{second}");
+    assert_eq!(second["thread_id"], first_id);
+    assert_eq!(second["previous_run_id"], first_id);
+    assert_eq!(second["steps"], 2, "counters count this run only");
+    // The third run's model (a real provider's wire format) sees it all.
+    let third = app
+        .run_to_end(
+            json!({"prompt": "what did we do?", "previous_run_id": second_id,
+                           "model": {"profile": "oa"}, "instructions": ""}),
+        )
+        .await;
+    let third_id = third["id"].as_str().unwrap();
+    assert_eq!(third["status"], "completed", "{third}");
+    assert_eq!(third["thread_id"], first_id);
+    let sent = seen.lock().unwrap()[0]["messages"].clone();
+    let contents: Vec<&str> = sent
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(contents, ["write one", "write two", "what did we do?"]);
+
+    // Each transcript: the inherited messages first, then its own.
+    let first_messages = app.messages(first_id).await;
+    let second_messages = app.messages(second_id).await;
+    let third_messages = app.messages(third_id).await;
+    assert_eq!(first_messages.len(), 4);
+    assert_eq!(second_messages[..4], first_messages[..]);
+    assert_eq!(second_messages[4]["content"], "write two");
+    assert_eq!(third_messages[..8], second_messages[..]);
+    assert_eq!(roles(&third_messages[8..]), ["user", "assistant"]);
+    // Its own events only: it starts at run_start, its prompt the first message.
+    let events = app.events(second_id).await;
+    assert_eq!(events[0].event, "run_start");
+    assert_eq!(events[1].data["message"]["content"], "write two");
+
+    // Workspaces: each as its run ended.
+    let files = |id: &str| {
+        let app = &app;
+        let id = id.to_owned();
+        async move {
+            let listed = app.get(&format!("/v1/runs/{id}/workspace")).await.body;
+            let mut files = Vec::new();
+            for file in listed["files"].as_array().unwrap() {
+                let path = file["path"].as_str().unwrap().to_owned();
+                let text = app
+                    .get(&format!("/v1/runs/{id}/workspace/{path}"))
+                    .await
+                    .text;
+                files.push((path, text));
+            }
+            files
+        }
+    };
+    let pair = |p: &str, t: &str| (p.to_owned(), t.to_owned());
+    assert_eq!(files(first_id).await, [pair("a.txt", "one")]);
+    assert_eq!(
+        files(second_id).await,
+        [pair("a.txt", "one"), pair("b.txt", "two")]
+    );
+    assert_eq!(
+        files(third_id).await,
+        [pair("a.txt", "one"), pair("b.txt", "two")]
+    );
+
+    // A fork: continuing the first run again.
+    let fork = app
+        .run_to_end(json!({"prompt": "write three", "previous_run_id": first_id,
+                           "model": writes("a.txt", "three", "overwrote")}))
+        .await;
+    let fork_id = fork["id"].as_str().unwrap();
+    assert_eq!(fork["thread_id"], first_id);
+    assert_eq!(files(fork_id).await, [pair("a.txt", "three")]);
+    assert_eq!(
+        files(first_id).await,
+        [pair("a.txt", "one")],
+        "the first stays"
+    );
+
+    // The listing by thread, newest first; other runs are not in it.
+    app.run_to_end(json!({"prompt": "unrelated", "model": {"scripted": [{"content": "x"}]}}))
+        .await;
+    let listed = app.get(&format!("/v1/runs?thread_id={first_id}")).await;
+    assert_eq!(listed.status, StatusCode::OK);
+    let ids: Vec<&str> = listed.body["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [fork_id, third_id, second_id, first_id]);
+    let bad = app.get("/v1/runs?thread_id=nope").await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn continuing_an_unknown_or_live_run_is_refused_and_creates_nothing() {
+    let app = spawn_app().await;
+    let unknown = app
+        .post_run(json!({"prompt": "go on", "previous_run_id": uuid::Uuid::now_v7().to_string()}))
+        .await;
+    assert_eq!(unknown.status, StatusCode::NOT_FOUND, "{}", unknown.text);
+    assert!(unknown.text.contains("previous_run_id"), "{}", unknown.text);
+    let malformed = app
+        .post_run(json!({"prompt": "go on", "previous_run_id": "yesterday"}))
+        .await;
+    assert_eq!(malformed.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        malformed.text.contains("previous_run_id"),
+        "{}",
+        malformed.text
+    );
+    let long = app
+        .create_run(json!({"prompt": "slow", "model": {"scripted": [{"delay_ms": 10000, "content": "late"}]}}))
+        .await;
+    let long_id = long["id"].as_str().unwrap();
+    let live = app
+        .post_run(json!({"prompt": "go on", "previous_run_id": long_id}))
+        .await;
+    assert_eq!(live.status, StatusCode::CONFLICT, "{}", live.text);
+    assert_eq!(live.error_code(), "run_live");
+    let listed = app.get("/v1/runs").await;
+    assert_eq!(
+        listed.body["runs"].as_array().unwrap().len(),
+        1,
+        "nothing was created"
+    );
+    app.delete(&format!("/v1/runs/{long_id}")).await;
+}
+
+#[tokio::test]
+async fn a_small_context_still_sends_the_first_and_the_newest_user_messages() {
+    let (address, seen) = mock_providers().await;
+    let app = spawn_with_providers(&address).await;
+    let long = "x".repeat(2000);
+    let first = app
+        .run_to_end(json!({"prompt": "first", "model": {"scripted": [{"content": long}]}}))
+        .await;
+    let second = app
+        .run_to_end(json!({"prompt": "second", "previous_run_id": first["id"],
+                           "model": {"scripted": [{"content": long}]}}))
+        .await;
+    let third = app
+        .run_to_end(json!({"prompt": "third", "previous_run_id": second["id"],
+                           "model": {"profile": "oa"}, "instructions": "",
+                           "context": {"max_context_chars": 1000}}))
+        .await;
+    assert_eq!(third["status"], "completed", "{third}");
+    let sent = seen.lock().unwrap()[0]["messages"].clone();
+    assert_eq!(
+        sent,
+        json!([{"role": "user", "content": "first"}, {"role": "user", "content": "third"}])
+    );
+    // The transcript keeps everything.
+    assert_eq!(app.messages(third["id"].as_str().unwrap()).await.len(), 6);
+}
