@@ -302,6 +302,7 @@ fn profile_instructions(server: &Ceilings<'_>, name: &str) -> Option<String> {
         .profiles
         .get(name)
         .and_then(|profile| profile.instructions())
+        .filter(|instructions| !instructions.is_empty())
         .map(str::to_owned)
 }
 

@@ -26,6 +26,7 @@ use crate::models::ModelProfiles;
 use crate::run::{Run, RunSpec, RunStatus, Tenant};
 use crate::store::writer::RunRow;
 use crate::store::{NewRun, Store, StoreError, Unfinished};
+use crate::tools::copy::CopyError;
 use crate::tools::{
     CommandPresets, CommandRunner, Sandbox, Workspace, WorkspaceError, WorkspaceOptions, Workspaces,
 };
@@ -331,7 +332,10 @@ impl Runner {
             run.thread_id = previous.thread_id;
             prepared = copy_previous(&self.workspace_dir(previous.id), &directory).await;
         }
-        if let Err(error) = prepared.and(seed_workspace(&directory, &spec).await) {
+        if let Ok(()) = prepared {
+            prepared = seed_workspace(&directory, &spec).await;
+        }
+        if let Err(error) = prepared {
             unqueue();
             let _ = tokio::fs::remove_dir_all(&directory).await;
             return Err(error);
@@ -513,11 +517,17 @@ async fn copy_previous(from: &std::path::Path, to: &std::path::Path) -> Result<(
     let stats = tokio::task::spawn_blocking(move || crate::tools::copy::copy_workspace(&from, &to))
         .await
         .map_err(|e| SubmitError::Workspace(format!("copying the workspace failed: {e}")))?
-        .map_err(|e| server_side(&e, format!("copying the previous run's workspace: {e}")))?;
+        .map_err(|error| match error {
+            CopyError::TooLarge => SubmitError::Workspace(format!("previous_run_id: {error}")),
+            CopyError::Write(e) | CopyError::Source(e) => {
+                server_side(&e, format!("copying the previous run's workspace: {e}"))
+            }
+        })?;
     tracing::debug!(
         files = stats.files,
         cloned = stats.cloned,
         bytes = stats.bytes,
+        skipped = stats.skipped,
         ms = began.elapsed().as_millis() as u64,
         "workspace copied"
     );

@@ -130,7 +130,15 @@ impl Runner {
             // the look is not missed.
             let reopened = channels.until_reopened(id);
             if channels.ended(id).is_some() {
-                continue;
+                if self.live(id).is_some() {
+                    continue;
+                }
+                // Open, but its task let go (past shutdown's grace): its
+                // channel closes with the store.
+                tokio::select! {
+                    () = reopened.wait() => continue,
+                    () = self.closing.cancelled() => return None,
+                }
             }
             match self.shared.store.run_status(id).await {
                 Ok(Some(status)) if !status.is_terminal() => {

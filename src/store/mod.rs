@@ -191,14 +191,23 @@ impl Store {
         cursor: Option<Uuid>,
         limit: u32,
     ) -> Result<Vec<Run>, StoreError> {
-        let rows = sqlx::query(rows::SELECT_RUNS_PAGE)
+        let statement = match (filter.status, filter.thread_id) {
+            (None, None) => rows::SELECT_RUNS_PAGE,
+            (Some(_), None) => rows::SELECT_RUNS_PAGE_BY_STATUS,
+            (None, Some(_)) => rows::SELECT_RUNS_PAGE_BY_THREAD,
+            (Some(_), Some(_)) => rows::SELECT_RUNS_PAGE_BY_STATUS_AND_THREAD,
+        };
+        let mut query = sqlx::query(statement)
             .bind(&tenant.0)
-            .bind(filter.status.map(RunStatus::as_str))
             .bind(cursor.map(|c| c.to_string()))
-            .bind(i64::from(limit))
-            .bind(filter.thread_id.map(|t| t.to_string()))
-            .fetch_all(&self.read)
-            .await?;
+            .bind(i64::from(limit));
+        if let Some(thread) = filter.thread_id {
+            query = query.bind(thread.to_string());
+        }
+        if let Some(status) = filter.status {
+            query = query.bind(status.as_str());
+        }
+        let rows = query.fetch_all(&self.read).await?;
         rows.iter().map(rows::run_from_row).collect()
     }
 

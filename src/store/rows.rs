@@ -31,11 +31,21 @@ pub(super) const SELECT_RUN_BY_IDEMPOTENCY_KEY: &str =
     select_runs!("WHERE tenant = ? AND idempotency_key = ?");
 pub(super) const SELECT_RUN_FOR_UPDATE: &str = select_runs!("WHERE id = ?");
 pub(super) const SELECT_LIVE_RUNS: &str = select_runs!("WHERE status = ? ORDER BY id");
-/// Newest first; the status, cursor and thread filters apply only when bound
-/// non-null.
-pub(super) const SELECT_RUNS_PAGE: &str = select_runs!(
-    "WHERE tenant = ?1 AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR id < ?3) \
-     AND (?5 IS NULL OR thread_id = ?5) ORDER BY id DESC LIMIT ?4"
+/// Pages of runs, newest first, after a cursor when one is bound non-null:
+/// one statement per filter, each written so that SQLite takes its index
+/// (`runs_by_tenant`, `runs_by_tenant_status`, `runs_by_thread`); a filter
+/// written `(? IS NULL OR ...)` would keep it from any of them.
+pub(super) const SELECT_RUNS_PAGE: &str =
+    select_runs!("WHERE tenant = ?1 AND (?2 IS NULL OR id < ?2) ORDER BY id DESC LIMIT ?3");
+pub(super) const SELECT_RUNS_PAGE_BY_STATUS: &str = select_runs!(
+    "WHERE tenant = ?1 AND (?2 IS NULL OR id < ?2) AND status = ?4 ORDER BY id DESC LIMIT ?3"
+);
+pub(super) const SELECT_RUNS_PAGE_BY_THREAD: &str = select_runs!(
+    "WHERE tenant = ?1 AND (?2 IS NULL OR id < ?2) AND thread_id = ?4 ORDER BY id DESC LIMIT ?3"
+);
+pub(super) const SELECT_RUNS_PAGE_BY_STATUS_AND_THREAD: &str = select_runs!(
+    "WHERE tenant = ?1 AND (?2 IS NULL OR id < ?2) AND thread_id = ?4 AND status = ?5 \
+     ORDER BY id DESC LIMIT ?3"
 );
 
 pub(super) fn run_from_row(row: &SqliteRow) -> Result<Run, StoreError> {

@@ -1,14 +1,25 @@
 //! Copying a workspace as it ended into a new one (a run that continues
 //! another starts from it; the other's stays as it was). Files are cloned
 //! where the filesystem shares extents (`FICLONE`: btrfs, XFS), else copied
-//! in the kernel (`copy_file_range`). Symbolic links are copied as links and
-//! never followed (no tool follows them either); other special files are
-//! left out. The source is a finished run's: nothing writes to it meanwhile.
+//! in the kernel (`copy_file_range`).
+//!
+//! The tree is the model's work, and a process a command left behind could
+//! still be changing it: the walk goes by directory descriptors, every
+//! component opened relative to its parent with `O_NOFOLLOW`, and what is
+//! opened is checked for its type (`fstat`), never its name. Symbolic links
+//! are copied as links (no tool follows them), other special files are left
+//! out, and so is what cannot be read (counted in `skipped`). At most
+//! [`MAX_ENTRIES`] entries are copied.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
+
+use rustix::fs::{Dir, FileType, Mode, OFlags, fstat, mkdirat, openat, readlinkat, symlinkat};
+
+/// Most entries (files, directories, links) a copy takes.
+pub const MAX_ENTRIES: u64 = 100_000;
 
 /// What a copy did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -17,76 +28,134 @@ pub struct CopyStats {
     /// Files whose extents were shared rather than copied.
     pub cloned: u64,
     pub bytes: u64,
+    /// Entries left out: special files, and what could not be read.
+    pub skipped: u64,
+    entries: u64,
 }
+
+/// Why a copy failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CopyError {
+    /// The source holds more than [`MAX_ENTRIES`] entries.
+    #[error("the workspace holds more than {MAX_ENTRIES} entries")]
+    TooLarge,
+    /// Writing the copy failed (the server's disk).
+    #[error("{0}")]
+    Write(io::Error),
+    /// The source could not be opened at all.
+    #[error("{0}")]
+    Source(io::Error),
+}
+
+const DIR: OFlags = OFlags::RDONLY
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::CLOEXEC);
 
 /// Copies the tree at `from` into `to`, which must not exist. A missing
 /// `from` (a workspace never written to) copies nothing and makes nothing.
-pub fn copy_workspace(from: &Path, to: &Path) -> io::Result<CopyStats> {
+pub fn copy_workspace(from: &Path, to: &Path) -> Result<CopyStats, CopyError> {
     let mut stats = CopyStats::default();
-    match fs::symlink_metadata(from) {
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(stats),
-        Err(error) => return Err(error),
-        Ok(meta) if !meta.is_dir() => {
-            return Err(io::Error::other("a workspace is not a directory"));
-        }
-        Ok(_) => {}
-    }
+    let source = match openat(rustix::fs::CWD, from, DIR, Mode::empty()) {
+        Ok(source) => source,
+        Err(rustix::io::Errno::NOENT) => return Ok(stats),
+        Err(error) => return Err(CopyError::Source(error.into())),
+    };
     if let Some(parent) = to.parent() {
-        fs::create_dir_all(parent)?;
+        std::fs::create_dir_all(parent).map_err(CopyError::Write)?;
     }
-    fs::create_dir(to)?;
-    copy_dir(from, to, &mut stats)?;
+    std::fs::create_dir(to).map_err(CopyError::Write)?;
+    let target =
+        openat(rustix::fs::CWD, to, DIR, Mode::empty()).map_err(|e| CopyError::Write(e.into()))?;
+    copy_dir(&source, &target, &mut stats)?;
     Ok(stats)
 }
 
-fn copy_dir(from: &Path, to: &Path, stats: &mut CopyStats) -> io::Result<()> {
-    for entry in fs::read_dir(from)? {
-        let entry = entry?;
-        // The entry's own type: a link is a link, never its target.
-        let kind = entry.file_type()?;
-        let (source, target) = (entry.path(), to.join(entry.file_name()));
-        if kind.is_dir() {
-            fs::create_dir(&target)?;
-            copy_dir(&source, &target, stats)?;
-        } else if kind.is_file() {
-            copy_file(&source, &target, stats)?;
-        } else if kind.is_symlink() {
-            std::os::unix::fs::symlink(fs::read_link(&source)?, &target)?;
+fn copy_dir(source: &OwnedFd, target: &OwnedFd, stats: &mut CopyStats) -> Result<(), CopyError> {
+    let write = |error: rustix::io::Errno| CopyError::Write(error.into());
+    let entries = match Dir::read_from(source) {
+        Ok(entries) => entries,
+        Err(_) => {
+            stats.skipped += 1;
+            return Ok(());
+        }
+    };
+    for entry in entries {
+        let Ok(entry) = entry else {
+            stats.skipped += 1;
+            break;
+        };
+        let name = entry.file_name();
+        if name.to_bytes() == b"." || name.to_bytes() == b".." {
+            continue;
+        }
+        stats.entries += 1;
+        if stats.entries > MAX_ENTRIES {
+            return Err(CopyError::TooLarge);
+        }
+        // Opened without following anything, then judged by what it is.
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        let opened = match openat(source, name, flags, Mode::empty()) {
+            Ok(opened) => opened,
+            // A link (O_NOFOLLOW refuses it): copied as a link.
+            Err(rustix::io::Errno::LOOP) => {
+                match readlinkat(source, name, Vec::new()) {
+                    Ok(link) => symlinkat(link.as_c_str(), target, name).map_err(write)?,
+                    Err(_) => stats.skipped += 1,
+                }
+                continue;
+            }
+            Err(_) => {
+                stats.skipped += 1;
+                continue;
+            }
+        };
+        let Ok(stat) = fstat(&opened) else {
+            stats.skipped += 1;
+            continue;
+        };
+        let mode = Mode::from_raw_mode(stat.st_mode) & Mode::from_bits_truncate(0o777);
+        match FileType::from_raw_mode(stat.st_mode) {
+            FileType::Directory => {
+                mkdirat(target, name, Mode::RWXU).map_err(write)?;
+                let child = openat(target, name, DIR, Mode::empty()).map_err(write)?;
+                copy_dir(&opened, &child, stats)?;
+                rustix::fs::fchmod(&child, mode).map_err(write)?;
+            }
+            FileType::RegularFile => {
+                let created = openat(
+                    target,
+                    name,
+                    OFlags::WRONLY
+                        | OFlags::CREATE
+                        | OFlags::EXCL
+                        | OFlags::NOFOLLOW
+                        | OFlags::CLOEXEC,
+                    Mode::RUSR | Mode::WUSR,
+                )
+                .map_err(write)?;
+                let (source_file, mut target_file) = (File::from(opened), File::from(created));
+                stats.files += 1;
+                stats.bytes += u64::try_from(stat.st_size).unwrap_or(0);
+                if rustix::fs::ioctl_ficlone(&target_file, &source_file).is_ok() {
+                    stats.cloned += 1;
+                } else {
+                    let mut reader = &source_file;
+                    io::copy(&mut reader, &mut target_file).map_err(CopyError::Write)?;
+                }
+                rustix::fs::fchmod(target_file.as_fd(), mode).map_err(write)?;
+            }
+            _ => stats.skipped += 1,
         }
     }
-    Ok(())
-}
-
-fn copy_file(from: &Path, to: &Path, stats: &mut CopyStats) -> io::Result<()> {
-    let source = OpenOptions::new()
-        .read(true)
-        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-        .open(from)?;
-    let meta = source.metadata()?;
-    let mut target = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(meta.permissions().mode() & 0o777)
-        .open(to)?;
-    stats.files += 1;
-    stats.bytes += meta.len();
-    if rustix::fs::ioctl_ficlone(&target, &source).is_ok() {
-        stats.cloned += 1;
-        return Ok(());
-    }
-    copy_contents(&source, &mut target)
-}
-
-/// In the kernel where it can (`std::io::copy` between files uses
-/// `copy_file_range`).
-fn copy_contents(source: &File, target: &mut File) -> io::Result<()> {
-    let mut source = source;
-    io::copy(&mut source, target)?;
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+    use std::os::unix::fs::PermissionsExt;
+
     use super::*;
 
     #[test]
@@ -103,6 +172,7 @@ mod tests {
         let stats = copy_workspace(&from, &to).unwrap();
         assert_eq!(stats.files, 2);
         assert_eq!(stats.bytes, 10);
+        assert_eq!(stats.skipped, 0);
         assert_eq!(
             fs::read_to_string(to.join("src/deep/b.rs")).unwrap(),
             "fn b() {}"
@@ -120,6 +190,40 @@ mod tests {
         assert_eq!(fs::read_to_string(from.join("a.txt")).unwrap(), "a");
         fs::write(to.join("a.txt"), "changed").unwrap();
         assert_eq!(fs::read_to_string(from.join("a.txt")).unwrap(), "a");
+    }
+
+    #[test]
+    fn special_files_are_left_out_and_a_link_is_never_entered() {
+        let dir = tempfile::tempdir().unwrap();
+        let from = dir.path().join("from");
+        fs::create_dir_all(&from).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            from.join("fifo"),
+            FileType::Fifo,
+            Mode::RUSR | Mode::WUSR,
+            0,
+        )
+        .unwrap();
+        let outside = dir.path().join("outside");
+        fs::create_dir_all(&outside).unwrap();
+        fs::write(outside.join("secret"), "outside").unwrap();
+        std::os::unix::fs::symlink(&outside, from.join("dir-link")).unwrap();
+        let to = dir.path().join("to");
+        let stats = copy_workspace(&from, &to).unwrap();
+        assert_eq!(stats.files, 0, "nothing of the outside came in");
+        assert_eq!(
+            stats.skipped, 1,
+            "the fifo is left out, and opening it never blocked"
+        );
+        assert!(!to.join("fifo").exists());
+        assert!(
+            fs::symlink_metadata(to.join("dir-link"))
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        assert_eq!(fs::read_dir(&to).unwrap().count(), 1, "the link alone");
     }
 
     #[test]

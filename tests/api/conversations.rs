@@ -321,3 +321,41 @@ async fn a_small_context_still_sends_the_first_and_the_newest_user_messages() {
     // The transcript keeps everything.
     assert_eq!(app.messages(third["id"].as_str().unwrap()).await.len(), 6);
 }
+
+#[tokio::test]
+async fn a_run_stopped_mid_batch_is_continued_with_every_call_answered() {
+    let (address, seen) = mock_providers().await;
+    let app = spawn_with_providers(&address).await;
+    let paused = app
+        .create_run(json!({
+            "prompt": "list, with permission",
+            "approval": {"tools": ["list_dir"]},
+            "model": {"scripted": [{"content": "", "tool_calls": [call("l1", "list_dir", json!({}))]}]}
+        }))
+        .await;
+    let paused_id = paused["id"].as_str().unwrap();
+    app.wait_status(paused_id, "requires_action").await;
+    let aborted = app.delete(&format!("/v1/runs/{paused_id}")).await;
+    assert_eq!(aborted.body["status"], "aborted");
+    let next = app
+        .run_to_end(
+            json!({"prompt": "never mind, just answer", "previous_run_id": paused_id,
+                           "model": {"profile": "oa"}, "instructions": ""}),
+        )
+        .await;
+    assert_eq!(next["status"], "completed", "{next}");
+    let sent = seen.lock().unwrap()[0]["messages"].clone();
+    let roles: Vec<&str> = sent
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "tool", "user"]);
+    assert_eq!(sent[2]["tool_call_id"], "l1");
+    assert_eq!(sent[2]["content"], "The run ended before this call ran");
+    // Recorded in the new run's transcript, never in the old one's.
+    assert_eq!(app.messages(paused_id).await.len(), 2);
+    let messages = app.messages(next["id"].as_str().unwrap()).await;
+    assert_eq!(messages[2]["is_error"], true);
+}

@@ -118,6 +118,9 @@ pub enum Progress {
     Paused(Checkpoint),
 }
 
+/// The result a continued transcript's call that never ran is given.
+pub const UNANSWERED: &str = "The run ended before this call ran";
+
 /// What a run that paused tells a caller that cannot pause it.
 pub const CANNOT_PAUSE: &str =
     "The run needs a client's decision, but it was started without a way to pause";
@@ -227,6 +230,7 @@ impl Harness<'_> {
                 }
                 run.messages.clone_from(&config.history);
                 run.emitter.emit(|| EventKind::RunStart);
+                run.close_unanswered();
                 run.append(Message::user(config.prompt.clone()));
                 (run, None)
             }
@@ -333,6 +337,36 @@ impl<'h, 'c> Run<'h, 'c> {
             tool_calls: 0,
             usage: UsageTotals::default(),
             elapsed_before: Duration::ZERO,
+        }
+    }
+
+    /// A continued transcript may end with calls that never ran (its run
+    /// was stopped, or timed out, mid-batch): each gets an error result, so
+    /// that the conversation is whole again before its next prompt (a
+    /// provider refuses calls without results).
+    fn close_unanswered(&mut self) {
+        let Some(batch) = self
+            .messages
+            .iter()
+            .rposition(|message| matches!(**message, Message::Assistant { .. }))
+        else {
+            return;
+        };
+        let answered: Vec<String> = self.messages[batch + 1..]
+            .iter()
+            .filter_map(|message| match &**message {
+                Message::Tool { call_id, .. } => Some(call_id.clone()),
+                _ => None,
+            })
+            .collect();
+        let unanswered: Vec<String> = self.messages[batch]
+            .tool_calls()
+            .iter()
+            .map(|call| call.id.clone())
+            .filter(|id| !answered.contains(id))
+            .collect();
+        for id in unanswered {
+            self.append(Message::tool(id, UNANSWERED, true));
         }
     }
 
