@@ -9,7 +9,8 @@
 //! opened is checked for its type (`fstat`), never its name. Symbolic links
 //! are copied as links (no tool follows them), other special files are left
 //! out, and so is what cannot be read (counted in `skipped`). At most
-//! [`MAX_ENTRIES`] entries are copied.
+//! [`MAX_ENTRIES`] entries and [`MAX_BYTES`] bytes (files' apparent sizes:
+//! a sparse file counts in full, as the copy fills it in) are copied.
 
 use std::fs::File;
 use std::io;
@@ -20,6 +21,8 @@ use rustix::fs::{Dir, FileType, Mode, OFlags, fstat, mkdirat, openat, readlinkat
 
 /// Most entries (files, directories, links) a copy takes.
 pub const MAX_ENTRIES: u64 = 100_000;
+/// Most bytes a copy takes.
+pub const MAX_BYTES: u64 = 4 << 30;
 
 /// What a copy did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -36,8 +39,9 @@ pub struct CopyStats {
 /// Why a copy failed.
 #[derive(Debug, thiserror::Error)]
 pub enum CopyError {
-    /// The source holds more than [`MAX_ENTRIES`] entries.
-    #[error("the workspace holds more than {MAX_ENTRIES} entries")]
+    /// The source holds more than [`MAX_ENTRIES`] entries or
+    /// [`MAX_BYTES`] bytes.
+    #[error("the workspace holds more than {MAX_ENTRIES} entries or {MAX_BYTES} bytes")]
     TooLarge,
     /// Writing the copy failed (the server's disk).
     #[error("{0}")]
@@ -137,6 +141,9 @@ fn copy_dir(source: &OwnedFd, target: &OwnedFd, stats: &mut CopyStats) -> Result
                 let (source_file, mut target_file) = (File::from(opened), File::from(created));
                 stats.files += 1;
                 stats.bytes += u64::try_from(stat.st_size).unwrap_or(0);
+                if stats.bytes > MAX_BYTES {
+                    return Err(CopyError::TooLarge);
+                }
                 if rustix::fs::ioctl_ficlone(&target_file, &source_file).is_ok() {
                     stats.cloned += 1;
                 } else {
@@ -224,6 +231,18 @@ mod tests {
                 .is_symlink()
         );
         assert_eq!(fs::read_dir(&to).unwrap().count(), 1, "the link alone");
+    }
+
+    #[test]
+    fn a_sparse_file_counts_in_full_and_is_refused_past_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let from = dir.path().join("from");
+        fs::create_dir_all(&from).unwrap();
+        // A hole of more than the bound costs the source nothing.
+        let file = fs::File::create(from.join("holes")).unwrap();
+        file.set_len(MAX_BYTES + 1).unwrap();
+        let error = copy_workspace(&from, &dir.path().join("to")).unwrap_err();
+        assert!(matches!(error, CopyError::TooLarge), "{error}");
     }
 
     #[test]
