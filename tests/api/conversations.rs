@@ -359,3 +359,87 @@ async fn a_run_stopped_mid_batch_is_continued_with_every_call_answered() {
     let messages = app.messages(next["id"].as_str().unwrap()).await;
     assert_eq!(messages[2]["is_error"], true);
 }
+
+#[tokio::test]
+async fn a_continued_run_pauses_and_resumes_with_its_history() {
+    let app = spawn_app().await;
+    let first = app
+        .run_to_end(json!({"prompt": "write one", "model": writes("a.txt", "one", "wrote one")}))
+        .await;
+    let first_id = first["id"].as_str().unwrap();
+    let next = app
+        .create_run(json!({
+            "prompt": "now two, with permission", "previous_run_id": first_id,
+            "approval": {"tools": ["write_file"]},
+            "model": writes("b.txt", "two", "wrote two")
+        }))
+        .await;
+    let id = next["id"].as_str().unwrap();
+    app.wait_status(id, "requires_action").await;
+    let answered = app
+        .send(
+            app.request(reqwest::Method::POST, &format!("/v1/runs/{id}/actions"))
+                .json(&json!({"actions": [{"call_id": "w", "decision": "approve"}]})),
+        )
+        .await;
+    assert_eq!(answered.status, StatusCode::OK, "{}", answered.text);
+    let done = app.wait_status(id, "completed").await;
+    assert_eq!(done["answer"], "wrote two");
+    assert_eq!(done["steps"], 2);
+    let messages = app.messages(id).await;
+    assert_eq!(messages[..4], app.messages(first_id).await[..]);
+    assert_eq!(
+        roles(&messages[4..]),
+        ["user", "assistant", "tool", "assistant"]
+    );
+    let events = app.events(id).await;
+    assert_gap_free(&events);
+    assert_eq!(events[0].event, "run_start");
+}
+
+#[tokio::test]
+async fn a_continued_run_left_queued_by_a_restart_starts_from_its_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let one_slot = [("AGENT_RUNNER_RUNS__MAX_CONCURRENT", "1")];
+    let (mut child, address) = start_binary_with(&dir, &one_slot);
+    let server = Remote::new(address);
+    let first = server
+        .post_json(
+            "/v1/runs?wait=true",
+            &json!({"prompt": "write one", "model": writes("a.txt", "one", "wrote one")}),
+        )
+        .await;
+    let first_id = first["id"].as_str().unwrap();
+    // The only slot is taken: the continued run waits, queued.
+    server
+        .post_json(
+            "/v1/runs",
+            &json!({"prompt": "long", "model": {"scripted": [{"delay_ms": 60000, "content": "late"}]}}),
+        )
+        .await;
+    let next = server
+        .post_json(
+            "/v1/runs",
+            &json!({"prompt": "write two", "previous_run_id": first_id,
+                    "model": writes("b.txt", "two", "wrote two")}),
+        )
+        .await;
+    let id = next["id"].as_str().unwrap().to_owned();
+    assert_eq!(next["status"], "queued");
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let (mut child, address) = start_binary_with(&dir, &one_slot);
+    let server = Remote::new(address);
+    let done = server.wait_status(&id, "completed").await;
+    assert_eq!(done["answer"], "wrote two");
+    assert_eq!(done["thread_id"], first_id);
+    let messages = server.get_json(&format!("/v1/runs/{id}/messages")).await;
+    let messages = messages["messages"].as_array().unwrap().clone();
+    assert_eq!(messages.len(), 8, "the inherited four, then its own");
+    assert_eq!(messages[4]["content"], "write two");
+    let file = server.get(&format!("/v1/runs/{id}/workspace/a.txt")).await;
+    assert_eq!(file.text().await.unwrap(), "one", "its copied workspace");
+    let status = terminate(&mut child);
+    assert!(status.success(), "{status:?}");
+}

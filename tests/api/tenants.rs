@@ -65,6 +65,25 @@ async fn another_tenants_run_is_invisible_on_every_route() {
         404
     );
     assert_eq!(app.get("/v1/runs").await.body["runs"], json!([]));
+    // Nor can it be answered, continued, or listed by its thread.
+    let answered = app
+        .send(
+            app.request(Method::POST, &format!("/v1/runs/{id}/actions"))
+                .json(&json!({"actions": [{"call_id": "x", "decision": "approve"}]})),
+        )
+        .await;
+    assert_eq!(answered.status, 404);
+    let continued = app
+        .post_run(json!({"prompt": "go on", "previous_run_id": id}))
+        .await;
+    assert_eq!(continued.status, 404, "{}", continued.text);
+    let thread = app.get(&format!("/v1/runs?thread_id={id}")).await;
+    assert_eq!(thread.body["runs"], json!([]));
+    assert_eq!(
+        app.get("/v1/runs").await.body["runs"],
+        json!([]),
+        "nothing was created"
+    );
     app.token = Some("secret-a".into());
     assert_eq!(app.get(&format!("/v1/runs/{id}")).await.status, 200);
     assert_eq!(
