@@ -263,17 +263,16 @@ impl Task {
             if pending.is_empty() {
                 continue;
             }
-            // A transition is committed alone: what it finds stored decides
-            // what it writes.
-            let take = match pending
+            // Transitions are committed apart from other writes, each
+            // seeing what those before it wrote: a batch is either the
+            // transitions at the front, or what comes before the next one.
+            let is_transition = |op: &Op| matches!(op, Op::Transition(..));
+            let front = pending.front().is_some_and(is_transition);
+            let take = pending
                 .iter()
                 .take(MAX_BATCH)
-                .position(|op| matches!(op, Op::Transition(..)))
-            {
-                Some(0) => 1,
-                Some(before) => before,
-                None => pending.len().min(MAX_BATCH),
-            };
+                .position(|op| is_transition(op) != front)
+                .unwrap_or_else(|| pending.len().min(MAX_BATCH));
             let batch: Vec<Op> = pending.drain(..take).collect();
             self.stats.batches.fetch_add(1, Ordering::Relaxed);
             self.stats
@@ -322,21 +321,9 @@ impl Task {
     /// is answered with the error instead. Should the transaction fail for
     /// another reason, each operation is written in a transaction of its own,
     /// so that one bad write loses nothing else and gets its own error.
-    async fn commit(&mut self, mut batch: Vec<Op>) -> (Vec<Op>, bool) {
-        if let [Op::Transition(..)] = batch.as_slice()
-            && let Some(Op::Transition(transition, done)) = batch.pop()
-        {
-            let outcome = transition::apply(&mut self.connection, &transition).await;
-            let refused = outcome.as_ref().err().is_some_and(is_refusal);
-            if let Ok(Transitioned::Ended { run, .. }) = &outcome {
-                self.channels.close(run.id, Closing::Ended);
-            }
-            // Answered at once, refusal or not: its client tries again.
-            let _ = done.send(outcome.map_err(|error| match error {
-                error if refused => StoreError::Refused(error.to_string()),
-                error => error,
-            }));
-            return (Vec::new(), refused);
+    async fn commit(&mut self, batch: Vec<Op>) -> (Vec<Op>, bool) {
+        if let Some(Op::Transition(..)) = batch.first() {
+            return (Vec::new(), self.transitions(batch).await);
         }
         let error = match apply_all(&mut self.connection, &batch).await {
             Ok(()) => {
@@ -369,6 +356,61 @@ impl Task {
             }
         }
         (Vec::new(), false)
+    }
+}
+
+impl Task {
+    /// Commits a batch of transitions in one transaction, in order; should
+    /// that fail for a reason of its own, each is tried alone, so that one
+    /// bad transition fails alone. Each is answered at once, refusal or
+    /// not (its client tries again). Whether storage refused any.
+    async fn transitions(&mut self, batch: Vec<Op>) -> bool {
+        let (transitions, waiters): (Vec<_>, Vec<_>) = batch
+            .into_iter()
+            .filter_map(|op| match op {
+                Op::Transition(transition, done) => Some((transition, done)),
+                _ => None,
+            })
+            .unzip();
+        let outcomes = match transition::apply_all(&mut self.connection, &transitions).await {
+            Ok(outcomes) => outcomes.into_iter().map(Ok).collect(),
+            Err(error) if transitions.len() == 1 || is_refusal(&error) => {
+                let refused = is_refusal(&error);
+                let message = error.to_string();
+                let mut first = Some(error);
+                (0..transitions.len())
+                    .map(|_| {
+                        Err(match first.take() {
+                            Some(error) if !refused => error,
+                            _ => StoreError::Refused(message.clone()),
+                        })
+                    })
+                    .collect()
+            }
+            Err(_) => {
+                let mut outcomes = Vec::with_capacity(transitions.len());
+                for transition in &transitions {
+                    outcomes.push(
+                        transition::apply_all(
+                            &mut self.connection,
+                            std::slice::from_ref(transition),
+                        )
+                        .await
+                        .map(|mut one| one.remove(0)),
+                    );
+                }
+                outcomes
+            }
+        };
+        let mut refused = false;
+        for (outcome, done) in outcomes.into_iter().zip(waiters) {
+            refused |= outcome.as_ref().err().is_some_and(is_refusal);
+            if let Ok(Transitioned::Ended { run, .. }) = &outcome {
+                self.channels.close(run.id, Closing::Ended);
+            }
+            let _ = done.send(outcome);
+        }
+        refused
     }
 }
 

@@ -61,32 +61,28 @@ pub enum Transitioned {
     },
 }
 
-pub(super) async fn apply(
+/// Applies `transitions` in order in one transaction, each deciding on
+/// what the ones before it wrote; all of it is committed, or none.
+pub(super) async fn apply_all(
     connection: &mut SqliteConnection,
-    transition: &Transition,
-) -> Result<Transitioned, StoreError> {
+    transitions: &[Box<Transition>],
+) -> Result<Vec<Transitioned>, StoreError> {
     connection.execute("BEGIN IMMEDIATE").await?;
-    match decide(connection, transition).await {
-        Ok(outcome) => {
-            let commit = if matches!(
-                outcome,
-                Transitioned::Answered { .. } | Transitioned::Ended { .. }
-            ) {
-                "COMMIT"
-            } else {
-                "ROLLBACK"
-            };
-            if let Err(error) = connection.execute(commit).await {
+    let mut outcomes = Vec::with_capacity(transitions.len());
+    for transition in transitions {
+        match decide(connection, transition).await {
+            Ok(outcome) => outcomes.push(outcome),
+            Err(error) => {
                 let _ = connection.execute("ROLLBACK").await;
-                return Err(error.into());
+                return Err(error);
             }
-            Ok(outcome)
-        }
-        Err(error) => {
-            let _ = connection.execute("ROLLBACK").await;
-            Err(error)
         }
     }
+    if let Err(error) = connection.execute("COMMIT").await {
+        let _ = connection.execute("ROLLBACK").await;
+        return Err(error.into());
+    }
+    Ok(outcomes)
 }
 
 async fn decide(
@@ -290,6 +286,54 @@ mod tests {
             )],
             at: Utc::now(),
         }
+    }
+
+    /// Both reach the writer before it runs (nothing awaited in between),
+    /// so they are one transaction: the second sees what the first wrote.
+    #[tokio::test]
+    async fn transitions_in_one_batch_each_see_the_ones_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}/runs.db", dir.path().display());
+        let (store, _) = Store::open(&url, Duration::from_secs(1)).await.unwrap();
+        let run = paused(&store, TimeDelta::minutes(1)).await;
+        let writer = store.writer();
+        // Everything before is committed first (the pause's event).
+        let due = Transition::End {
+            run_id: run,
+            status: Outcome::Timeout,
+            error: None,
+            at: Utc::now(),
+            due: true,
+        };
+        assert!(matches!(
+            writer.transition(due).await.unwrap(),
+            Transitioned::NotDue
+        ));
+        let before = writer
+            .stats()
+            .batches
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let (first, second) = tokio::join!(
+            writer.transition(approve(run)),
+            writer.transition(approve(run))
+        );
+        let after = writer
+            .stats()
+            .batches
+            .load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(after - before, 1, "one transaction");
+        assert!(
+            matches!(
+                first.unwrap(),
+                Transitioned::Answered { complete: true, .. }
+            ),
+            "the first is taken"
+        );
+        assert!(
+            matches!(second.unwrap(), Transitioned::NotPaused(RunStatus::Queued)),
+            "the second sees the run resuming"
+        );
+        store.close().await;
     }
 
     #[tokio::test]
