@@ -15,6 +15,7 @@
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use rustix::fs::{Dir, FileType, Mode, OFlags, fstat, mkdirat, openat, readlinkat, symlinkat};
@@ -25,7 +26,7 @@ pub const MAX_ENTRIES: u64 = 100_000;
 pub const MAX_BYTES: u64 = 4 << 30;
 
 /// What a copy did.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct CopyStats {
     pub files: u64,
     /// Files whose extents were shared rather than copied.
@@ -34,6 +35,10 @@ pub struct CopyStats {
     /// Entries left out: special files, and what could not be read.
     pub skipped: u64,
     entries: u64,
+    /// Directories' modes, given them once everything is copied (a
+    /// directory without write permission would otherwise refuse its own
+    /// contents, and the removal of a copy that failed).
+    modes: Vec<(std::path::PathBuf, Mode)>,
 }
 
 /// Why a copy failed.
@@ -71,11 +76,23 @@ pub fn copy_workspace(from: &Path, to: &Path) -> Result<CopyStats, CopyError> {
     std::fs::create_dir(to).map_err(CopyError::Write)?;
     let target =
         openat(rustix::fs::CWD, to, DIR, Mode::empty()).map_err(|e| CopyError::Write(e.into()))?;
-    copy_dir(&source, &target, &mut stats)?;
+    copy_dir(&source, &target, Path::new(""), &mut stats)?;
+    // Deepest first: a directory's mode never stands in the way of its
+    // children's. The copy is the server's own; nothing else writes to it.
+    for (path, mode) in std::mem::take(&mut stats.modes).into_iter().rev() {
+        let dir =
+            openat(&target, &path, DIR, Mode::empty()).map_err(|e| CopyError::Write(e.into()))?;
+        rustix::fs::fchmod(&dir, mode).map_err(|e| CopyError::Write(e.into()))?;
+    }
     Ok(stats)
 }
 
-fn copy_dir(source: &OwnedFd, target: &OwnedFd, stats: &mut CopyStats) -> Result<(), CopyError> {
+fn copy_dir(
+    source: &OwnedFd,
+    target: &OwnedFd,
+    path: &Path,
+    stats: &mut CopyStats,
+) -> Result<(), CopyError> {
     let write = |error: rustix::io::Errno| CopyError::Write(error.into());
     let entries = match Dir::read_from(source) {
         Ok(entries) => entries,
@@ -123,8 +140,9 @@ fn copy_dir(source: &OwnedFd, target: &OwnedFd, stats: &mut CopyStats) -> Result
             FileType::Directory => {
                 mkdirat(target, name, Mode::RWXU).map_err(write)?;
                 let child = openat(target, name, DIR, Mode::empty()).map_err(write)?;
-                copy_dir(&opened, &child, stats)?;
-                rustix::fs::fchmod(&child, mode).map_err(write)?;
+                let child_path = path.join(std::ffi::OsStr::from_bytes(name.to_bytes()));
+                copy_dir(&opened, &child, &child_path, stats)?;
+                stats.modes.push((child_path, mode));
             }
             FileType::RegularFile => {
                 let created = openat(
@@ -246,11 +264,32 @@ mod tests {
     }
 
     #[test]
+    fn directories_get_their_modes_once_their_contents_are_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let from = dir.path().join("from");
+        fs::create_dir_all(from.join("locked/inner")).unwrap();
+        fs::write(from.join("locked/inner/f"), "f").unwrap();
+        fs::set_permissions(from.join("locked"), fs::Permissions::from_mode(0o555)).unwrap();
+        let to = dir.path().join("to");
+        let stats = copy_workspace(&from, &to).unwrap();
+        assert_eq!(stats.files, 1);
+        assert_eq!(fs::read_to_string(to.join("locked/inner/f")).unwrap(), "f");
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&to.join("locked")), 0o555);
+        assert_eq!(
+            mode(&to.join("locked/inner")),
+            mode(&from.join("locked/inner"))
+        );
+        fs::set_permissions(from.join("locked"), fs::Permissions::from_mode(0o755)).unwrap();
+        fs::set_permissions(to.join("locked"), fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    #[test]
     fn a_workspace_never_written_copies_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let to = dir.path().join("to");
         let stats = copy_workspace(&dir.path().join("missing"), &to).unwrap();
-        assert_eq!(stats, CopyStats::default());
+        assert_eq!(stats.files + stats.skipped, 0);
         assert!(!to.exists());
     }
 }

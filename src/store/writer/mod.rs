@@ -103,7 +103,8 @@ pub(super) enum Op {
     },
     Event(NewEvent),
     /// A change that depends on what is stored (answering or ending a paused
-    /// run): written in a transaction of its own.
+    /// run): written apart from other writes, with the transitions waiting
+    /// beside it (see `Task::transitions`).
     Transition(
         Box<Transition>,
         oneshot::Sender<Result<Transitioned, StoreError>>,
@@ -183,8 +184,8 @@ impl Writer {
         wait.await.map_err(|_| StoreError::Closed)?
     }
 
-    /// Applies `transition` in a transaction of its own, after everything
-    /// sent before it, and waits for the commit.
+    /// Applies `transition` after everything sent before it, deciding on
+    /// what is stored then, and waits for the commit.
     pub async fn transition(&self, transition: Transition) -> Result<Transitioned, StoreError> {
         let (done, wait) = oneshot::channel();
         self.sender
@@ -369,7 +370,12 @@ impl Task {
             .into_iter()
             .filter_map(|op| match op {
                 Op::Transition(transition, done) => Some((transition, done)),
-                _ => None,
+                // Never so (see `Task::run`), and never lost if it were.
+                other => {
+                    tracing::error!("a write in a batch of transitions; not stored");
+                    finish(other, false, &self.channels);
+                    None
+                }
             })
             .unzip();
         let outcomes = match transition::apply_all(&mut self.connection, &transitions).await {

@@ -63,14 +63,12 @@ impl RunRow {
     }
 }
 
-pub(super) async fn apply_all(
-    connection: &mut SqliteConnection,
-    ops: &[Op],
-) -> Result<(), StoreError> {
+/// Begins a write transaction. A rollback that failed under an I/O error
+/// can leave the connection inside a transaction: it is ended and begun
+/// again. Not being able to begin at all is storage's refusal, not the
+/// batch's fault.
+pub(super) async fn begin(connection: &mut SqliteConnection) -> Result<(), StoreError> {
     if let Err(error) = connection.execute("BEGIN IMMEDIATE").await {
-        // A rollback that failed under an I/O error can leave the connection
-        // inside a transaction: end it and begin again. Not being able to
-        // begin at all is storage's refusal, not this batch's fault.
         let _ = connection.execute("ROLLBACK").await;
         connection
             .execute("BEGIN IMMEDIATE")
@@ -79,6 +77,14 @@ pub(super) async fn apply_all(
                 StoreError::Refused(format!("cannot begin a transaction: {error}; {again}"))
             })?;
     }
+    Ok(())
+}
+
+pub(super) async fn apply_all(
+    connection: &mut SqliteConnection,
+    ops: &[Op],
+) -> Result<(), StoreError> {
+    begin(connection).await?;
     if let Err(error) = apply(connection, ops).await {
         let _ = connection.execute("ROLLBACK").await;
         return Err(error);

@@ -67,7 +67,7 @@ pub(super) async fn apply_all(
     connection: &mut SqliteConnection,
     transitions: &[Box<Transition>],
 ) -> Result<Vec<Transitioned>, StoreError> {
-    connection.execute("BEGIN IMMEDIATE").await?;
+    super::sql::begin(connection).await?;
     let mut outcomes = Vec::with_capacity(transitions.len());
     for transition in transitions {
         match decide(connection, transition).await {
