@@ -22,18 +22,18 @@ impl Run<'_, '_> {
             .iter()
             .filter(|call| call.unparsable_arguments.is_none())
             .filter_map(|call| {
-                let tool = self
-                    .harness
-                    .tools
-                    .check(&call.name, &call.arguments)
-                    .ok()??;
-                let kind = if tool.is_client() {
+                // What the call would wait for first: the arguments of a call
+                // that waits for nothing are checked once, when it runs.
+                let tools = self.harness.tools;
+                let kind = if tools.get(&call.name)?.is_client() {
                     ActionKind::ClientTool
                 } else if self.config.approval.requires(&call.name) {
                     ActionKind::Approval
                 } else {
                     return None;
                 };
+                // Invalid arguments are answered as usual, never paused.
+                tools.check(&call.name, &call.arguments).ok()??;
                 Some(PendingAction {
                     call_id: call.id.clone(),
                     kind,

@@ -323,6 +323,8 @@ struct Run<'h, 'c> {
     /// Running time before this drive (its earlier drives, before pauses);
     /// after the drive, its running time in all.
     elapsed_before: Duration,
+    /// What the instructions take of the context budget, measured once.
+    instructions_chars: usize,
 }
 
 impl<'h, 'c> Run<'h, 'c> {
@@ -337,6 +339,7 @@ impl<'h, 'c> Run<'h, 'c> {
             tool_calls: 0,
             usage: UsageTotals::default(),
             elapsed_before: Duration::ZERO,
+            instructions_chars: config.instructions.as_deref().map_or(0, json_string_chars),
         }
     }
 
@@ -374,11 +377,7 @@ impl<'h, 'c> Run<'h, 'c> {
     /// counted in it (the characters of their JSON string).
     fn select_context(&self) -> Result<usize, ContextError> {
         let limit = self.config.context.max_context_chars.get();
-        let instructions = self
-            .config
-            .instructions
-            .as_deref()
-            .map_or(0, json_string_chars);
+        let instructions = self.instructions_chars;
         self.index
             .select(limit.saturating_sub(instructions))
             .map_err(|error| match error {
