@@ -56,15 +56,6 @@ impl RunObserver {
         }
     }
 
-    /// The transcript starts with `messages` messages already stored (a
-    /// continued run's inherited ones): the next message goes after them.
-    pub(super) fn messages_stored(&self, messages: usize) {
-        self.messages.store(
-            u32::try_from(messages).unwrap_or(u32::MAX),
-            Ordering::Release,
-        );
-    }
-
     /// Hands the held-back `actions_required` to the writer with `pause`,
     /// the run's state as it pauses. `false` when there is none.
     pub(super) fn pause(&self, pause: Pause) -> bool {

@@ -21,6 +21,15 @@ use crate::run::{ModelSpec, RunSpec, RunStatus, format_time};
 use crate::store::{Closing, Pause, StoredPause};
 use crate::tools::builtin_tools;
 
+/// Where a run's transcript starts.
+enum Begin {
+    /// An answered pause, as stored.
+    Resume(StoredPause),
+    /// Before its prompt: the transcript it continues (empty for a run of
+    /// its own).
+    Continue(Vec<Arc<Message>>),
+}
+
 pub(super) struct RunTask {
     pub(super) runner: Runner,
     pub(super) live: Arc<LiveRun>,
@@ -34,26 +43,30 @@ pub(super) struct RunTask {
 impl RunTask {
     pub(super) async fn execute(self, slot: Option<tokio::sync::OwnedSemaphorePermit>) {
         let shared = Arc::clone(&self.runner.shared);
-        let stored = if self.resuming {
-            match shared.store.paused(self.live.id).await {
-                Ok(stored) => Some(stored),
-                Err(error) => {
-                    tracing::error!(%error, "the paused run's checkpoint could not be read; it stays queued");
-                    if slot.is_none() {
-                        shared.waiting.fetch_sub(1, Ordering::AcqRel);
-                    }
-                    return self.leave_queued();
-                }
-            }
-        } else {
-            None
+        // Where its transcript starts: a paused run's checkpoint, or the
+        // transcript a continued run inherited (stored as its first messages
+        // when it was accepted).
+        let store = &shared.store;
+        let begin = match (self.resuming, self.spec.previous_run_id) {
+            (true, _) => store.paused(self.live.id).await.map(Begin::Resume),
+            (false, Some(_)) => store.transcript(self.live.id).await.map(Begin::Continue),
+            (false, None) => Ok(Begin::Continue(Vec::new())),
         };
-        let (messages, last_sequence) = stored.as_ref().map_or((0, 0), |stored| {
-            (
-                u32::try_from(stored.messages.len()).unwrap_or(u32::MAX),
-                stored.last_sequence,
-            )
-        });
+        let begin = match begin {
+            Ok(begin) => begin,
+            Err(error) => {
+                tracing::error!(%error, "the run's stored transcript could not be read; it stays queued");
+                if slot.is_none() {
+                    shared.waiting.fetch_sub(1, Ordering::AcqRel);
+                }
+                return self.leave_queued();
+            }
+        };
+        let (messages, last_sequence) = match &begin {
+            Begin::Resume(stored) => (stored.messages.len(), stored.last_sequence),
+            Begin::Continue(history) => (history.len(), 0),
+        };
+        let messages = u32::try_from(messages).unwrap_or(u32::MAX);
         let observer = observer::RunObserver::new(
             Arc::clone(&self.live),
             shared.store.clone(),
@@ -134,7 +147,7 @@ impl RunTask {
         shared.running.fetch_add(1, Ordering::AcqRel);
         let began = Instant::now();
         tracing::debug!(resumed = self.resuming, "run started");
-        let outcome = std::panic::AssertUnwindSafe(self.run_harness(&observer, stored))
+        let outcome = std::panic::AssertUnwindSafe(self.run_harness(&observer, begin))
             .catch_unwind()
             .await;
         let (failure, paused) = match outcome {
@@ -254,23 +267,28 @@ impl RunTask {
         self.runner.shared.forget(&self.live);
     }
 
-    /// Builds the run's model and tools and runs the harness, from the
-    /// start or from `stored`, its answered pause. Returns the checkpoint of
-    /// a run that paused. An error is the service's own failure (the run
-    /// ends `failed`).
+    /// Builds the run's model and tools and runs the harness, from where
+    /// `begin` says. Returns the checkpoint of a run that paused. An error
+    /// is the service's own failure (the run ends `failed`).
     async fn run_harness(
         &self,
         observer: &observer::RunObserver,
-        stored: Option<StoredPause>,
+        begin: Begin,
     ) -> Result<Option<Checkpoint>, String> {
         let shared = &self.runner.shared;
         let spec = &self.spec;
+        // A resumed run's counters are as its pause stored them.
+        let resumed = match &begin {
+            Begin::Resume(_) => Some(
+                self.live
+                    .snapshot()
+                    .ok_or("the run's state is unreadable")?,
+            ),
+            Begin::Continue(_) => None,
+        };
         // A resumed scripted model goes on from the response after the last
         // one it gave (each accepted response is a step).
-        let answered = match &stored {
-            Some(_) => self.live.snapshot().map_or(0, |run| run.steps as usize),
-            None => 0,
-        };
+        let answered = resumed.as_ref().map_or(0, |run| run.steps as usize);
         let model: Arc<dyn Model> = match &spec.model {
             ModelSpec::Scripted(script) => Arc::new(ScriptedModel::new(
                 script.get(answered..).unwrap_or_default().to_vec(),
@@ -281,23 +299,6 @@ impl RunTask {
                 .map(|profile| profile.instantiate_after(answered))
                 .ok_or_else(|| format!("model profile {name:?} is not configured"))?,
         };
-        // A run that continues another starts from its transcript, stored
-        // as this run's first messages when it was accepted.
-        let history = match (&stored, spec.previous_run_id) {
-            (None, Some(_)) => shared
-                .store
-                .messages(self.live.id)
-                .await
-                .map_err(|e| format!("reading the continued transcript: {e}"))?
-                .iter()
-                .map(|text| serde_json::from_str::<Message>(text).map(Arc::new))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| format!("a continued message is unreadable: {e}"))?,
-            _ => Vec::new(),
-        };
-        if !history.is_empty() {
-            observer.messages_stored(history.len());
-        }
         let workspace = Arc::new(shared.workspaces.run(&self.live.id.to_string()));
         let mut tools: Vec<Arc<dyn Tool>> = builtin_tools(
             workspace,
@@ -322,6 +323,10 @@ impl RunTask {
                 .map_err(|e| e.to_string())?
         }
         .map_err(|e| e.to_string())?;
+        let (stored, history) = match begin {
+            Begin::Resume(stored) => (Some(stored), Vec::new()),
+            Begin::Continue(history) => (None, history),
+        };
         let config = RunConfig {
             run_id: self.live.id,
             prompt: spec.prompt.clone(),
@@ -345,13 +350,9 @@ impl RunTask {
             tools: &registry,
             observer: Some(observer),
         };
-        let progress = match stored {
+        let progress = match stored.zip(resumed) {
             None => harness.start(config, &self.live.stop).await,
-            Some(stored) => {
-                let run = self
-                    .live
-                    .snapshot()
-                    .ok_or("the run's state is unreadable")?;
+            Some((stored, run)) => {
                 let answers: Answers = stored
                     .answers
                     .iter()

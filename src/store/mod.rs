@@ -261,6 +261,19 @@ impl Store {
             .transpose()
     }
 
+    /// The transcript's messages, read back, in order.
+    pub async fn transcript(&self, run_id: Uuid) -> Result<Vec<Arc<Message>>, StoreError> {
+        self.messages(run_id)
+            .await?
+            .iter()
+            .map(|text| {
+                serde_json::from_str::<Message>(text)
+                    .map(Arc::new)
+                    .map_err(|e| StoreError::Corrupt(format!("a message of run {run_id}: {e}")))
+            })
+            .collect()
+    }
+
     /// Where an answered pause stands, to resume it: its transcript, its
     /// last event, its running time, what it waited on and the answers.
     pub async fn paused(&self, id: Uuid) -> Result<StoredPause, StoreError> {
@@ -273,16 +286,7 @@ impl Store {
         .fetch_optional(&self.read)
         .await?
         .ok_or_else(|| StoreError::Corrupt(format!("run {id} vanished")))?;
-        let messages = self
-            .messages(id)
-            .await?
-            .iter()
-            .map(|text| {
-                serde_json::from_str::<Message>(text)
-                    .map(Arc::new)
-                    .map_err(|e| StoreError::Corrupt(format!("a message of run {id}: {e}")))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let messages = self.transcript(id).await?;
         let count = |column: &str| {
             u64::try_from(row.get::<i64, _>(column))
                 .map_err(|_| StoreError::Corrupt(format!("{column} out of range")))
@@ -315,8 +319,8 @@ impl Store {
             .filter_map(|row| {
                 let id = row.get::<String, _>(0);
                 let at = row.get::<String, _>(1);
-                match (Uuid::parse_str(&id), DateTime::parse_from_rfc3339(&at)) {
-                    (Ok(id), Ok(at)) => Some((id, at.with_timezone(&Utc))),
+                match (rows::parse_uuid(&id), rows::time(&at)) {
+                    (Ok(id), Ok(at)) => Some((id, at)),
                     _ => {
                         tracing::error!(run_id = %id, deadline = %at, "a paused run's deadline is unreadable");
                         None

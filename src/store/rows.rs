@@ -118,7 +118,7 @@ fn unanswered(row: &SqliteRow) -> Result<Vec<PendingAction>, StoreError> {
 /// The answers a paused run was given so far, by call id.
 pub(super) type Answers = std::collections::HashMap<String, ActionAnswer>;
 
-fn parse_uuid(text: &str) -> Result<Uuid, StoreError> {
+pub(super) fn parse_uuid(text: &str) -> Result<Uuid, StoreError> {
     Uuid::parse_str(text).map_err(|_| StoreError::Corrupt(format!("bad run id {text:?}")))
 }
 
@@ -132,7 +132,7 @@ pub(super) fn json<T: DeserializeOwned>(row: &SqliteRow, column: &str) -> Result
         .map_err(|e| StoreError::Corrupt(format!("{column}: {e}")))
 }
 
-fn time(text: &str) -> Result<DateTime<Utc>, StoreError> {
+pub(super) fn time(text: &str) -> Result<DateTime<Utc>, StoreError> {
     DateTime::parse_from_rfc3339(text)
         .map(|t| t.with_timezone(&Utc))
         .map_err(|_| StoreError::Corrupt(format!("bad timestamp {text:?}")))

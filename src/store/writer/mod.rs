@@ -429,9 +429,6 @@ fn hold(batch: Vec<Op>, error: &StoreError) -> Vec<Op> {
             Op::InsertRun(_, done) => {
                 let _ = done.send(Err(StoreError::Refused(error.to_string())));
             }
-            Op::Transition(_, done) => {
-                let _ = done.send(Err(StoreError::Refused(error.to_string())));
-            }
             op => held.push(op),
         }
     }
