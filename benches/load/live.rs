@@ -17,13 +17,7 @@ pub(super) async fn live(options: &Options) -> Result<()> {
     let streams = client(None)?;
     println!("\n== live: {runs} live runs, each with an SSE subscriber");
 
-    // Warm up: the fixed costs (pools, threads, caches) belong to the baseline.
-    let two_step = serde_json::to_vec(&two_step_run())?;
-    let url = server.url("/v1/runs?wait=true");
-    for _ in 0..50 {
-        post_and_wait(&http, &url, &two_step).await?;
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    warm_up(&http, &server).await?;
     let baseline = server.stats();
     let baseline_files = server.open_files();
 
@@ -31,28 +25,7 @@ pub(super) async fn live(options: &Options) -> Result<()> {
     let started = Instant::now();
     let body = serde_json::to_vec(&live_run(LIVE_DELAY_MS))?;
     let gate = Arc::new(Semaphore::new(options.concurrency));
-    let mut creating = Vec::with_capacity(runs);
-    for _ in 0..runs {
-        let permit = Arc::clone(&gate).acquire_owned().await?;
-        let (http, url, body) = (http.clone(), server.url("/v1/runs"), body.clone());
-        creating.push(tokio::spawn(async move {
-            let _permit = permit;
-            let response = http
-                .post(url)
-                .header("content-type", "application/json")
-                .body(body)
-                .send()
-                .await?;
-            if response.status() != reqwest::StatusCode::CREATED {
-                return Err(format!("creating a live run: HTTP {}", response.status()).into());
-            }
-            Ok::<_, Error>(response.json::<RunObject>().await?.id)
-        }));
-    }
-    let mut ids = Vec::with_capacity(runs);
-    for task in creating {
-        ids.push(task.await??);
-    }
+    let ids = create_runs(&http, &server, &gate, &body, runs, None).await?;
     let created = started.elapsed();
 
     // Subscribe to each; a subscriber counts itself in once it has seen the

@@ -482,6 +482,75 @@ struct RunObject {
     tool_calls: u32,
 }
 
+/// The fixed costs (pools, threads, caches) belong to a mode's baseline:
+/// 50 runs first, then a moment's rest.
+async fn warm_up(http: &reqwest::Client, server: &Server) -> Result<()> {
+    let two_step = serde_json::to_vec(&two_step_run())?;
+    let url = server.url("/v1/runs?wait=true");
+    for _ in 0..50 {
+        post_and_wait(http, &url, &two_step).await?;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    Ok(())
+}
+
+/// Creates `count` runs of `body`, `gate` bounding the requests in flight;
+/// their ids, in order. With `until`, each request is done only once its
+/// run has that status, so that no more runs are live at once than requests
+/// are in flight.
+async fn create_runs(
+    http: &reqwest::Client,
+    server: &Server,
+    gate: &Arc<Semaphore>,
+    body: &[u8],
+    count: usize,
+    until: Option<&'static str>,
+) -> Result<Vec<String>> {
+    let mut creating = Vec::with_capacity(count);
+    for _ in 0..count {
+        let permit = Arc::clone(gate).acquire_owned().await?;
+        let (http, url, body) = (http.clone(), server.url("/v1/runs"), body.to_vec());
+        let address = server.url("/v1/runs/");
+        creating.push(tokio::spawn(async move {
+            let _permit = permit;
+            let response = http
+                .post(url)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await?;
+            if response.status() != reqwest::StatusCode::CREATED {
+                return Err(format!("creating a run: HTTP {}", response.status()).into());
+            }
+            let id = response.json::<RunObject>().await?.id;
+            let Some(until) = until else {
+                return Ok::<_, Error>(id);
+            };
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let run: RunObject = http
+                    .get(format!("{address}{id}"))
+                    .send()
+                    .await?
+                    .json()
+                    .await?;
+                match run.status.as_str() {
+                    status if status == until => return Ok(id),
+                    "queued" | "running" if Instant::now() < deadline => {
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                    }
+                    other => return Err(format!("a run did not reach {until}: {other}").into()),
+                }
+            }
+        }));
+    }
+    let mut ids = Vec::with_capacity(count);
+    for task in creating {
+        ids.push(task.await??);
+    }
+    Ok(ids)
+}
+
 /// One `POST ?wait=true`; the error is a short description, for counting.
 async fn post_and_wait(
     http: &reqwest::Client,

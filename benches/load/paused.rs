@@ -26,12 +26,11 @@ pub(super) async fn paused(options: &Options) -> Result<()> {
     let streams = client(Some(Duration::from_secs(60)))?;
     println!("\n== paused: {runs} runs paused for an approval");
 
-    let two_step = serde_json::to_vec(&two_step_run())?;
-    let url = server.url("/v1/runs?wait=true");
-    for _ in 0..50 {
-        post_and_wait(&http, &url, &two_step).await?;
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    warm_up(&http, &server).await?;
+    let (two_step, url) = (
+        serde_json::to_vec(&two_step_run())?,
+        server.url("/v1/runs?wait=true"),
+    );
     let baseline = server.stats();
     let gate = Arc::new(Semaphore::new(options.concurrency));
 
@@ -57,7 +56,7 @@ pub(super) async fn paused(options: &Options) -> Result<()> {
 
     let started = Instant::now();
     let body = serde_json::to_vec(&pausing_run())?;
-    let ids = create_paused(&http, &server, &gate, &body, runs).await?;
+    let ids = create_runs(&http, &server, &gate, &body, runs, Some("requires_action")).await?;
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let paused = metrics(&http, &server)
@@ -160,58 +159,6 @@ pub(super) async fn paused(options: &Options) -> Result<()> {
         return Err(format!("expected {runs} runs to complete, got {ends:?}").into());
     }
     Ok(())
-}
-
-/// Creates `count` runs of `body`, `gate` bounding the requests in flight,
-/// each request done only once its run has paused, so that no more runs are
-/// live at once than requests are in flight (as in the control); their ids.
-async fn create_paused(
-    http: &reqwest::Client,
-    server: &Server,
-    gate: &Arc<Semaphore>,
-    body: &[u8],
-    count: usize,
-) -> Result<Vec<String>> {
-    let mut creating = Vec::with_capacity(count);
-    for _ in 0..count {
-        let permit = Arc::clone(gate).acquire_owned().await?;
-        let (http, url, body) = (http.clone(), server.url("/v1/runs"), body.to_vec());
-        let address = server.url("/v1/runs/");
-        creating.push(tokio::spawn(async move {
-            let _permit = permit;
-            let response = http
-                .post(url)
-                .header("content-type", "application/json")
-                .body(body)
-                .send()
-                .await?;
-            if response.status() != reqwest::StatusCode::CREATED {
-                return Err(format!("creating a run: HTTP {}", response.status()).into());
-            }
-            let id = response.json::<RunObject>().await?.id;
-            let deadline = Instant::now() + Duration::from_secs(60);
-            loop {
-                let run: RunObject = http
-                    .get(format!("{address}{id}"))
-                    .send()
-                    .await?
-                    .json()
-                    .await?;
-                match run.status.as_str() {
-                    "requires_action" => return Ok::<_, Error>(id),
-                    "queued" | "running" if Instant::now() < deadline => {
-                        tokio::time::sleep(Duration::from_millis(2)).await;
-                    }
-                    other => return Err(format!("a run did not pause: {other}").into()),
-                }
-            }
-        }));
-    }
-    let mut ids = Vec::with_capacity(count);
-    for task in creating {
-        ids.push(task.await??);
-    }
-    Ok(ids)
 }
 
 /// Follows a paused run's events up to its `actions_required` (the stream
