@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::serve::ConnectionLimits;
 use crate::api::{self, AppState};
 use crate::config::Config;
+use crate::mcp::McpServers;
 use crate::metrics::Metrics;
 use crate::models::{ModelProfiles, process_env};
 use crate::runner::Runner;
@@ -63,6 +64,7 @@ impl Application {
                 config.runs.default_model
             )));
         }
+        let mcp = McpServers::new(&config.mcp, &process_env).map_err(StartError::Config)?;
         let workspaces = &config.storage.workspaces_dir;
         std::fs::create_dir_all(workspaces).map_err(|source| StartError::Workspaces {
             path: workspaces.display().to_string(),
@@ -82,7 +84,14 @@ impl Application {
             );
         }
         let metrics = Arc::new(Metrics::default());
-        let runner = Runner::new(&config, store, metrics, Arc::new(profiles), sandbox);
+        let runner = Runner::new(
+            &config,
+            store,
+            metrics,
+            Arc::new(profiles),
+            sandbox,
+            Arc::new(mcp),
+        );
         runner.resume(recovered.queued);
         let addr = config.server.bind;
         let listener = TcpListener::bind(addr)
@@ -180,12 +189,18 @@ impl Application {
 /// storage that commands could read.
 fn prepare_sandbox(config: &Config) -> Result<Sandbox, StartError> {
     let sandbox = Sandbox::detect(&config.sandbox);
-    if !config.commands.is_empty()
+    let stdio_servers = config.mcp.values().any(|server| server.command.is_some());
+    if (!config.commands.is_empty() || stdio_servers)
         && let Some(missing) = sandbox.missing()
     {
+        let what = if config.commands.is_empty() {
+            "stdio MCP servers are"
+        } else {
+            "command presets are"
+        };
         return Err(StartError::Sandbox(format!(
-            "command presets are configured but this kernel cannot sandbox them: {missing} \
-             is missing. Commands would run with the server's own rights; set [sandbox] \
+            "{what} configured but this kernel cannot sandbox them: {missing} \
+             is missing. They would run with the server's own rights; set [sandbox] \
              mode = \"off\" to run them unconfined anyway"
         )));
     }
@@ -205,7 +220,13 @@ fn prepare_sandbox(config: &Config) -> Result<Sandbox, StartError> {
             config
                 .commands
                 .values()
-                .flat_map(|preset| preset.read_paths.iter().map(PathBuf::as_path)),
+                .flat_map(|preset| preset.read_paths.iter().map(PathBuf::as_path))
+                .chain(
+                    config
+                        .mcp
+                        .values()
+                        .flat_map(|server| server.read_paths.iter().map(PathBuf::as_path)),
+                ),
             &protected,
         )
         .map_err(StartError::Sandbox)?;

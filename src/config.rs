@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::mcp::McpServerConfig;
 use crate::models::ModelProfile;
 use crate::tools::sandbox::MIN_MEMORY_MAX_BYTES;
 use crate::tools::{CommandPreset, SandboxConfig};
@@ -25,6 +26,8 @@ pub struct Config {
     pub commands: BTreeMap<String, CommandPreset>,
     pub sandbox: SandboxConfig,
     pub models: BTreeMap<String, ModelProfile>,
+    /// MCP servers whose tools runs may use.
+    pub mcp: BTreeMap<String, McpServerConfig>,
     pub auth: AuthConfig,
     /// The file this was read from, if any: the sandbox keeps commands away
     /// from it.
@@ -288,6 +291,9 @@ impl Config {
                 preset.pids_max,
             )?;
         }
+        for (name, server) in &self.mcp {
+            server.check(name).map_err(ConfigError::Invalid)?;
+        }
         check_sandbox_settings(
             "sandbox.",
             &self.sandbox.read_paths,
@@ -323,8 +329,17 @@ impl Config {
     }
 }
 
+/// `^[A-Za-z_][A-Za-z0-9_]*$`: a name a variable can have.
+pub fn is_valid_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 /// Read paths absolute, limits that let a program start at all.
-fn check_sandbox_settings(
+pub(crate) fn check_sandbox_settings(
     prefix: &str,
     read_paths: &[PathBuf],
     memory_max_bytes: Option<u64>,

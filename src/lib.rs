@@ -5,6 +5,7 @@
 //! - [`models`]: models the harness can drive: scripted, OpenAI-compatible,
 //!   Anthropic; and the configured profiles.
 //! - [`tools`]: the built-in tools: a confined workspace and preset commands.
+//! - [`mcp`]: tools from MCP servers, connected for each run that uses them.
 //! - [`run`]: the service's vocabulary for a run (request and run object).
 //! - [`runner`]: spawns runs: tokens, queue, workspaces, event fan-out.
 //! - [`store`]: SQLite through sqlx: the one place that knows the schema.
@@ -17,6 +18,7 @@ pub mod api;
 pub mod app;
 pub mod config;
 pub mod harness;
+pub mod mcp;
 pub mod metrics;
 pub mod models;
 pub mod run;

@@ -186,6 +186,8 @@ pub struct RunSpec {
     pub instructions: Option<String>,
     /// The run this one continues: its transcript and workspace.
     pub previous_run_id: Option<Uuid>,
+    /// The MCP servers whose tools it uses.
+    pub mcp_servers: Vec<String>,
 }
 
 impl RunSpec {
@@ -206,6 +208,7 @@ impl RunSpec {
             client_tools: run.client_tools.clone(),
             instructions: run.instructions.clone(),
             previous_run_id: run.previous_run_id,
+            mcp_servers: run.mcp_servers.clone(),
         }
     }
 }
@@ -283,6 +286,8 @@ pub struct Run {
     pub pending_actions: Vec<PendingAction>,
     pub approval: ApprovalSpec,
     pub client_tools: Vec<ToolDefinition>,
+    #[serde(default)]
+    pub mcp_servers: Vec<String>,
     pub instructions: Option<String>,
     /// The first run of its conversation: its own id unless it continues
     /// another.
@@ -318,6 +323,7 @@ impl Run {
             pending_actions: Vec::new(),
             approval: spec.approval.clone(),
             client_tools: spec.client_tools.clone(),
+            mcp_servers: spec.mcp_servers.clone(),
             instructions: spec.instructions.clone(),
             thread_id: id,
             previous_run_id: spec.previous_run_id,
@@ -378,6 +384,7 @@ impl RunSpec {
             client_tools: Vec::new(),
             instructions: None,
             previous_run_id: None,
+            mcp_servers: Vec::new(),
         }
     }
 }

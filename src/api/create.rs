@@ -10,6 +10,7 @@ use uuid::Uuid;
 use super::error::ApiError;
 use crate::config::LimitsConfig;
 use crate::harness::{ToolDefinition, compile_schema, is_valid_tool_name};
+use crate::mcp::{McpServers, TOOL_PREFIX, server_of, server_prefix};
 use crate::models::ModelProfiles;
 use crate::run::{ApprovalSpec, ModelInfo, ModelSpec, RunContext, RunLimits, RunSpec};
 use crate::tools::command::RUN_COMMAND;
@@ -62,6 +63,8 @@ pub struct CreateRunRequest {
     pub instructions: Option<String>,
     #[serde(default)]
     pub previous_run_id: Option<String>,
+    #[serde(default)]
+    pub mcp_servers: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -115,6 +118,7 @@ pub struct Ceilings<'a> {
     pub limits: &'a LimitsConfig,
     pub profiles: &'a ModelProfiles,
     pub presets: &'a CommandPresets,
+    pub mcp: &'a McpServers,
     pub default_model: &'a str,
 }
 
@@ -161,6 +165,15 @@ impl CreateRunRequest {
                 commands
             }
         };
+        let mcp_servers = self.mcp_servers.unwrap_or_default();
+        check_unique("mcp_servers", &mcp_servers)?;
+        if let Some(unknown) = mcp_servers.iter().find(|name| !server.mcp.contains(name)) {
+            let configured: Vec<String> = server.mcp.names().map(str::to_owned).collect();
+            return invalid(format!(
+                "mcp_servers: unknown MCP server {unknown:?} (configured: {})",
+                list_or_none(&configured)
+            ));
+        }
         let tools = match self.tools {
             // By default every built-in tool, but `run_command` only when there
             // is a command to run.
@@ -171,12 +184,19 @@ impl CreateRunRequest {
                 .collect(),
             Some(tools) => {
                 check_unique("tools", &tools)?;
-                if let Some(unknown) = tools
-                    .iter()
-                    .find(|t| !BUILTIN_TOOL_NAMES.contains(&t.as_str()))
-                {
+                if let Some(unknown) = tools.iter().find(|t| {
+                    !BUILTIN_TOOL_NAMES.contains(&t.as_str()) && !is_mcp_tool(t, &mcp_servers)
+                }) {
+                    if unknown.starts_with(TOOL_PREFIX) {
+                        return invalid(format!(
+                            "tools: {unknown:?} is not a tool of an MCP server of this run \
+                             (mcp__SERVER__TOOL, SERVER one of mcp_servers: {})",
+                            list_or_none(&mcp_servers)
+                        ));
+                    }
                     return invalid(format!(
-                        "tools: unknown tool {unknown:?} (available: {})",
+                        "tools: unknown tool {unknown:?} (available: {}, and the tools of the \
+                         run's mcp_servers as mcp__SERVER__TOOL)",
                         BUILTIN_TOOL_NAMES.join(", ")
                     ));
                 }
@@ -277,7 +297,7 @@ impl CreateRunRequest {
             })
             .transpose()?;
         let client_tools = client_tools(self.client_tools.unwrap_or_default(), &tools)?;
-        let approval = approval(self.approval, &tools, &client_tools)?;
+        let approval = approval(self.approval, &tools, &client_tools, &mcp_servers)?;
 
         Ok(RunSpec {
             prompt: self.prompt,
@@ -293,8 +313,27 @@ impl CreateRunRequest {
             client_tools,
             instructions,
             previous_run_id,
+            mcp_servers,
         })
     }
+}
+
+/// Whether `tools` names some of the MCP tools of `name`'s server, and not
+/// `name`: the run will not have it.
+fn narrowed_out(name: &str, tools: &[String], servers: &[String]) -> bool {
+    server_of(name, servers).is_some_and(|server| {
+        let prefix = server_prefix(server);
+        tools.iter().any(|t| t.starts_with(&prefix)) && !tools.iter().any(|t| t == name)
+    })
+}
+
+/// A name of a tool of one of the run's MCP servers: `mcp__SERVER__TOOL`
+/// in the tool-name rule. Whether the server has it is known when the run
+/// starts.
+fn is_mcp_tool(name: &str, servers: &[String]) -> bool {
+    server_of(name, servers).is_some_and(|server| name.len() > server.len() + TOOL_PREFIX.len() + 2)
+        && is_valid_tool_name(name)
+        && name.len() <= MAX_TOOL_NAME_BYTES
 }
 
 fn profile_instructions(server: &Ceilings<'_>, name: &str) -> Option<String> {
@@ -327,6 +366,11 @@ fn client_tools(
             return invalid(format!(
                 "client_tools[{i}].name: {name:?} is not a valid tool name \
                  (^[a-zA-Z][a-zA-Z0-9_-]*$, at most {MAX_TOOL_NAME_BYTES} characters)"
+            ));
+        }
+        if name.starts_with(TOOL_PREFIX) {
+            return invalid(format!(
+                "client_tools[{i}].name: {name:?}: names starting with {TOOL_PREFIX} are MCP tools'"
             ));
         }
         if tools.contains(&name) || definitions.iter().any(|d| d.name == name) {
@@ -370,6 +414,7 @@ fn approval(
     requested: Option<ApprovalRequest>,
     tools: &[String],
     client_tools: &[ToolDefinition],
+    mcp_servers: &[String],
 ) -> Result<ApprovalSpec, ApiError> {
     let Some(requested) = requested else {
         return Ok(ApprovalSpec::default());
@@ -379,12 +424,14 @@ fn approval(
         name == "*"
             || tools.iter().any(|t| t == name)
             || client_tools.iter().any(|t| t.name == name)
+            || is_mcp_tool(name, mcp_servers) && !narrowed_out(name, tools, mcp_servers)
     };
     if let Some(unknown) = requested.tools.iter().find(|name| !known(name)) {
         let mut names: Vec<String> = tools.to_vec();
         names.extend(client_tools.iter().map(|t| t.name.clone()));
         return Err(ApiError::Validation(format!(
-            "approval.tools: {unknown:?} is not a tool of this run (its tools: {}; \"*\" is all of them)",
+            "approval.tools: {unknown:?} is not a tool of this run (its tools: {}, and those of its \
+             mcp_servers as mcp__SERVER__TOOL; \"*\" is all of them)",
             list_or_none(&names)
         )));
     }

@@ -100,6 +100,7 @@ pub fn table() -> Vec<Route> {
             [(M::GET, NONE, get(runs::workspace_file))],
         ),
         route("/v1/models", false, [(M::GET, NONE, get(system::models))]),
+        route("/v1/mcp", false, [(M::GET, NONE, get(system::mcp))]),
         route("/healthz", true, [(M::GET, NONE, get(system::healthz))]),
         route("/readyz", true, [(M::GET, NONE, get(system::readyz))]),
         route("/metrics", true, [(M::GET, NONE, get(system::metrics))]),

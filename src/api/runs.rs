@@ -52,6 +52,7 @@ pub async fn create(
         limits: &state.limits,
         profiles: state.runner.profiles(),
         presets: state.runner.presets(),
+        mcp: state.runner.mcp(),
         default_model: &state.default_model,
     })?;
 

@@ -1,5 +1,5 @@
-//! Liveness, readiness, metrics, the model catalogue and the API's own
-//! document.
+//! Liveness, readiness, metrics, the model and MCP server catalogues and
+//! the API's own document.
 
 use axum::Json;
 use axum::extract::State;
@@ -48,6 +48,11 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
 /// The configured model profiles: names and kinds, never a key.
 pub async fn models(State(state): State<AppState>) -> Json<Value> {
     Json(json!({"models": state.runner.profiles().list()}))
+}
+
+/// The configured MCP servers: names and transports, never a token.
+pub async fn mcp(State(state): State<AppState>) -> Json<Value> {
+    Json(json!({"servers": state.runner.mcp().list()}))
 }
 
 /// The OpenAPI document, as JSON: `openapi.yaml` converted (a test keeps the

@@ -39,8 +39,9 @@ pub struct SchemaCache {
 
 impl SchemaCache {
     /// Distinct schemas kept; past it the cache starts over (schemas come
-    /// from the server's own tools, so this is never reached in practice).
-    pub const CAPACITY: usize = 256;
+    /// from the server's own tools and its MCP servers' tools, so this is
+    /// reached only by servers whose tools keep changing).
+    pub const CAPACITY: usize = 1024;
 
     fn validator(&self, schema: &Value) -> Result<Arc<Validator>, String> {
         let key = schema.to_string();
@@ -129,10 +130,11 @@ impl ToolRegistry {
             };
             // A client's tools are the run's own: kept out of the shared
             // cache, which they would only churn.
+            let schema = tool.schema().unwrap_or(&definition.parameters);
             let validator = if tool.is_client() {
-                compile_schema(&definition.parameters).map(Arc::new)
+                compile_schema(schema).map(Arc::new)
             } else {
-                cache.validator(&definition.parameters)
+                cache.validator(schema)
             }
             .map_err(invalid_schema)?;
             registry.by_name.insert(name, registry.entries.len());

@@ -49,6 +49,13 @@ pub trait Tool: Send + Sync {
     /// service builds the same few definitions for every run.
     fn definition(&self) -> Arc<ToolDefinition>;
 
+    /// The schema its arguments are checked against, when it is not the
+    /// definition's `parameters` (a server's schema in a dialect the model
+    /// is not shown).
+    fn schema(&self) -> Option<&Value> {
+        None
+    }
+
     /// Whether the client executes this tool: its calls pause the run for
     /// the client's result rather than execute here.
     fn is_client(&self) -> bool {

@@ -5,6 +5,7 @@
 mod observer;
 mod pauses;
 mod task;
+mod tools;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -21,6 +22,7 @@ use uuid::Uuid;
 
 use crate::config::Config;
 use crate::harness::{SchemaCache, Stop, StopReason};
+use crate::mcp::McpServers;
 use crate::metrics::{Gauges, Metrics};
 use crate::models::ModelProfiles;
 use crate::run::{Run, RunSpec, RunStatus, Tenant};
@@ -93,6 +95,7 @@ pub(crate) struct Shared {
     metrics: Arc<Metrics>,
     profiles: Arc<ModelProfiles>,
     commands: Arc<CommandRunner>,
+    mcp: Arc<McpServers>,
     /// The tools' compiled argument validators, shared by all runs.
     schemas: SchemaCache,
     workspaces: Arc<Workspaces>,
@@ -162,6 +165,7 @@ impl Runner {
         metrics: Arc<Metrics>,
         profiles: Arc<ModelProfiles>,
         sandbox: Arc<Sandbox>,
+        mcp: Arc<McpServers>,
     ) -> Self {
         let runner = Self {
             shared: Arc::new(Shared {
@@ -172,6 +176,7 @@ impl Runner {
                     config.commands.clone().into_iter().collect(),
                     sandbox,
                 )),
+                mcp,
                 schemas: SchemaCache::default(),
                 workspaces: Arc::new(Workspaces::new(
                     &config.storage.workspaces_dir,
@@ -223,6 +228,10 @@ impl Runner {
 
     pub fn presets(&self) -> &CommandPresets {
         self.shared.commands.presets()
+    }
+
+    pub fn mcp(&self) -> &McpServers {
+        &self.shared.mcp
     }
 
     pub fn is_closing(&self) -> bool {
@@ -597,6 +606,7 @@ mod tests {
             Arc::new(Metrics::default()),
             Arc::new(ModelProfiles::default()),
             Arc::new(Sandbox::unconfined()),
+            Arc::default(),
         );
         let spec = RunSpec::scripted(vec![json!({"delay_ms": 100, "content": "done"})]);
         let tenant = Tenant::anonymous();

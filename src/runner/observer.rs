@@ -3,7 +3,7 @@
 //! which stores it and then publishes it to the run's subscribers. It never
 //! waits, and it never rewrites what the harness reported.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use chrono::{SecondsFormat, Utc};
@@ -33,6 +33,10 @@ pub(super) struct RunObserver {
     /// The run's `actions_required`, held back until the harness has
     /// returned the pause's checkpoint, to be stored with it.
     pausing: Mutex<Option<NewEvent>>,
+    /// Whether the run's `run_end` waits for [`RunObserver::release_end`].
+    holding_end: AtomicBool,
+    /// The held `run_end`, and its outcome.
+    held_end: Mutex<Option<(NewEvent, Outcome)>>,
 }
 
 impl RunObserver {
@@ -53,6 +57,26 @@ impl RunObserver {
             last_sequence: AtomicU64::new(last_sequence),
             ended: OnceLock::new(),
             pausing: Mutex::new(None),
+            holding_end: AtomicBool::new(false),
+            held_end: Mutex::new(None),
+        }
+    }
+
+    /// Holds the run's `run_end` back until [`RunObserver::release_end`]:
+    /// for a run with something to end before its end may be told (its MCP
+    /// servers).
+    pub(super) fn hold_end(&self, hold: bool) {
+        self.holding_end.store(hold, Ordering::Release);
+    }
+
+    /// Hands a held `run_end` to the writer (nothing if none is held), and
+    /// stops holding.
+    pub(super) fn release_end(&self) {
+        self.holding_end.store(false, Ordering::Release);
+        let held = self.held_end.lock().ok().and_then(|mut held| held.take());
+        if let Some((event, outcome)) = held {
+            self.store.writer().append(event);
+            let _ = self.ended.set(outcome);
         }
     }
 
@@ -180,6 +204,14 @@ impl Observer for RunObserver {
             finish,
             pause: None,
         };
+        if let Some(outcome) = outcome
+            && self.holding_end.load(Ordering::Acquire)
+        {
+            if let Ok(mut held) = self.held_end.lock() {
+                *held = Some((new, outcome));
+            }
+            return Ok(());
+        }
         if matches!(event.kind, EventKind::ActionsRequired { .. }) {
             // The harness's last event before it returns the checkpoint.
             if let Ok(mut held) = self.pausing.lock() {

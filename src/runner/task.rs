@@ -13,13 +13,13 @@ use futures_util::FutureExt;
 
 use super::{LiveRun, Runner, observer};
 use crate::harness::{
-    Answers, Approval, Checkpoint, ClientTool, ContextLimits, Harness, Limits, Message, Model,
-    Outcome, Progress, RunConfig, StopReason, Tool, ToolRegistry,
+    Answers, Approval, Checkpoint, ContextLimits, Harness, Limits, Message, Model, Outcome,
+    Progress, RunConfig, StopReason,
 };
+use crate::mcp::RunServers;
 use crate::models::ScriptedModel;
 use crate::run::{ModelSpec, RunSpec, RunStatus, format_time};
 use crate::store::{Closing, Pause, StoredPause};
-use crate::tools::builtin_tools;
 
 /// Where a run's transcript starts.
 enum Begin {
@@ -74,6 +74,7 @@ impl RunTask {
             messages,
             last_sequence,
         );
+
         let stop = &self.live.stop;
         let interrupted = || matches!(stop.reason(), Some(StopReason::Interrupted(_)));
         let slot = match slot {
@@ -147,9 +148,14 @@ impl RunTask {
         shared.running.fetch_add(1, Ordering::AcqRel);
         let began = Instant::now();
         tracing::debug!(resumed = self.resuming, "run started");
+        // A run with MCP servers holds its `run_end` back until they are
+        // ended: whoever sees the end sees no server still at work.
+        observer.hold_end(!self.spec.mcp_servers.is_empty());
         let outcome = std::panic::AssertUnwindSafe(self.run_harness(&observer, begin))
             .catch_unwind()
             .await;
+        // Its MCP servers are gone by now: its end may be told.
+        observer.release_end();
         let (failure, paused) = match outcome {
             Ok(Ok(paused)) => (None, paused),
             Ok(Err(error)) => (Some(error), None),
@@ -268,12 +274,26 @@ impl RunTask {
     }
 
     /// Builds the run's model and tools and runs the harness, from where
-    /// `begin` says. Returns the checkpoint of a run that paused. An error
-    /// is the service's own failure (the run ends `failed`).
+    /// `begin` says; then ends the run's MCP sessions, whatever happened,
+    /// before its end is told. Returns the checkpoint of a run that
+    /// paused. An error is the service's own failure (the run ends
+    /// `failed`).
     async fn run_harness(
         &self,
         observer: &observer::RunObserver,
         begin: Begin,
+    ) -> Result<Option<Checkpoint>, String> {
+        let mut servers = RunServers::default();
+        let progress = self.drive(observer, begin, &mut servers).await;
+        servers.close().await;
+        progress
+    }
+
+    async fn drive(
+        &self,
+        observer: &observer::RunObserver,
+        begin: Begin,
+        servers: &mut RunServers,
     ) -> Result<Option<Checkpoint>, String> {
         let shared = &self.runner.shared;
         let spec = &self.spec;
@@ -299,30 +319,12 @@ impl RunTask {
                 .map(|profile| profile.instantiate_after(answered))
                 .ok_or_else(|| format!("model profile {name:?} is not configured"))?,
         };
-        let workspace = Arc::new(shared.workspaces.run(&self.live.id.to_string()));
-        let mut tools: Vec<Arc<dyn Tool>> = builtin_tools(
-            workspace,
-            Arc::clone(&shared.commands),
-            &spec.tools,
-            &spec.commands,
-        )
-        .map_err(|e| e.to_string())?;
-        tools.extend(
-            spec.client_tools
-                .iter()
-                .map(|definition| Arc::new(ClientTool::new(definition.clone())) as Arc<dyn Tool>),
-        );
-        // A client's schemas are compiled for each run, off the runtime's
-        // threads (the server's own come from the shared cache).
-        let registry = if spec.client_tools.is_empty() {
-            ToolRegistry::with_cache(tools, &shared.schemas)
-        } else {
-            let shared = Arc::clone(shared);
-            tokio::task::spawn_blocking(move || ToolRegistry::with_cache(tools, &shared.schemas))
-                .await
-                .map_err(|e| e.to_string())?
-        }
-        .map_err(|e| e.to_string())?;
+        // A resumed run's running time so far.
+        let before = match &begin {
+            Begin::Resume(stored) => stored.running,
+            Begin::Continue(_) => Duration::ZERO,
+        };
+        let (registry, connecting) = self.tools(servers, before).await?;
         let (stored, history) = match begin {
             Begin::Resume(stored) => (Some(stored), Vec::new()),
             Begin::Continue(history) => (None, history),
@@ -335,7 +337,10 @@ impl RunTask {
             limits: Limits {
                 max_steps: NonZeroU32::new(spec.limits.max_steps).ok_or("max_steps is zero")?,
                 max_tool_calls: spec.limits.max_tool_calls,
-                timeout: Some(Duration::from_millis(spec.limits.timeout_ms)),
+                // Starting its MCP servers was running time too.
+                timeout: Some(
+                    Duration::from_millis(spec.limits.timeout_ms).saturating_sub(connecting),
+                ),
             },
             context: ContextLimits {
                 max_context_chars: NonZeroUsize::new(spec.context.max_context_chars)

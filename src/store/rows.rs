@@ -19,7 +19,7 @@ macro_rules! select_runs {
             "input_tokens, output_tokens, model_calls_with_usage, limits, context, tools, ",
             "commands, model, metadata, model_spec, request_hash, created_at, started_at, ",
             "finished_at, approval, client_tools, pending_actions, answers, running_ms, ",
-            "action_deadline, instructions, thread_id, previous_run_id ",
+            "action_deadline, instructions, thread_id, previous_run_id, mcp_servers ",
             "FROM runs ",
             $filter
         )
@@ -72,6 +72,7 @@ pub(super) fn run_from_row(row: &SqliteRow) -> Result<Run, StoreError> {
         pending_actions: unanswered(row)?,
         approval: json(row, "approval")?,
         client_tools: json(row, "client_tools")?,
+        mcp_servers: json(row, "mcp_servers")?,
         instructions: row.get("instructions"),
         thread_id: parse_uuid(&row.get::<String, _>("thread_id"))?,
         previous_run_id: row

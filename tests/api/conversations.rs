@@ -1,51 +1,12 @@
 //! Conversations (SPEC section 9): a run's instructions, and runs that
 //! continue others, with their transcripts and workspaces.
 
-use std::sync::{Arc, Mutex};
-
 use agent_runner::models::profile::{HttpProfile, ModelProfile};
-use axum::Router;
-use axum::extract::State;
-use axum::routing::post;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::helpers::*;
-
-/// The request bodies a mock provider was sent, in order.
-type Seen = Arc<Mutex<Vec<Value>>>;
-
-async fn openai(State(seen): State<Seen>, body: axum::Json<Value>) -> axum::Json<Value> {
-    seen.lock().unwrap().push(body.0);
-    axum::Json(json!({
-        "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "mock",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"},
-                     "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}
-    }))
-}
-
-async fn anthropic(State(seen): State<Seen>, body: axum::Json<Value>) -> axum::Json<Value> {
-    seen.lock().unwrap().push(body.0);
-    axum::Json(json!({
-        "id": "msg_1", "type": "message", "role": "assistant", "model": "mock",
-        "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
-        "usage": {"input_tokens": 3, "output_tokens": 1}
-    }))
-}
-
-/// Both providers' wire formats on one loopback server.
-async fn mock_providers() -> (String, Seen) {
-    let seen = Seen::default();
-    let router = Router::new()
-        .route("/v1/chat/completions", post(openai))
-        .route("/v1/messages", post(anthropic))
-        .with_state(Arc::clone(&seen));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, router).await });
-    (address, seen)
-}
+use crate::providers::mock_providers;
 
 /// A server with an OpenAI profile `oa` and an Anthropic profile `an`, both
 /// on the mock, `oa` with instructions of its own.

@@ -46,6 +46,7 @@ async fn a_created_run_is_answered_with_its_object_and_location() {
         "pending_actions",
         "approval",
         "client_tools",
+        "mcp_servers",
         "instructions",
         "thread_id",
         "previous_run_id",

@@ -102,6 +102,12 @@ pub(super) enum Op {
         done: oneshot::Sender<Result<(), StoreError>>,
     },
     Event(NewEvent),
+    /// The tools a run may call, once its MCP servers have listed theirs (a
+    /// JSON array of names).
+    Tools {
+        run_id: Uuid,
+        tools: String,
+    },
     /// A change that depends on what is stored (answering or ending a paused
     /// run): written apart from other writes, with the transitions waiting
     /// beside it (see `Task::transitions`).
@@ -192,6 +198,12 @@ impl Writer {
             .send(Op::Transition(Box::new(transition), done))
             .map_err(|_| StoreError::Closed)?;
         wait.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Records the tools a run may call, in order with its events: its
+    /// built-in and client tools and those its MCP servers listed.
+    pub fn tools(&self, run_id: Uuid, tools: String) {
+        self.send(Op::Tools { run_id, tools });
     }
 
     /// Appends an event (and the message it announces, if any); a `run_end`
@@ -470,7 +482,7 @@ fn finish(op: Op, stored: bool, channels: &Channels) {
         Op::Transition(_, done) => {
             let _ = done.send(Err(StoreError::Refused("the write was given up".into())));
         }
-        Op::Close(_) => {}
+        Op::Tools { .. } | Op::Close(_) => {}
     }
 }
 

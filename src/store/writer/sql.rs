@@ -7,7 +7,7 @@ use super::Op;
 use crate::run::format_time;
 use crate::store::{NewRun, StoreError};
 
-/// Most rows one statement writes (the runs insert binds 20 values a row,
+/// Most rows one statement writes (the runs insert binds 21 values a row,
 /// well within SQLite's 32,766 variables).
 const MAX_ROWS_PER_STATEMENT: usize = 256;
 
@@ -25,6 +25,7 @@ pub(crate) struct RunRow {
     metadata: String,
     approval: String,
     client_tools: String,
+    mcp_servers: String,
     instructions: Option<String>,
     thread_id: String,
     previous_run_id: Option<String>,
@@ -51,6 +52,7 @@ impl RunRow {
             metadata: json(&run.metadata)?,
             approval: json(&run.approval)?,
             client_tools: json(&run.client_tools)?,
+            mcp_servers: json(&run.mcp_servers)?,
             instructions: run.instructions.clone(),
             thread_id: run.thread_id.to_string(),
             previous_run_id: run.previous_run_id.map(|id| id.to_string()),
@@ -110,9 +112,14 @@ async fn apply(connection: &mut SqliteConnection, ops: &[Op]) -> Result<(), Stor
     let mut events = Vec::new();
     let mut finishes = Vec::new();
     let mut pauses = Vec::new();
+    let mut tools = Vec::new();
     for op in ops {
         match op {
             Op::InsertRun(row, _) => runs.push(&**row),
+            Op::Tools {
+                run_id,
+                tools: list,
+            } => tools.push((run_id.to_string(), list.as_str())),
             Op::Started { run_id, at, .. } => started.push((run_id.to_string(), at.as_str())),
             Op::Event(event) => {
                 let run_id = event.run_id.to_string();
@@ -134,8 +141,8 @@ async fn apply(connection: &mut SqliteConnection, ops: &[Op]) -> Result<(), Stor
     for chunk in chunks(&runs) {
         let mut query = QueryBuilder::<Sqlite>::new(
             "INSERT INTO runs (id, tenant, status, prompt, limits, context, tools, commands, \
-             model, metadata, approval, client_tools, instructions, thread_id, previous_run_id, \
-             model_spec, idempotency_key, request_hash, created_at, started_at) ",
+             model, metadata, approval, client_tools, mcp_servers, instructions, thread_id, \
+             previous_run_id, model_spec, idempotency_key, request_hash, created_at, started_at) ",
         );
         query.push_values(chunk, |mut values, row| {
             values
@@ -151,6 +158,7 @@ async fn apply(connection: &mut SqliteConnection, ops: &[Op]) -> Result<(), Stor
                 .push_bind(row.metadata.as_str())
                 .push_bind(row.approval.as_str())
                 .push_bind(row.client_tools.as_str())
+                .push_bind(row.mcp_servers.as_str())
                 .push_bind(row.instructions.as_deref())
                 .push_bind(row.thread_id.as_str())
                 .push_bind(row.previous_run_id.as_deref())
@@ -187,6 +195,15 @@ async fn apply(connection: &mut SqliteConnection, ops: &[Op]) -> Result<(), Stor
         });
         query.push(") AS v WHERE runs.id = v.column1");
         query.build().execute(&mut *connection).await?;
+    }
+    // After the start: what a run may call, once its MCP servers listed
+    // their tools (one row a run, rarely more than a few a batch).
+    for (run_id, list) in &tools {
+        sqlx::query("UPDATE runs SET tools = ? WHERE id = ?")
+            .bind(*list)
+            .bind(run_id.as_str())
+            .execute(&mut *connection)
+            .await?;
     }
     for chunk in chunks(&messages) {
         let mut query =

@@ -69,7 +69,7 @@ pub const DRAIN_WITHIN: Duration = Duration::from_secs(2);
 /// After the tree is killed: how long the main process may take to be
 /// reaped, and the cgroup to empty. SIGKILL is not ignorable, so this is only
 /// reached by a process stuck in the kernel.
-const REAP_WITHIN: Duration = Duration::from_secs(2);
+pub(crate) const REAP_WITHIN: Duration = Duration::from_secs(2);
 
 /// The same bound when the run was cancelled: the harness stops waiting for
 /// a tool shortly after, and whatever is left is cleaned up in the
@@ -149,6 +149,27 @@ impl CommandRunner {
         &self.sandbox
     }
 
+    /// `program` with `args` in `workspace` (its working directory and
+    /// `HOME`), in the environment every process started for a run gets:
+    /// cleared down to `PATH`, `HOME`, `LANG` and `TZ`. Stdio is the
+    /// caller's to set; start it with [`Sandbox::spawn`].
+    pub(crate) fn command(&self, program: &str, args: &[String], workspace: &Path) -> Command {
+        let mut command = Command::new(program);
+        command
+            .args(args)
+            .current_dir(workspace)
+            .env_clear()
+            .env("PATH", &self.path)
+            .env("HOME", workspace);
+        if let Some(lang) = &self.lang {
+            command.env("LANG", lang);
+        }
+        if let Some(tz) = &self.tz {
+            command.env("TZ", tz);
+        }
+        command
+    }
+
     /// Runs the preset `name` in `workspace` until it exits, times out,
     /// overflows its output, or `cancel` fires. The whole tree is dead when
     /// this returns (or, if the future is dropped, is killed right then).
@@ -165,22 +186,11 @@ impl CommandRunner {
                 name: name.to_owned(),
                 allowed: self.presets.names().collect::<Vec<_>>().join(", "),
             })?;
-        let mut command = Command::new(&preset.program);
+        let mut command = self.command(&preset.program, &preset.args, workspace);
         command
-            .args(&preset.args)
-            .current_dir(workspace)
-            .env_clear()
-            .env("PATH", &self.path)
-            .env("HOME", workspace)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        if let Some(lang) = &self.lang {
-            command.env("LANG", lang);
-        }
-        if let Some(tz) = &self.tz {
-            command.env("TZ", tz);
-        }
         let mut spawned = self
             .sandbox
             .spawn(command, &preset.policy(workspace))
@@ -288,7 +298,8 @@ fn safe_path(server: Option<OsString>) -> OsString {
     std::ffi::OsStr::from_bytes(&joined).to_owned()
 }
 
-fn describe(status: Option<ExitStatus>) -> (Option<i32>, Option<String>) {
+/// An exit status as the exit code, or the name of the signal that ended it.
+pub(crate) fn describe(status: Option<ExitStatus>) -> (Option<i32>, Option<String>) {
     match status {
         Some(status) => match (status.code(), status.signal()) {
             (Some(code), _) => (Some(code), None),

@@ -61,6 +61,7 @@ impl CommandPreset {
             network: self.network,
             memory_max_bytes: self.memory_max_bytes,
             pids_max: self.pids_max,
+            private_home: false,
         }
     }
 

@@ -102,6 +102,10 @@ pub struct CommandPolicy<'a> {
     pub memory_max_bytes: Option<u64>,
     /// Overrides `[sandbox] pids_max`.
     pub pids_max: Option<u64>,
+    /// `HOME` is the process's private TMPDIR rather than what the caller
+    /// set: for a long-lived server (an MCP server), whose caches and
+    /// settings are not the run's files.
+    pub private_home: bool,
 }
 
 /// What confined a command, as its result reports it.
@@ -287,6 +291,9 @@ impl Sandbox {
             .prefix("agent-runner-cmd-")
             .tempdir_in(&self.temp_root)?;
         command.env("TMPDIR", tmp.path());
+        if policy.private_home {
+            command.env("HOME", tmp.path());
+        }
         let enforce = self.mode == SandboxMode::Enforce;
         let mut setup = ChildSetup::default();
         if enforce {

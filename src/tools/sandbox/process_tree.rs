@@ -60,7 +60,7 @@ use std::time::Duration;
 use rustix::process::{Pid, PidfdFlags, Signal, kill_process_group, pidfd_open};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
-use tokio::process::{Child, ChildStderr, ChildStdout, Command};
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 
 use super::cgroup::{CgroupBase, CommandCgroup, EMPTY_POLL, Hierarchy};
 use super::child::ChildSetup;
@@ -300,6 +300,7 @@ impl Containment {
             // dropped.
             unsafe { AsyncFd::register_with_interest(pidfd, Interest::READABLE) }.ok()
         });
+        let stdin = child.stdin.take();
         let stdout = child.stdout.take();
         let stderr = child.stderr.take();
         Ok((
@@ -311,6 +312,7 @@ impl Containment {
                 limit_cgroups,
                 status: None,
                 group_killed: false,
+                stdin,
                 stdout,
                 stderr,
             },
@@ -335,11 +337,16 @@ pub(crate) struct ContainedChild {
     status: Option<ExitStatus>,
     /// The process group has been sent SIGKILL at least once.
     group_killed: bool,
+    stdin: Option<ChildStdin>,
     stdout: Option<ChildStdout>,
     stderr: Option<ChildStderr>,
 }
 
 impl ContainedChild {
+    pub(crate) fn take_stdin(&mut self) -> Option<ChildStdin> {
+        self.stdin.take()
+    }
+
     pub(crate) fn take_stdout(&mut self) -> Option<ChildStdout> {
         self.stdout.take()
     }
