@@ -229,7 +229,7 @@ impl Config {
 
     fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |message: String| Err(ConfigError::Invalid(message));
-        if !self.storage.database_url.starts_with("sqlite:") {
+        if crate::store::Engine::of_url(&self.storage.database_url).is_none() {
             let scheme = self
                 .storage
                 .database_url
@@ -237,7 +237,8 @@ impl Config {
                 .map_or("none", |(scheme, _)| scheme);
             return invalid(format!(
                 "storage.database_url: the scheme {scheme:?} is not supported; supported: \
-                 sqlite (e.g. sqlite://data/agent-runner.db)"
+                 sqlite (e.g. sqlite://data/agent-runner.db) and postgres \
+                 (postgres://USER:PASSWORD@HOST/DATABASE)"
             ));
         }
         let server = &self.server;
@@ -484,11 +485,15 @@ mod tests {
 
     #[test]
     fn a_database_url_of_another_scheme_is_refused_not_taken_for_a_file() {
-        let error = Config::from_toml("[storage]\ndatabase_url = \"postgres://db/ar\"\n", env(&[]))
+        let error = Config::from_toml("[storage]\ndatabase_url = \"mysql://db/ar\"\n", env(&[]))
             .unwrap_err()
             .to_string();
-        assert!(error.contains("\"postgres\" is not supported"), "{error}");
+        assert!(error.contains("\"mysql\" is not supported"), "{error}");
         assert!(error.contains("sqlite"), "{error}");
+        for url in ["postgres://db/ar", "postgresql://u@db:5432/ar"] {
+            let toml = format!("[storage]\ndatabase_url = \"{url}\"\n");
+            assert!(Config::from_toml(&toml, env(&[])).is_ok(), "{url}");
+        }
         assert!(Config::from_toml("[storage]\ndatabase_url = \"data/x.db\"\n", env(&[])).is_err());
         assert!(Config::from_toml("[storage]\ndatabase_url = \"sqlite:x.db\"\n", env(&[])).is_ok());
     }

@@ -4,6 +4,12 @@
 //! `BEGIN IMMEDIATE` transactions ([`writer`]); reads go through a separate
 //! pool. With one writer there is never a lock to wait for, and WAL lets the
 //! readers go on while it writes.
+//!
+//! The connections are sqlx's `Any` ones, and every statement is written in
+//! `$N` placeholders, which SQLite and PostgreSQL both take (sqlx's SQLite
+//! driver binds `$N` to the N-th argument): one set of statements for both
+//! engines, with what differs between them kept to connecting, the
+//! migrations and what counts as storage refusing writes.
 
 pub mod live;
 pub(crate) mod rows;
@@ -14,11 +20,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-    SqliteSynchronous,
-};
-use sqlx::{ConnectOptions, Connection, Row};
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::sqlite::SqliteConnectOptions;
+use sqlx::{AnyConnection, AnyPool};
+use sqlx::{ConnectOptions, Connection, Executor, Row};
 use uuid::Uuid;
 
 use crate::harness::{Message, Outcome, PendingAction};
@@ -95,51 +100,38 @@ const READER_CACHE_KIB: u32 = 512;
 
 #[derive(Clone)]
 pub struct Store {
-    read: SqlitePool,
+    read: AnyPool,
     writer: Writer,
     channels: Arc<Channels>,
 }
 
 impl Store {
-    /// The file a database URL names, if it names one.
+    /// The file a database URL names, if it names one (a SQLite file).
     pub fn database_file(url: &str) -> Option<std::path::PathBuf> {
+        if Engine::of_url(url) != Some(Engine::Sqlite) {
+            return None;
+        }
         let options = SqliteConnectOptions::from_str(url).ok()?;
         let file = options.get_filename();
         (file.as_os_str() != ":memory:").then(|| file.to_owned())
     }
 
-    /// Opens (creating if needed) the database at `url`, applies the
-    /// migrations, brings the previous process's live runs to rest (see
-    /// [`recover`]), and starts the writer.
+    /// Opens the database at `url` (a SQLite file, created if needed, or a
+    /// PostgreSQL database), applies the migrations, brings the previous
+    /// process's live runs to rest (see [`recover`]), and starts the writer.
     /// `write_retry`: how long writes that storage refuses are still tried
     /// when the store closes (see [`writer`]).
     pub async fn open(url: &str, write_retry: Duration) -> Result<(Self, Recovered), StoreError> {
-        let options = SqliteConnectOptions::from_str(url)?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
-            .foreign_keys(true)
-            .busy_timeout(Duration::from_secs(10))
-            .disable_statement_logging();
-        if let Some(dir) = options.get_filename().parent()
-            && !dir.as_os_str().is_empty()
-        {
-            std::fs::create_dir_all(dir).map_err(|e| StoreError::Database(e.into()))?;
-        }
-        let mut connection = options.connect().await?;
-        sqlx::migrate!("./migrations").run(&mut connection).await?;
-        // Readers keep a small page cache: in WAL mode a reader's cache is
-        // dropped whenever the writer commits, which under load is all the
-        // time, so a large one mostly holds memory (2 MiB each by default).
-        let read = SqlitePoolOptions::new()
-            .max_connections(READERS)
-            .min_connections(1)
-            .connect_with(
-                options
-                    .read_only(true)
-                    .pragma("cache_size", format!("-{READER_CACHE_KIB}")),
-            )
-            .await?;
+        sqlx::any::install_default_drivers();
+        let (mut connection, read) = match Engine::of_url(url) {
+            Some(Engine::Sqlite) => open_sqlite(url).await?,
+            Some(Engine::Postgres) => open_postgres(url).await?,
+            None => {
+                return Err(StoreError::Database(sqlx::Error::Configuration(
+                    format!("unsupported database URL scheme: {url:?}").into(),
+                )));
+            }
+        };
         let recovered = recover(&mut connection, Utc::now()).await?;
         let channels = Arc::new(Channels::default());
         let writer = Writer::start(connection, write_retry, Arc::clone(&channels));
@@ -213,7 +205,7 @@ impl Store {
 
     /// The transcript's messages, each as its JSON text, in order.
     pub async fn messages(&self, run_id: Uuid) -> Result<Vec<String>, StoreError> {
-        let rows = sqlx::query("SELECT body FROM messages WHERE run_id = ? ORDER BY position")
+        let rows = sqlx::query("SELECT body FROM messages WHERE run_id = $1 ORDER BY position")
             .bind(run_id.to_string())
             .fetch_all(&self.read)
             .await?;
@@ -228,7 +220,7 @@ impl Store {
         limit: u32,
     ) -> Result<Vec<StoredEvent>, StoreError> {
         let rows = sqlx::query(
-            "SELECT sequence, type, body FROM events WHERE run_id = ? AND sequence > ? ORDER BY sequence LIMIT ?",
+            "SELECT sequence, type, body FROM events WHERE run_id = $1 AND sequence > $2 ORDER BY sequence LIMIT $3",
         )
         .bind(run_id.to_string())
         .bind(i64::try_from(after).unwrap_or(i64::MAX))
@@ -249,7 +241,7 @@ impl Store {
 
     /// A run's status, whoever's it is.
     pub async fn run_status(&self, id: Uuid) -> Result<Option<RunStatus>, StoreError> {
-        let status: Option<String> = sqlx::query_scalar("SELECT status FROM runs WHERE id = ?")
+        let status: Option<String> = sqlx::query_scalar("SELECT status FROM runs WHERE id = $1")
             .bind(id.to_string())
             .fetch_optional(&self.read)
             .await?;
@@ -280,7 +272,7 @@ impl Store {
         let row = sqlx::query(
             "SELECT pending_actions, answers, running_ms, \
              (SELECT COALESCE(MAX(sequence), 0) FROM events WHERE run_id = runs.id) AS last \
-             FROM runs WHERE id = ?",
+             FROM runs WHERE id = $1",
         )
         .bind(id.to_string())
         .fetch_optional(&self.read)
@@ -307,7 +299,7 @@ impl Store {
     ) -> Result<Vec<(Uuid, DateTime<Utc>)>, StoreError> {
         let rows = sqlx::query(
             "SELECT id, action_deadline FROM runs WHERE status = 'requires_action' \
-             AND action_deadline IS NOT NULL ORDER BY action_deadline LIMIT ?",
+             AND action_deadline IS NOT NULL ORDER BY action_deadline LIMIT $1",
         )
         .bind(i64::from(limit))
         .fetch_all(&self.read)
@@ -350,6 +342,110 @@ impl Store {
         })
         .transpose()
     }
+}
+
+/// The database engines a `database_url` may name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    Sqlite,
+    Postgres,
+}
+
+impl Engine {
+    /// The engine of `url`'s scheme: `sqlite:`, or `postgres:` /
+    /// `postgresql:`.
+    pub fn of_url(url: &str) -> Option<Self> {
+        match url.split_once(':').map(|(scheme, _)| scheme) {
+            Some("sqlite") => Some(Self::Sqlite),
+            Some("postgres" | "postgresql") => Some(Self::Postgres),
+            _ => None,
+        }
+    }
+}
+
+/// The writer's connection and the read pool of a SQLite file (created, with
+/// its directory, if missing).
+async fn open_sqlite(url: &str) -> Result<(AnyConnection, AnyPool), StoreError> {
+    let options = SqliteConnectOptions::from_str(url)?.create_if_missing(true);
+    if let Some(dir) = options.get_filename().parent()
+        && !dir.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(dir).map_err(|e| StoreError::Database(e.into()))?;
+    }
+    // Through sqlx's `Any` driver, which takes a URL: the settings a URL
+    // cannot carry are set on each connection.
+    let any = |options: &SqliteConnectOptions| {
+        AnyConnectOptions::from_url(&options.to_url_lossy())
+            .map(ConnectOptions::disable_statement_logging)
+    };
+    let mut connection = AnyConnection::connect_with(&any(&options)?).await?;
+    for pragma in [
+        "PRAGMA journal_mode = WAL",
+        "PRAGMA synchronous = NORMAL",
+        "PRAGMA foreign_keys = ON",
+        "PRAGMA busy_timeout = 10000",
+    ] {
+        connection.execute(pragma).await?;
+    }
+    sqlx::migrate!("./migrations/sqlite")
+        .run(&mut connection)
+        .await?;
+    // Readers keep a small page cache: in WAL mode a reader's cache is
+    // dropped whenever the writer commits, which under load is all the
+    // time, so a large one mostly holds memory (2 MiB each by default).
+    let read = AnyPoolOptions::new()
+        .max_connections(READERS)
+        .min_connections(1)
+        .after_connect(|connection, _| {
+            Box::pin(async move {
+                connection
+                    .execute(
+                        format!(
+                            "PRAGMA cache_size = -{READER_CACHE_KIB}; PRAGMA busy_timeout = 10000"
+                        )
+                        .as_str(),
+                    )
+                    .await?;
+                Ok(())
+            })
+        })
+        .connect_with(any(&options.read_only(true))?)
+        .await?;
+    Ok((connection, read))
+}
+
+/// The advisory lock a server holds on its PostgreSQL database.
+const SERVER_LOCK: i64 = 0x6167_656e_7472_756e;
+
+/// The writer's connection and the read pool of a PostgreSQL database (which
+/// must exist), migrated (sqlx holds an advisory lock while it migrates, so
+/// servers starting together migrate once).
+async fn open_postgres(url: &str) -> Result<(AnyConnection, AnyPool), StoreError> {
+    let options = AnyConnectOptions::from_str(url)?.disable_statement_logging();
+    let mut connection = AnyConnection::connect_with(&options).await?;
+    // One server per database, for now: a second one would take the first
+    // one's running runs for a dead process's. The lock is the writer
+    // connection's, so it goes when the server (or its connection) does.
+    let sole: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+        .bind(SERVER_LOCK)
+        .fetch_one(&mut connection)
+        .await?;
+    if !sole {
+        return Err(StoreError::Database(sqlx::Error::Configuration(
+            "another agent-runner server serves this database; several servers on one \
+             PostgreSQL database are not supported yet"
+                .into(),
+        )));
+    }
+    sqlx::migrate!("./migrations/postgres")
+        .run(&mut connection)
+        .await?;
+    let read = AnyPoolOptions::new()
+        .max_connections(READERS)
+        .min_connections(1)
+        .connect_with(options)
+        .await?;
+    Ok((connection, read))
 }
 
 /// The `run_end` event of a run the store itself ends (one a previous
@@ -400,7 +496,7 @@ pub struct Recovered {
 /// are returned, oldest first, to be started (or resumed) again. Paused runs
 /// stay paused: they hold nothing but their row.
 async fn recover(
-    connection: &mut SqliteConnection,
+    connection: &mut AnyConnection,
     now: DateTime<Utc>,
 ) -> Result<Recovered, StoreError> {
     let mut tx = connection.begin().await?;
@@ -412,7 +508,7 @@ async fn recover(
     for row in &running {
         let run = rows::run_from_row(row)?;
         let sequence: i64 = sqlx::query_scalar(
-            "SELECT COALESCE(MAX(sequence), 0) + 1 FROM events WHERE run_id = ?",
+            "SELECT COALESCE(MAX(sequence), 0) + 1 FROM events WHERE run_id = $1",
         )
         .bind(run.id.to_string())
         .fetch_one(&mut *tx)
@@ -426,14 +522,14 @@ async fn recover(
             Some(error.clone()),
         )?;
         sqlx::query(
-            "INSERT INTO events (run_id, sequence, type, body) VALUES (?, ?, 'run_end', ?)",
+            "INSERT INTO events (run_id, sequence, type, body) VALUES ($1, $2, 'run_end', $3)",
         )
         .bind(run.id.to_string())
         .bind(sequence)
         .bind(body)
         .execute(&mut *tx)
         .await?;
-        sqlx::query("UPDATE runs SET status = ?, error = ?, finished_at = ? WHERE id = ?")
+        sqlx::query("UPDATE runs SET status = $1, error = $2, finished_at = $3 WHERE id = $4")
             .bind(Outcome::Interrupted.as_str())
             .bind(&error)
             .bind(format_time(&now))

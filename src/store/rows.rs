@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use sqlx::Row;
-use sqlx::sqlite::SqliteRow;
+use sqlx::any::AnyRow;
 use uuid::Uuid;
 
 use super::{StoreError, Unfinished};
@@ -26,29 +26,29 @@ macro_rules! select_runs {
     };
 }
 
-pub(super) const SELECT_RUN_BY_ID: &str = select_runs!("WHERE id = ? AND tenant = ?");
+pub(super) const SELECT_RUN_BY_ID: &str = select_runs!("WHERE id = $1 AND tenant = $2");
 pub(super) const SELECT_RUN_BY_IDEMPOTENCY_KEY: &str =
-    select_runs!("WHERE tenant = ? AND idempotency_key = ?");
-pub(super) const SELECT_RUN_FOR_UPDATE: &str = select_runs!("WHERE id = ?");
-pub(super) const SELECT_LIVE_RUNS: &str = select_runs!("WHERE status = ? ORDER BY id");
+    select_runs!("WHERE tenant = $1 AND idempotency_key = $2");
+pub(super) const SELECT_RUN_FOR_UPDATE: &str = select_runs!("WHERE id = $1");
+pub(super) const SELECT_LIVE_RUNS: &str = select_runs!("WHERE status = $1 ORDER BY id");
 /// Pages of runs, newest first, after a cursor when one is bound non-null:
 /// one statement per filter, each written so that SQLite takes its index
 /// (`runs_by_tenant`, `runs_by_tenant_status`, `runs_by_thread`); a filter
 /// written `(? IS NULL OR ...)` would keep it from any of them.
 pub(super) const SELECT_RUNS_PAGE: &str =
-    select_runs!("WHERE tenant = ?1 AND (?2 IS NULL OR id < ?2) ORDER BY id DESC LIMIT ?3");
+    select_runs!("WHERE tenant = $1 AND ($2 IS NULL OR id < $2) ORDER BY id DESC LIMIT $3");
 pub(super) const SELECT_RUNS_PAGE_BY_STATUS: &str = select_runs!(
-    "WHERE tenant = ?1 AND (?2 IS NULL OR id < ?2) AND status = ?4 ORDER BY id DESC LIMIT ?3"
+    "WHERE tenant = $1 AND ($2 IS NULL OR id < $2) AND status = $4 ORDER BY id DESC LIMIT $3"
 );
 pub(super) const SELECT_RUNS_PAGE_BY_THREAD: &str = select_runs!(
-    "WHERE tenant = ?1 AND (?2 IS NULL OR id < ?2) AND thread_id = ?4 ORDER BY id DESC LIMIT ?3"
+    "WHERE tenant = $1 AND ($2 IS NULL OR id < $2) AND thread_id = $4 ORDER BY id DESC LIMIT $3"
 );
 pub(super) const SELECT_RUNS_PAGE_BY_STATUS_AND_THREAD: &str = select_runs!(
-    "WHERE tenant = ?1 AND (?2 IS NULL OR id < ?2) AND thread_id = ?4 AND status = ?5 \
-     ORDER BY id DESC LIMIT ?3"
+    "WHERE tenant = $1 AND ($2 IS NULL OR id < $2) AND thread_id = $4 AND status = $5 \
+     ORDER BY id DESC LIMIT $3"
 );
 
-pub(super) fn run_from_row(row: &SqliteRow) -> Result<Run, StoreError> {
+pub(super) fn run_from_row(row: &AnyRow) -> Result<Run, StoreError> {
     Ok(Run {
         id: parse_uuid(&row.get::<String, _>("id"))?,
         status: RunStatus::parse(&row.get::<String, _>("status"))
@@ -94,7 +94,7 @@ pub(super) fn run_from_row(row: &SqliteRow) -> Result<Run, StoreError> {
     })
 }
 
-pub(super) fn unfinished_from_row(row: &SqliteRow) -> Result<Unfinished, StoreError> {
+pub(super) fn unfinished_from_row(row: &AnyRow) -> Result<Unfinished, StoreError> {
     Ok(Unfinished {
         run: run_from_row(row)?,
         tenant: Tenant(row.get("tenant")),
@@ -104,7 +104,7 @@ pub(super) fn unfinished_from_row(row: &SqliteRow) -> Result<Unfinished, StoreEr
 }
 
 /// The pending actions still waiting for an answer.
-fn unanswered(row: &SqliteRow) -> Result<Vec<PendingAction>, StoreError> {
+fn unanswered(row: &AnyRow) -> Result<Vec<PendingAction>, StoreError> {
     let pending: Vec<PendingAction> = json(row, "pending_actions")?;
     if pending.is_empty() {
         return Ok(pending);
@@ -123,12 +123,12 @@ pub(super) fn parse_uuid(text: &str) -> Result<Uuid, StoreError> {
     Uuid::parse_str(text).map_err(|_| StoreError::Corrupt(format!("bad run id {text:?}")))
 }
 
-fn count<T: TryFrom<i64>>(row: &SqliteRow, column: &str) -> Result<T, StoreError> {
+fn count<T: TryFrom<i64>>(row: &AnyRow, column: &str) -> Result<T, StoreError> {
     T::try_from(row.get::<i64, _>(column))
         .map_err(|_| StoreError::Corrupt(format!("{column} out of range")))
 }
 
-pub(super) fn json<T: DeserializeOwned>(row: &SqliteRow, column: &str) -> Result<T, StoreError> {
+pub(super) fn json<T: DeserializeOwned>(row: &AnyRow, column: &str) -> Result<T, StoreError> {
     serde_json::from_str(&row.get::<String, _>(column))
         .map_err(|e| StoreError::Corrupt(format!("{column}: {e}")))
 }

@@ -23,12 +23,58 @@ pub struct TestApp {
     server: Option<JoinHandle<std::io::Result<()>>>,
 }
 
+/// With this variable set to a PostgreSQL server's URL (its maintenance
+/// database, e.g. `postgres://postgres@127.0.0.1:5432/postgres`), the
+/// servers the tests start store in PostgreSQL: a database of its own for
+/// each data directory. Unset: SQLite, a file in the data directory.
+pub const POSTGRES_VARIABLE: &str = "AGENT_RUNNER_TEST_POSTGRES";
+
+/// The database of a test server whose data directory is `dir`: a SQLite
+/// file in it, or (see [`POSTGRES_VARIABLE`]) a PostgreSQL database named
+/// after it, created on first use, so that a restart on the same directory
+/// finds the same database.
+pub fn database_url(dir: &std::path::Path) -> String {
+    let Ok(server) = std::env::var(POSTGRES_VARIABLE) else {
+        return format!("sqlite://{}/runs.db", dir.display());
+    };
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(dir.display().to_string().as_bytes());
+    let name = format!("test_{}", hex::encode(&digest[..8]));
+    let (base, _) = server
+        .rsplit_once('/')
+        .expect("a PostgreSQL URL ends with its database");
+    let url = format!("{base}/{name}");
+    let create = format!("CREATE DATABASE {name}");
+    // On a thread of its own: the tests' runtimes are busy with the test.
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            use sqlx::Connection;
+            let mut connection = sqlx::PgConnection::connect(&server)
+                .await
+                .expect("the tests' PostgreSQL answers");
+            match sqlx::Executor::execute(&mut connection, create.as_str()).await {
+                Ok(_) => {}
+                // 42P04: it exists (a restart on the same directory).
+                Err(sqlx::Error::Database(error)) if error.code().as_deref() == Some("42P04") => {}
+                Err(error) => panic!("cannot create a test database: {error}"),
+            }
+        });
+    })
+    .join()
+    .unwrap();
+    url
+}
+
 /// A config for a test server: port 0, storage in `dir`, short keep-alives.
 pub fn test_config(dir: &TempDir) -> Config {
     let mut config = Config::default();
     config.server.bind = "127.0.0.1:0".parse().unwrap();
     config.server.sse_keep_alive_ms = Some(200);
-    config.storage.database_url = format!("sqlite://{}/runs.db", dir.path().display());
+    config.storage.database_url = database_url(dir.path());
     config.storage.workspaces_dir = dir.path().join("workspaces");
     config.runs.shutdown_grace_ms = 2_000;
     config
@@ -390,7 +436,7 @@ pub fn start_binary_with(
         .env("AGENT_RUNNER_SERVER__BIND", "127.0.0.1:0")
         .env(
             "AGENT_RUNNER_STORAGE__DATABASE_URL",
-            format!("sqlite://{}/runs.db", dir.path().display()),
+            database_url(dir.path()),
         )
         .env(
             "AGENT_RUNNER_STORAGE__WORKSPACES_DIR",

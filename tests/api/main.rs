@@ -13,6 +13,7 @@ mod lifecycle;
 mod mcp;
 mod openapi;
 mod pauses;
+mod postgres;
 mod providers;
 mod runs;
 mod sandbox;

@@ -109,7 +109,12 @@ fn python_str(path: &Path) -> String {
 #[tokio::test]
 async fn a_command_cannot_read_or_rewrite_the_database() {
     for mode in [SandboxMode::Enforce, SandboxMode::Off] {
-        let app = server(mode, |_| {}).await;
+        // A database that is a file, whatever the suite's backend.
+        let app = server(mode, |config| {
+            let dir = config.storage.workspaces_dir.parent().unwrap().to_owned();
+            config.storage.database_url = format!("sqlite://{}/runs.db", dir.display());
+        })
+        .await;
         let db = python_str(&app.dir.path().join("runs.db"));
         let read = attack(&app, &format!("got = open({db}, 'rb').read(16)")).await;
         let write = attack(&app, &format!("got = open({db}, 'r+b')")).await;

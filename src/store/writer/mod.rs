@@ -29,8 +29,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use sqlx::AnyConnection;
 use sqlx::Connection;
-use sqlx::sqlite::SqliteConnection;
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
@@ -139,7 +139,7 @@ impl Writer {
     /// Starts the writer. `give_up_after`: how long writes still held when
     /// it is closed are tried before they are abandoned.
     pub(super) fn start(
-        connection: SqliteConnection,
+        connection: AnyConnection,
         give_up_after: Duration,
         channels: Arc<Channels>,
     ) -> Self {
@@ -232,7 +232,7 @@ impl Writer {
 
 /// The writer task: its connection, and what it tells the handles.
 struct Task {
-    connection: SqliteConnection,
+    connection: AnyConnection,
     stats: Arc<WriterStats>,
     health: Arc<Health>,
     channels: Arc<Channels>,
@@ -500,16 +500,31 @@ fn fail(op: Op, error: StoreError, channels: &Channels) {
 }
 
 /// Whether `error` is storage refusing writes (the disk full, an I/O error,
-/// a read-only or locked file), rather than this write being wrong: SQLite's
-/// primary result codes BUSY, LOCKED, NOMEM, READONLY, IOERR, FULL,
-/// CANTOPEN and PROTOCOL, or an I/O error of the driver.
+/// a read-only or locked file, a server going away), rather than this write
+/// being wrong: an I/O error of the driver; SQLite's primary result codes
+/// BUSY, LOCKED, NOMEM, READONLY, IOERR, FULL, CANTOPEN and PROTOCOL;
+/// PostgreSQL's SQLSTATE classes 08 (connection), 53 (insufficient
+/// resources: disk full, out of memory), 57 (operator intervention: a
+/// shutdown) and 58 (system errors), a read-only transaction, and the
+/// conflicts that a retry resolves (serialization failure, deadlock).
 fn is_refusal(error: &StoreError) -> bool {
     match error {
         StoreError::Refused(_) | StoreError::Database(sqlx::Error::Io(_)) => true,
-        StoreError::Database(sqlx::Error::Database(error)) => error
-            .code()
-            .and_then(|code| code.parse::<i64>().ok())
-            .is_some_and(|code| matches!(code & 0xff, 5 | 6 | 7 | 8 | 10 | 13 | 14 | 15)),
+        StoreError::Database(sqlx::Error::Database(error)) => {
+            let code = error.code().unwrap_or_default();
+            if error
+                .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+                .is_some()
+            {
+                ["08", "53", "57", "58"]
+                    .iter()
+                    .any(|class| code.starts_with(class))
+                    || matches!(&*code, "25006" | "40001" | "40P01")
+            } else {
+                code.parse::<i64>()
+                    .is_ok_and(|code| matches!(code & 0xff, 5 | 6 | 7 | 8 | 10 | 13 | 14 | 15))
+            }
+        }
         _ => false,
     }
 }

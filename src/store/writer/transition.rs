@@ -4,8 +4,8 @@
 //! timeout, each see the other's result and never both apply.
 
 use chrono::{DateTime, Utc};
+use sqlx::AnyConnection;
 use sqlx::Executor;
-use sqlx::sqlite::SqliteConnection;
 use uuid::Uuid;
 
 use crate::harness::{Outcome, PendingAction, check_answers};
@@ -64,7 +64,7 @@ pub enum Transitioned {
 /// Applies `transitions` in order in one transaction, each deciding on
 /// what the ones before it wrote; all of it is committed, or none.
 pub(super) async fn apply_all(
-    connection: &mut SqliteConnection,
+    connection: &mut AnyConnection,
     transitions: &[Box<Transition>],
 ) -> Result<Vec<Transitioned>, StoreError> {
     super::sql::begin(connection).await?;
@@ -86,7 +86,7 @@ pub(super) async fn apply_all(
 }
 
 async fn decide(
-    connection: &mut SqliteConnection,
+    connection: &mut AnyConnection,
     transition: &Transition,
 ) -> Result<Transitioned, StoreError> {
     let (run_id, tenant) = match transition {
@@ -145,13 +145,12 @@ async fn decide(
             let text = serde_json::to_string(&answered)
                 .map_err(|e| StoreError::Corrupt(format!("cannot serialise answers: {e}")))?;
             sqlx::query(
-                "UPDATE runs SET answers = ?, \
-                 status = CASE WHEN ? THEN 'queued' ELSE status END, \
-                 action_deadline = CASE WHEN ? THEN NULL ELSE action_deadline END \
-                 WHERE id = ?",
+                "UPDATE runs SET answers = $1, \
+                 status = CASE WHEN $2 THEN 'queued' ELSE status END, \
+                 action_deadline = CASE WHEN $2 THEN NULL ELSE action_deadline END \
+                 WHERE id = $3",
             )
             .bind(text)
-            .bind(complete)
             .bind(complete)
             .bind(run_id.to_string())
             .execute(&mut *connection)
@@ -184,7 +183,7 @@ async fn decide(
 
 /// Ends a paused run: its `run_end` after its last event, its final state.
 async fn end(
-    connection: &mut SqliteConnection,
+    connection: &mut AnyConnection,
     mut run: Run,
     status: Outcome,
     error: Option<String>,
@@ -192,20 +191,20 @@ async fn end(
 ) -> Result<Transitioned, StoreError> {
     let run_id = run.id.to_string();
     let sequence: i64 =
-        sqlx::query_scalar("SELECT COALESCE(MAX(sequence), 0) + 1 FROM events WHERE run_id = ?")
+        sqlx::query_scalar("SELECT COALESCE(MAX(sequence), 0) + 1 FROM events WHERE run_id = $1")
             .bind(&run_id)
             .fetch_one(&mut *connection)
             .await?;
     let body = run_end_body(&run, sequence, at, status, error.clone())?;
-    sqlx::query("INSERT INTO events (run_id, sequence, type, body) VALUES (?, ?, 'run_end', ?)")
+    sqlx::query("INSERT INTO events (run_id, sequence, type, body) VALUES ($1, $2, 'run_end', $3)")
         .bind(&run_id)
         .bind(sequence)
         .bind(body)
         .execute(&mut *connection)
         .await?;
     sqlx::query(
-        "UPDATE runs SET status = ?, error = ?, finished_at = ?, pending_actions = '[]', \
-         answers = '{}', action_deadline = NULL WHERE id = ?",
+        "UPDATE runs SET status = $1, error = $2, finished_at = $3, pending_actions = '[]', \
+         answers = '{}', action_deadline = NULL WHERE id = $4",
     )
     .bind(status.as_str())
     .bind(error.as_deref())
