@@ -111,8 +111,9 @@ pub(super) async fn live(options: &Options) -> Result<()> {
         ended.as_secs_f64(),
         kib(after.rss_kib)
     );
-    let data = server.stop(options.keep).await?;
-    let counts = database_counts(&database(data.path())).await?;
+    let database_url = server.database_url.clone();
+    let _data = server.stop(options.keep).await?;
+    let counts = database_counts(&database_url).await?;
     println!(
         "persistence        database: {} runs, {} events",
         counts.runs, counts.events

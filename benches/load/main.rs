@@ -35,8 +35,7 @@ use agent_runner::models::http::SseParser;
 use futures_util::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use sqlx::sqlite::SqliteConnectOptions;
-use sqlx::{ConnectOptions, Connection};
+use sqlx::Connection;
 use tokio::sync::Semaphore;
 
 mod live;
@@ -68,6 +67,8 @@ Options:
   --paused K       paused: runs held paused at once (default 1000)
   --concurrency N  live: requests in flight while creating and cancelling (default 64)
   --server PATH    the agent-runner binary (default: the one cargo built)
+  --postgres URL   store in PostgreSQL: a fresh database on the server at
+                   URL (its maintenance database) for each server started
   --data-dir DIR   where each server's fresh data directory is made (default:
                    cargo's target tmp directory, on the same disk as target/)
   --log FILTER     the server's RUST_LOG (default: info, its own default)
@@ -122,6 +123,9 @@ struct Options {
     data_dir: PathBuf,
     log: String,
     keep: bool,
+    /// A PostgreSQL server's URL (its maintenance database): each server
+    /// started gets a fresh database there instead of a SQLite file.
+    postgres: Option<String>,
 }
 
 impl Options {
@@ -148,6 +152,7 @@ impl Options {
             data_dir: PathBuf::from(env!("CARGO_TARGET_TMPDIR")),
             log: "info".into(),
             keep: false,
+            postgres: None,
         };
         let mut args = args.iter().filter(|a| *a != "--bench");
         while let Some(arg) = args.next() {
@@ -175,6 +180,7 @@ impl Options {
                 "--data-dir" => options.data_dir = PathBuf::from(value("--data-dir")?),
                 "--log" => options.log = value("--log")?,
                 "--keep" => options.keep = true,
+                "--postgres" => options.postgres = Some(value("--postgres")?),
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
@@ -272,6 +278,8 @@ fn raise_fd_limit() -> u64 {
 struct Server {
     child: Child,
     address: String,
+    /// Where it stores: a SQLite file in `data`, or a PostgreSQL database.
+    database_url: String,
     /// The database and workspaces; `None` once the server has stopped.
     data: Option<tempfile::TempDir>,
     /// Held so the server's stdout stays open.
@@ -296,6 +304,10 @@ impl Server {
             .prefix("load-")
             .tempdir_in(&options.data_dir)?;
         let log = std::fs::File::create(data.path().join("server.log"))?;
+        let database_url = match &options.postgres {
+            Some(server) => fresh_postgres_database(server)?,
+            None => format!("sqlite://{}", database(data.path()).display()),
+        };
         let mut command = Command::new(&options.server);
         command
             .arg("serve")
@@ -303,10 +315,7 @@ impl Server {
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("RUST_LOG", &options.log)
             .env("AGENT_RUNNER_SERVER__BIND", "127.0.0.1:0")
-            .env(
-                "AGENT_RUNNER_STORAGE__DATABASE_URL",
-                format!("sqlite://{}", database(data.path()).display()),
-            )
+            .env("AGENT_RUNNER_STORAGE__DATABASE_URL", &database_url)
             .env(
                 "AGENT_RUNNER_STORAGE__WORKSPACES_DIR",
                 data.path().join("workspaces"),
@@ -336,6 +345,7 @@ impl Server {
         Ok(Self {
             address: address.to_owned(),
             child,
+            database_url,
             data: Some(data),
             _stdout: stdout,
         })
@@ -597,12 +607,44 @@ struct DatabaseCounts {
     messages: i64,
 }
 
-async fn database_counts(path: &Path) -> Result<DatabaseCounts> {
-    let mut db = SqliteConnectOptions::new()
-        .filename(path)
-        .read_only(true)
-        .connect()
-        .await?;
+/// A new database on the PostgreSQL server at `server`, and its URL.
+fn fresh_postgres_database(server: &str) -> Result<String> {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let name = format!(
+        "load_{}_{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    let (base, _) = server
+        .rsplit_once('/')
+        .ok_or("a PostgreSQL URL ends with its database")?;
+    let url = format!("{base}/{name}");
+    let server = server.to_owned();
+    // On a thread of its own: it may be called from the benchmark's runtime.
+    std::thread::spawn(move || -> std::result::Result<(), String> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        runtime.block_on(async {
+            let mut connection = sqlx::PgConnection::connect(&server)
+                .await
+                .map_err(|e| e.to_string())?;
+            sqlx::Executor::execute(&mut connection, format!("CREATE DATABASE {name}").as_str())
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(())
+        })
+    })
+    .join()
+    .map_err(|_| "creating the database panicked")??;
+    Ok(url)
+}
+
+/// Counts rows of the database at `url` (SQLite or PostgreSQL).
+async fn database_counts(url: &str) -> Result<DatabaseCounts> {
+    sqlx::any::install_default_drivers();
+    let mut db = sqlx::AnyConnection::connect(url).await?;
     let count = |sql: &'static str| sqlx::query_scalar::<_, i64>(sql);
     let counts = DatabaseCounts {
         runs: count("SELECT COUNT(*) FROM runs")

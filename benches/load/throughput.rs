@@ -120,8 +120,9 @@ pub(super) async fn throughput(options: &Options) -> Result<()> {
         checked += 1;
     }
     // The whole database, once the server has stopped.
-    let data = server.stop(options.keep).await?;
-    let counts = database_counts(&database(data.path())).await?;
+    let database_url = server.database_url.clone();
+    let _data = server.stop(options.keep).await?;
+    let counts = database_counts(&database_url).await?;
     let total_runs = counts.runs;
     let all_complete = counts.completed == total_runs
         && counts.events == total_runs * TWO_STEP_EVENTS

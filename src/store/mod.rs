@@ -123,8 +123,11 @@ impl Store {
     /// when the store closes (see [`writer`]).
     pub async fn open(url: &str, write_retry: Duration) -> Result<(Self, Recovered), StoreError> {
         sqlx::any::install_default_drivers();
-        let (mut connection, read) = match Engine::of_url(url) {
-            Some(Engine::Sqlite) => open_sqlite(url).await?,
+        let (mut connection, read, reopen) = match Engine::of_url(url) {
+            Some(Engine::Sqlite) => {
+                let (connection, read) = open_sqlite(url).await?;
+                (connection, read, None)
+            }
             Some(Engine::Postgres) => open_postgres(url).await?,
             None => {
                 return Err(StoreError::Database(sqlx::Error::Configuration(
@@ -134,7 +137,7 @@ impl Store {
         };
         let recovered = recover(&mut connection, Utc::now()).await?;
         let channels = Arc::new(Channels::default());
-        let writer = Writer::start(connection, write_retry, Arc::clone(&channels));
+        let writer = Writer::start(connection, reopen, write_retry, Arc::clone(&channels));
         Ok((
             Self {
                 read,
@@ -420,12 +423,29 @@ const SERVER_LOCK: i64 = 0x6167_656e_7472_756e;
 /// The writer's connection and the read pool of a PostgreSQL database (which
 /// must exist), migrated (sqlx holds an advisory lock while it migrates, so
 /// servers starting together migrate once).
-async fn open_postgres(url: &str) -> Result<(AnyConnection, AnyPool), StoreError> {
+async fn open_postgres(
+    url: &str,
+) -> Result<(AnyConnection, AnyPool, Option<writer::Reopen>), StoreError> {
     let options = AnyConnectOptions::from_str(url)?.disable_statement_logging();
+    let mut connection = postgres_writer(options.clone()).await?;
+    sqlx::migrate!("./migrations/postgres")
+        .run(&mut connection)
+        .await?;
+    let read = AnyPoolOptions::new()
+        .max_connections(READERS)
+        .min_connections(1)
+        .connect_with(options.clone())
+        .await?;
+    let reopen: writer::Reopen = Arc::new(move || Box::pin(postgres_writer(options.clone())));
+    Ok((connection, read, Some(reopen)))
+}
+
+/// The writer's connection to a PostgreSQL database, holding the server's
+/// lock on it. One server per database, for now: a second one would take
+/// the first one's running runs for a dead process's. The lock is the
+/// connection's, so it goes when the server (or its connection) does.
+async fn postgres_writer(options: AnyConnectOptions) -> Result<AnyConnection, StoreError> {
     let mut connection = AnyConnection::connect_with(&options).await?;
-    // One server per database, for now: a second one would take the first
-    // one's running runs for a dead process's. The lock is the writer
-    // connection's, so it goes when the server (or its connection) does.
     let sole: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
         .bind(SERVER_LOCK)
         .fetch_one(&mut connection)
@@ -437,15 +457,7 @@ async fn open_postgres(url: &str) -> Result<(AnyConnection, AnyPool), StoreError
                 .into(),
         )));
     }
-    sqlx::migrate!("./migrations/postgres")
-        .run(&mut connection)
-        .await?;
-    let read = AnyPoolOptions::new()
-        .max_connections(READERS)
-        .min_connections(1)
-        .connect_with(options)
-        .await?;
-    Ok((connection, read))
+    Ok(connection)
 }
 
 /// The `run_end` event of a run the store itself ends (one a previous

@@ -127,6 +127,15 @@ pub struct WriterStats {
 }
 
 /// A handle to the writer task; cheap to clone.
+/// How the writer opens its connection again once it is lost (a PostgreSQL
+/// server restarted, the network between broke). A SQLite file's is never
+/// lost.
+pub(crate) type Reopen = Arc<
+    dyn Fn() -> futures_util::future::BoxFuture<'static, Result<AnyConnection, StoreError>>
+        + Send
+        + Sync,
+>;
+
 #[derive(Clone)]
 pub struct Writer {
     sender: mpsc::UnboundedSender<Op>,
@@ -140,6 +149,7 @@ impl Writer {
     /// it is closed are tried before they are abandoned.
     pub(super) fn start(
         connection: AnyConnection,
+        reopen: Option<Reopen>,
         give_up_after: Duration,
         channels: Arc<Channels>,
     ) -> Self {
@@ -148,6 +158,7 @@ impl Writer {
         let health = Arc::new(Health::default());
         let task = Task {
             connection,
+            reopen,
             stats: Arc::clone(&stats),
             health: Arc::clone(&health),
             channels: Arc::clone(&channels),
@@ -233,6 +244,7 @@ impl Writer {
 /// The writer task: its connection, and what it tells the handles.
 struct Task {
     connection: AnyConnection,
+    reopen: Option<Reopen>,
     stats: Arc<WriterStats>,
     health: Arc<Health>,
     channels: Arc<Channels>,
@@ -294,6 +306,7 @@ impl Task {
             let (held, refused) = self.commit(batch).await;
             if refused {
                 self.health.refused(!held.is_empty());
+                self.reopen_if_lost().await;
             } else {
                 self.health.recovered();
             }
@@ -373,6 +386,26 @@ impl Task {
 }
 
 impl Task {
+    /// Opens the connection again if storage refused writes because it is
+    /// gone (what is held is then tried on the new one).
+    async fn reopen_if_lost(&mut self) {
+        let Some(reopen) = &self.reopen else {
+            return;
+        };
+        if sqlx::Connection::ping(&mut self.connection).await.is_ok() {
+            return;
+        }
+        match reopen().await {
+            Ok(connection) => {
+                tracing::info!("the writer's database connection was lost; it is open again");
+                self.connection = connection;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "the writer's database connection is lost and cannot be opened yet");
+            }
+        }
+    }
+
     /// Commits a batch of transitions in one transaction, in order; should
     /// that fail for a reason of its own, each is tried alone, so that one
     /// bad transition fails alone. Each is answered at once, refusal or
