@@ -1,9 +1,10 @@
 -- Runs, their transcripts and their events (PostgreSQL; the same schema as
 -- SQLite's, migration for migration). Ids are UUIDv7 text, so ordering by id
--- is ordering by creation time.
+-- is ordering by creation time: in byte order (COLLATE "C"), as in SQLite,
+-- whatever the database's own collation.
 
 CREATE TABLE runs (
-    id                     TEXT PRIMARY KEY NOT NULL,
+    id                     TEXT COLLATE "C" PRIMARY KEY NOT NULL,
     tenant                 TEXT NOT NULL,
     status                 TEXT NOT NULL,
     prompt                 TEXT NOT NULL,
@@ -38,14 +39,14 @@ CREATE UNIQUE INDEX runs_idempotency ON runs (tenant, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
 
 CREATE TABLE messages (
-    run_id   TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    run_id   TEXT COLLATE "C" NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
     position BIGINT NOT NULL,
     body     TEXT NOT NULL,
     PRIMARY KEY (run_id, position)
 );
 
 CREATE TABLE events (
-    run_id   TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    run_id   TEXT COLLATE "C" NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
     sequence BIGINT NOT NULL,
     type     TEXT NOT NULL,
     body     TEXT NOT NULL,

@@ -11,6 +11,6 @@ ALTER TABLE runs ADD COLUMN answers TEXT NOT NULL DEFAULT '{}';
 -- Running time used before the pause: the run's timeout counts running time.
 ALTER TABLE runs ADD COLUMN running_ms BIGINT NOT NULL DEFAULT 0;
 -- When the pause ends `timeout` unless answered (RFC 3339 UTC).
-ALTER TABLE runs ADD COLUMN action_deadline TEXT;
+ALTER TABLE runs ADD COLUMN action_deadline TEXT COLLATE "C";
 
 CREATE INDEX runs_paused ON runs (action_deadline) WHERE status = 'requires_action';
