@@ -128,6 +128,9 @@ impl CreateRunRequest {
         if self.prompt.trim().is_empty() {
             return invalid("prompt must not be empty".into());
         }
+        if self.prompt.contains('\0') {
+            return invalid("prompt must not contain NUL characters".into());
+        }
         // The request's instructions replace its profile's ("" clears them).
         let mut instructions = None;
         let (model, model_info) = match self.model {
@@ -280,6 +283,9 @@ impl CreateRunRequest {
         }
 
         if let Some(given) = self.instructions {
+            if given.contains('\0') {
+                return invalid("instructions must not contain NUL characters".into());
+            }
             if given.len() > MAX_INSTRUCTIONS_BYTES {
                 return invalid(format!(
                     "instructions: at most {MAX_INSTRUCTIONS_BYTES} bytes (got {})",

@@ -171,12 +171,17 @@ impl Observer for RunObserver {
                 if self.ended.get().is_some() {
                     return Err("a second run_end was refused".into());
                 }
+                // PostgreSQL's text holds no NUL (a model's answer, a
+                // tool's output quoted in an error may have one): both
+                // engines keep U+FFFD in its place.
+                let answer = answer.as_deref().map(storable_text);
+                let error = error.as_deref().map(storable_text);
                 // The run object as it will be stored, for whoever waits for
                 // the end (read only once the end is stored).
                 self.live.update(|run| {
                     run.status = RunStatus::Ended(*status);
-                    run.answer.clone_from(answer);
-                    run.error.clone_from(error);
+                    run.answer.clone_from(&answer);
+                    run.error.clone_from(&error);
                     run.steps = *steps;
                     run.tool_calls = *tool_calls;
                     run.usage = *usage;
@@ -184,8 +189,8 @@ impl Observer for RunObserver {
                 });
                 finish = Some(Box::new(Finish {
                     status: *status,
-                    answer: answer.clone(),
-                    error: error.clone(),
+                    answer,
+                    error,
                     steps: *steps,
                     tool_calls: *tool_calls,
                     usage: *usage,
@@ -254,6 +259,11 @@ impl Observer for RunObserver {
             );
         }
     }
+}
+
+/// `text` with every NUL replaced by U+FFFD.
+fn storable_text(text: &str) -> String {
+    text.replace('\0', "\u{FFFD}")
 }
 
 /// The event's JSON. A `message` event reuses the JSON the harness made of

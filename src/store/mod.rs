@@ -412,7 +412,8 @@ async fn open_sqlite(url: &str) -> Result<(AnyConnection, AnyPool), StoreError> 
                 Ok(())
             })
         })
-        .connect_with(any(&options.read_only(true))?)
+        // Not creating: a URL's mode would then be `rwc`, not `ro`.
+        .connect_with(any(&options.create_if_missing(false).read_only(true))?)
         .await?;
     Ok((connection, read))
 }

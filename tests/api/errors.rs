@@ -65,6 +65,11 @@ async fn invalid_fields_are_refused_with_422_naming_the_field() {
         (json!({}), "prompt"),
         (json!({"prompt": ""}), "prompt"),
         (json!({"prompt": "  "}), "prompt"),
+        (json!({"prompt": "a\u{0}b"}), "prompt"),
+        (
+            json!({"prompt": "x", "instructions": "be\u{0}"}),
+            "instructions",
+        ),
         (json!({"prompt": 5}), "prompt"),
         (json!({"prompt": "x", "colour": "red"}), "colour"),
         (

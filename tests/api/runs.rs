@@ -200,3 +200,19 @@ async fn a_waited_run_is_answered_exactly_as_it_is_stored() {
         assert!(waited["started_at"].is_string() && waited["finished_at"].is_string());
     }
 }
+
+/// PostgreSQL's text holds no NUL: an answer with one (a model's output) is
+/// stored, on either engine, with U+FFFD in its place, and answered so.
+#[tokio::test]
+async fn an_answer_with_a_nul_character_is_stored_with_a_replacement() {
+    let app = spawn_app().await;
+    let run = app
+        .run_to_end(json!({"prompt": "x", "model": {"scripted": [{"content": "a\u{0}b"}]}}))
+        .await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["answer"], "a\u{FFFD}b");
+    let stored = app
+        .get(&format!("/v1/runs/{}", run["id"].as_str().unwrap()))
+        .await;
+    assert_eq!(stored.body["answer"], "a\u{FFFD}b");
+}

@@ -126,7 +126,6 @@ pub struct WriterStats {
     pub failures: AtomicU64,
 }
 
-/// A handle to the writer task; cheap to clone.
 /// How the writer opens its connection again once it is lost (a PostgreSQL
 /// server restarted, the network between broke). A SQLite file's is never
 /// lost.
@@ -136,6 +135,7 @@ pub(crate) type Reopen = Arc<
         + Sync,
 >;
 
+/// A handle to the writer task; cheap to clone.
 #[derive(Clone)]
 pub struct Writer {
     sender: mpsc::UnboundedSender<Op>,
