@@ -212,18 +212,6 @@ fn listing(names: &[String]) -> String {
     }
 }
 
-impl Drop for RunServers {
-    fn drop(&mut self) {
-        // Each session's child kills its tree as it drops.
-        if !self.sessions.is_empty() {
-            tracing::debug!(
-                sessions = self.sessions.len(),
-                "MCP sessions ended without a close"
-            );
-        }
-    }
-}
-
 /// Who this client is, in the protocol version whose lifecycle every
 /// server of today speaks (`initialize`).
 fn client_config() -> ClientConfig {

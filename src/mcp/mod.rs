@@ -128,30 +128,6 @@ impl McpServers {
             })
             .collect()
     }
-
-    pub fn is_empty(&self) -> bool {
-        self.servers.is_empty()
-    }
-
-    /// Whether a server runs as a child process (and so needs the sandbox).
-    pub fn has_stdio(&self) -> bool {
-        self.servers
-            .values()
-            .any(|server| matches!(server.transport, config::Transport::Stdio(_)))
-    }
-
-    /// The read paths of the stdio servers, which the sandbox must keep
-    /// away from storage.
-    pub fn read_paths(&self) -> impl Iterator<Item = &Path> {
-        self.servers
-            .values()
-            .filter_map(|server| match &server.transport {
-                config::Transport::Stdio(stdio) => Some(stdio.read_paths.iter()),
-                config::Transport::Http(_) => None,
-            })
-            .flatten()
-            .map(|path| path.as_path())
-    }
 }
 
 /// The server a full MCP tool name belongs to, if it names one of

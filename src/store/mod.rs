@@ -364,6 +364,14 @@ impl Engine {
             _ => None,
         }
     }
+
+    /// The engine a connection of sqlx's `Any` driver speaks to.
+    pub(crate) fn of_connection(connection: &AnyConnection) -> Self {
+        match connection.backend_name() {
+            "PostgreSQL" => Self::Postgres,
+            _ => Self::Sqlite,
+        }
+    }
 }
 
 /// The writer's connection and the read pool of a SQLite file (created, with

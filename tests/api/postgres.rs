@@ -6,10 +6,18 @@ use agent_runner::app::Application;
 
 use crate::helpers::{POSTGRES_VARIABLE, spawn_in, test_config};
 
+/// Whether the suite runs on PostgreSQL; says so when it does not.
+fn on_postgres() -> bool {
+    let on = std::env::var(POSTGRES_VARIABLE).is_ok();
+    if !on {
+        eprintln!("not run: the suite runs on SQLite ({POSTGRES_VARIABLE} is unset)");
+    }
+    on
+}
+
 #[tokio::test]
 async fn a_second_server_on_one_database_is_refused_until_the_first_is_gone() {
-    if std::env::var(POSTGRES_VARIABLE).is_err() {
-        eprintln!("not run: the suite runs on SQLite ({POSTGRES_VARIABLE} is unset)");
+    if !on_postgres() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -51,8 +59,7 @@ async fn terminate_connections(database_url: &str) {
 
 #[tokio::test]
 async fn a_lost_connection_is_opened_again_and_loses_nothing() {
-    if std::env::var(POSTGRES_VARIABLE).is_err() {
-        eprintln!("not run: the suite runs on SQLite ({POSTGRES_VARIABLE} is unset)");
+    if !on_postgres() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -5,7 +5,7 @@ use sqlx::Executor;
 
 use super::Op;
 use crate::run::format_time;
-use crate::store::{NewRun, StoreError};
+use crate::store::{Engine, NewRun, StoreError};
 
 /// Most rows one statement writes (the runs insert binds 21 values a row,
 /// well within SQLite's 32,766 variables).
@@ -72,9 +72,9 @@ impl RunRow {
 pub(super) async fn begin(connection: &mut AnyConnection) -> Result<(), StoreError> {
     // SQLite takes its write lock at once (there is one writer, so it never
     // waits); PostgreSQL locks rows as they are written.
-    let begin = match connection.backend_name() {
-        "PostgreSQL" => "BEGIN",
-        _ => "BEGIN IMMEDIATE",
+    let begin = match Engine::of_connection(connection) {
+        Engine::Postgres => "BEGIN",
+        Engine::Sqlite => "BEGIN IMMEDIATE",
     };
     if let Err(error) = connection.execute(begin).await {
         let _ = connection.execute("ROLLBACK").await;
@@ -323,9 +323,9 @@ enum Placeholders {
 
 impl Placeholders {
     fn of(connection: &AnyConnection) -> Self {
-        match connection.backend_name() {
-            "PostgreSQL" => Self::Numbered,
-            _ => Self::Positional,
+        match Engine::of_connection(connection) {
+            Engine::Postgres => Self::Numbered,
+            Engine::Sqlite => Self::Positional,
         }
     }
 }
