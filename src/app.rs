@@ -74,6 +74,7 @@ impl Application {
         let (store, recovered) = Store::open(
             &config.storage.database_url,
             Duration::from_millis(config.storage.write_retry_ms),
+            Duration::from_millis(config.runs.lease_ms),
         )
         .await?;
         if !recovered.interrupted.is_empty() || !recovered.queued.is_empty() {
@@ -147,8 +148,21 @@ impl Application {
         let (stopped, runs_stored) = tokio::sync::oneshot::channel::<()>();
         let runner = self.runner.clone();
         let grace = self.grace;
+        // On PostgreSQL, a replica whose lease is lost stops at once: its
+        // runs are another replica's to end.
+        let lost = runner.lease_lost();
+        let lease_lost = lost.clone();
         let mut stopper = tokio::spawn(async move {
-            shutdown.await;
+            let lost = async {
+                match &lease_lost {
+                    Some(lost) => lost.cancelled().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let grace = tokio::select! {
+                () = shutdown => grace,
+                () = lost => Duration::ZERO,
+            };
             tracing::info!(grace_ms = grace.as_millis() as u64, "shutting down");
             runner.shutdown(grace).await;
             let _ = stopped.send(());
@@ -180,6 +194,12 @@ impl Application {
             Err(_) => tracing::warn!("connections still open after the drain period; closing"),
         }
         tracing::info!("stopped");
+        if lost.is_some_and(|lost| lost.is_cancelled()) {
+            return Err(std::io::Error::other(
+                "this replica's lease on the database was lost (another replica took it \
+                 for dead); start it again",
+            ));
+        }
         Ok(())
     }
 }

@@ -96,6 +96,10 @@ pub struct RunsConfig {
     pub default_model: String,
     /// On SIGTERM, how long running runs may go on before they are interrupted.
     pub shutdown_grace_ms: u64,
+    /// On PostgreSQL: how long a replica's claim on its runs lasts without a
+    /// heartbeat renewing it. A replica silent for longer is taken for dead:
+    /// another one ends its running runs `interrupted` (within twice this).
+    pub lease_ms: u64,
 }
 
 impl Default for RunsConfig {
@@ -105,9 +109,16 @@ impl Default for RunsConfig {
             max_queued: 1000,
             default_model: "demo".into(),
             shutdown_grace_ms: 10_000,
+            lease_ms: 10_000,
         }
     }
 }
+
+/// The shortest lease: a heartbeat every third of it must reach the
+/// database in time, whatever the network's hiccups.
+pub const MIN_LEASE_MS: u64 = 300;
+/// The longest lease: an hour (a dead replica's runs wait that long).
+pub const MAX_LEASE_MS: u64 = 3_600_000;
 
 /// The largest time ceiling: a year, in milliseconds (deadlines further
 /// out are not kept).
@@ -255,6 +266,12 @@ impl Config {
         }
         if self.runs.max_concurrent == 0 {
             return invalid("runs.max_concurrent must be at least 1".into());
+        }
+        if !(MIN_LEASE_MS..=MAX_LEASE_MS).contains(&self.runs.lease_ms) {
+            return invalid(format!(
+                "runs.lease_ms must be between {MIN_LEASE_MS} and {MAX_LEASE_MS} (got {})",
+                self.runs.lease_ms
+            ));
         }
         let limits = &self.limits;
         if limits.max_steps == 0

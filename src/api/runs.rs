@@ -274,13 +274,14 @@ pub async fn cancel(
 ) -> Result<Response, ApiError> {
     let id = run.id;
     if !run.status.is_terminal() {
-        // Live here, or paused (in storage alone). A paused run answered
-        // meanwhile is live again a moment later: tried a few times.
+        // Live here, or in storage alone: paused, or on PostgreSQL queued
+        // or executing on another replica. A paused run answered meanwhile
+        // is live again a moment later: tried a few times.
         for _ in 0..CANCEL_ATTEMPTS {
             if state.runner.cancel(&tenant, id).is_some() {
                 return Ok((StatusCode::ACCEPTED, Json(run)).into_response());
             }
-            if let Some(ended) = state.runner.cancel_paused(id).await? {
+            if let Some(ended) = state.runner.cancel_stored(id).await? {
                 return Ok((StatusCode::ACCEPTED, Json(ended)).into_response());
             }
             if state.runner.is_closing() {

@@ -4,6 +4,7 @@
 
 mod observer;
 mod pauses;
+mod replicas;
 mod task;
 mod tools;
 
@@ -107,6 +108,11 @@ pub(crate) struct Shared {
     running: AtomicUsize,
     /// Told when a pause is stored: the watch of pause deadlines looks again.
     pauses: Arc<tokio::sync::Notify>,
+    /// On PostgreSQL: told when a run may wait to be claimed.
+    claims: tokio::sync::Notify,
+    /// On PostgreSQL: the claimer holds a slot while it looks for a queued
+    /// run (a submit that finds no slot then waits for it a moment).
+    claiming: AtomicBool,
 }
 
 impl Shared {
@@ -186,6 +192,8 @@ impl Runner {
                 waiting: AtomicUsize::new(0),
                 running: AtomicUsize::new(0),
                 pauses: Arc::default(),
+                claims: tokio::sync::Notify::new(),
+                claiming: AtomicBool::new(false),
             }),
             slots: Arc::new(Semaphore::new(config.runs.max_concurrent)),
             max_queued: config.runs.max_queued,
@@ -199,6 +207,9 @@ impl Runner {
             Duration::from_millis(config.storage.write_retry_ms),
         ));
         runner.watch_pauses();
+        if let Some(cluster) = runner.shared.store.cluster() {
+            runner.join_replicas(&Arc::clone(cluster));
+        }
         runner
     }
 
@@ -309,12 +320,27 @@ impl Runner {
             }
         };
         let metrics = &self.shared.metrics;
-        // A free slot starts the run now; otherwise it waits, if there is room.
-        let slot = match Arc::clone(&self.slots).try_acquire_owned() {
-            Ok(permit) => Some(permit),
-            Err(_) => {
+        let cluster = self.shared.store.cluster();
+        // A free slot starts the run now; otherwise it waits, if there is
+        // room: here, or on PostgreSQL in the database, for any replica.
+        let slot = match self.free_slot(cluster.is_some()).await {
+            Some(permit) => Some(permit),
+            None => {
                 let waiting = self.shared.waiting.fetch_add(1, Ordering::AcqRel);
-                if waiting >= self.max_queued {
+                let queued = match cluster {
+                    // Those being admitted here count too.
+                    Some(cluster) => match cluster.queued().await {
+                        Ok(queued) => usize::try_from(queued)
+                            .unwrap_or(usize::MAX)
+                            .saturating_add(waiting),
+                        Err(error) => {
+                            self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
+                            return Err(error.into());
+                        }
+                    },
+                    None => waiting,
+                };
+                if queued >= self.max_queued {
                     self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
                     metrics.rejected_queue_full.fetch_add(1, Ordering::Relaxed);
                     return Err(SubmitError::QueueFull);
@@ -349,11 +375,15 @@ impl Runner {
             let _ = tokio::fs::remove_dir_all(&directory).await;
             return Err(error);
         }
+        let owner = cluster
+            .filter(|_| slot.is_some())
+            .map(|cluster| cluster.id());
         let row = RunRow::new(NewRun {
             run: &run,
             tenant,
             spec: &spec,
             idempotency,
+            owner,
         });
         let inserted = match row {
             Ok(row) => self.shared.store.writer().insert_run(row).await,
@@ -368,8 +398,31 @@ impl Runner {
             });
         }
         metrics.runs_created.fetch_add(1, Ordering::Relaxed);
+        if cluster.is_some() && slot.is_none() {
+            // Stored queued: whichever replica has a slot first claims it.
+            unqueue();
+            self.shared.claims.notify_one();
+            return Ok(run);
+        }
         self.start(run.clone(), tenant.clone(), spec, slot, false);
         Ok(run)
+    }
+
+    /// A slot free now. On PostgreSQL, one the claimer holds while it
+    /// looks for a queued run is waited for a moment: it gives it back
+    /// when none is queued, and a run that could start at once should not
+    /// be queued, or refused for a full queue, for it.
+    async fn free_slot(&self, replicas: bool) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        if let Ok(permit) = Arc::clone(&self.slots).try_acquire_owned() {
+            return Some(permit);
+        }
+        if !replicas || !self.shared.claiming.load(Ordering::Acquire) {
+            return None;
+        }
+        tokio::time::timeout(CLAIM_GRACE, Arc::clone(&self.slots).acquire_owned())
+            .await
+            .ok()?
+            .ok()
     }
 
     /// Starts again the runs a previous process left queued, oldest first;
@@ -480,6 +533,9 @@ async fn detached<T: Send + 'static>(
         ))))
     })
 }
+
+/// How long a submit waits for the slot the claimer holds while it looks.
+const CLAIM_GRACE: Duration = Duration::from_millis(250);
 
 /// How often the storage watch looks.
 const STORAGE_WATCH: Duration = Duration::from_millis(100);
@@ -599,7 +655,9 @@ mod tests {
         let mut config = Config::default();
         config.storage.workspaces_dir = dir.path().join("workspaces");
         let url = format!("sqlite://{}/runs.db", dir.path().display());
-        let (store, _) = Store::open(&url, Duration::from_secs(1)).await.unwrap();
+        let (store, _) = Store::open(&url, Duration::from_secs(1), Duration::from_secs(10))
+            .await
+            .unwrap();
         let runner = Runner::new(
             &config,
             store.clone(),

@@ -79,8 +79,11 @@ impl Runner {
                 model,
             } => {
                 // A server that is stopping leaves it queued: the next
-                // process resumes it.
-                if complete && !self.is_closing() {
+                // process resumes it. On PostgreSQL it waits in the
+                // database for whichever replica claims it first.
+                if complete && self.shared.store.cluster().is_some() {
+                    self.shared.claims.notify_one();
+                } else if complete && !self.is_closing() {
                     let _accepting = self.tasks.token();
                     self.shared.waiting.fetch_add(1, Ordering::AcqRel);
                     let spec = RunSpec::of_run(&run, model);
@@ -96,9 +99,9 @@ impl Runner {
                 self.shared.metrics.finished(Outcome::Timeout);
                 Answered::NotPaused(run.status)
             }
-            Transitioned::NotDue => {
+            Transitioned::NotDue | Transitioned::Forwarded { .. } => {
                 return Err(SubmitError::Store(StoreError::Corrupt(
-                    "an answer was taken for a deadline".into(),
+                    "an answer was taken for another transition".into(),
                 )));
             }
         })
@@ -109,6 +112,28 @@ impl Runner {
     pub async fn cancel_paused(&self, id: Uuid) -> Result<Option<Run>, StoreError> {
         let ended = end_paused(&self.shared, id, Outcome::Aborted, None, false).await?;
         Ok(ended)
+    }
+
+    /// A client's cancel of a run that is not live here: a paused one ends
+    /// `aborted`; on PostgreSQL so does a queued one, and a running one's
+    /// replica is told to cancel it. The run as it is then; `Ok(None)` when
+    /// it is none of these (any more).
+    pub async fn cancel_stored(&self, id: Uuid) -> Result<Option<Run>, StoreError> {
+        if self.shared.store.cluster().is_none() {
+            return self.cancel_paused(id).await;
+        }
+        let transition = Transition::Cancel {
+            run_id: id,
+            at: Utc::now(),
+        };
+        match self.shared.store.writer().transition(transition).await? {
+            Transitioned::Ended { run } => {
+                self.shared.metrics.finished(Outcome::Aborted);
+                Ok(Some(run))
+            }
+            Transitioned::Forwarded { run } => Ok(Some(run)),
+            _ => Ok(None),
+        }
     }
 
     /// Resolves to a run's final state once it is terminal, across its

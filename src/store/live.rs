@@ -8,7 +8,9 @@
 //! pause) is committed, or given up: subscribers then see the channel
 //! closed, and whoever waits for the end is told how it closed. A paused run
 //! has no channel (it holds no memory here); whoever follows it waits for
-//! it to go live again ([`Channels::until_reopened`]).
+//! it to go live again ([`Channels::until_reopened`]). So does whoever
+//! follows a run that executes on another replica: news of its events
+//! arrives from the database ([`super::cluster`]) as a wake.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -172,6 +174,19 @@ impl Channels {
             .ok()
             .and_then(|mut waiting| waiting.remove(&run_id));
         if let Some(token) = token {
+            token.cancel();
+        }
+    }
+
+    /// Tells whoever waits for any run to go live again to look again (news
+    /// from other replicas may have been missed).
+    pub fn wake_all(&self) {
+        let tokens: Vec<_> = self
+            .reopened
+            .lock()
+            .map(|mut waiting| waiting.drain().map(|(_, token)| token).collect())
+            .unwrap_or_default();
+        for token in tokens {
             token.cancel();
         }
     }

@@ -11,6 +11,7 @@
 //! engines, with what differs between them kept to connecting, the
 //! migrations and what counts as storage refusing writes.
 
+pub mod cluster;
 pub mod live;
 pub(crate) mod rows;
 pub mod writer;
@@ -46,6 +47,10 @@ pub enum StoreError {
     /// not the request's.
     #[error("storage refuses writes: {0}")]
     Refused(String),
+    /// This replica's lease is gone: another replica took it for dead (see
+    /// [`cluster`]), and it may write nothing more of its runs.
+    #[error("this replica's lease is lost")]
+    Fenced,
 }
 
 /// A stored event, as served on the event stream.
@@ -103,6 +108,8 @@ pub struct Store {
     read: AnyPool,
     writer: Writer,
     channels: Arc<Channels>,
+    /// On PostgreSQL: this replica among the database's.
+    cluster: Option<Arc<cluster::Cluster>>,
 }
 
 impl Store {
@@ -117,35 +124,65 @@ impl Store {
     }
 
     /// Opens the database at `url` (a SQLite file, created if needed, or a
-    /// PostgreSQL database), applies the migrations, brings the previous
-    /// process's live runs to rest (see [`recover`]), and starts the writer.
+    /// PostgreSQL database), applies the migrations, and starts the writer.
+    /// A SQLite file has one server: the previous process's live runs are
+    /// brought to rest (see [`recover`]). A PostgreSQL database may have
+    /// several: this server joins them as a replica with a lease of
+    /// `lease` (see [`cluster`]), and what a dead one left is taken over
+    /// by the replicas' sweeps instead.
     /// `write_retry`: how long writes that storage refuses are still tried
     /// when the store closes (see [`writer`]).
-    pub async fn open(url: &str, write_retry: Duration) -> Result<(Self, Recovered), StoreError> {
+    pub async fn open(
+        url: &str,
+        write_retry: Duration,
+        lease: Duration,
+    ) -> Result<(Self, Recovered), StoreError> {
         sqlx::any::install_default_drivers();
-        let (mut connection, read, reopen) = match Engine::of_url(url) {
+        let channels = Arc::new(Channels::default());
+        let (store, recovered) = match Engine::of_url(url) {
             Some(Engine::Sqlite) => {
-                let (connection, read) = open_sqlite(url).await?;
-                (connection, read, None)
+                let (mut connection, read) = open_sqlite(url).await?;
+                let recovered = recover(&mut connection, Utc::now()).await?;
+                let writer =
+                    Writer::start(connection, None, None, write_retry, Arc::clone(&channels));
+                let store = Self {
+                    read,
+                    writer,
+                    channels,
+                    cluster: None,
+                };
+                (store, recovered)
             }
-            Some(Engine::Postgres) => open_postgres(url).await?,
+            Some(Engine::Postgres) => {
+                let (connection, read, reopen) = open_postgres(url).await?;
+                let cluster = Arc::new(cluster::Cluster::join(read.clone(), url, lease).await?);
+                let writer = Writer::start(
+                    connection,
+                    Some(reopen),
+                    Some(Arc::clone(&cluster)),
+                    write_retry,
+                    Arc::clone(&channels),
+                );
+                let store = Self {
+                    read,
+                    writer,
+                    channels,
+                    cluster: Some(cluster),
+                };
+                (store, Recovered::default())
+            }
             None => {
                 return Err(StoreError::Database(sqlx::Error::Configuration(
                     format!("unsupported database URL scheme: {url:?}").into(),
                 )));
             }
         };
-        let recovered = recover(&mut connection, Utc::now()).await?;
-        let channels = Arc::new(Channels::default());
-        let writer = Writer::start(connection, reopen, write_retry, Arc::clone(&channels));
-        Ok((
-            Self {
-                read,
-                writer,
-                channels,
-            },
-            recovered,
-        ))
+        Ok((store, recovered))
+    }
+
+    /// This replica among the database's, on PostgreSQL.
+    pub fn cluster(&self) -> Option<&Arc<cluster::Cluster>> {
+        self.cluster.as_ref()
     }
 
     pub fn writer(&self) -> &Writer {
@@ -160,6 +197,9 @@ impl Store {
     /// Waits for every queued write to be committed, then closes.
     pub async fn close(&self) {
         self.writer.close().await;
+        if let Some(cluster) = &self.cluster {
+            cluster.leave().await;
+        }
         self.read.close().await;
     }
 
@@ -426,17 +466,13 @@ async fn open_sqlite(url: &str) -> Result<(AnyConnection, AnyPool), StoreError> 
     Ok((connection, read))
 }
 
-/// The advisory lock a server holds on its PostgreSQL database.
-const SERVER_LOCK: i64 = 0x6167_656e_7472_756e;
-
 /// The writer's connection and the read pool of a PostgreSQL database (which
 /// must exist), migrated (sqlx holds an advisory lock while it migrates, so
-/// servers starting together migrate once).
-async fn open_postgres(
-    url: &str,
-) -> Result<(AnyConnection, AnyPool, Option<writer::Reopen>), StoreError> {
+/// replicas starting together migrate once), and how the writer opens its
+/// connection again.
+async fn open_postgres(url: &str) -> Result<(AnyConnection, AnyPool, writer::Reopen), StoreError> {
     let options = AnyConnectOptions::from_str(url)?.disable_statement_logging();
-    let mut connection = postgres_writer(options.clone()).await?;
+    let mut connection = AnyConnection::connect_with(&options).await?;
     sqlx::migrate!("./migrations/postgres")
         .run(&mut connection)
         .await?;
@@ -445,28 +481,11 @@ async fn open_postgres(
         .min_connections(1)
         .connect_with(options.clone())
         .await?;
-    let reopen: writer::Reopen = Arc::new(move || Box::pin(postgres_writer(options.clone())));
-    Ok((connection, read, Some(reopen)))
-}
-
-/// The writer's connection to a PostgreSQL database, holding the server's
-/// lock on it. One server per database, for now: a second one would take
-/// the first one's running runs for a dead process's. The lock is the
-/// connection's, so it goes when the server (or its connection) does.
-async fn postgres_writer(options: AnyConnectOptions) -> Result<AnyConnection, StoreError> {
-    let mut connection = AnyConnection::connect_with(&options).await?;
-    let sole: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
-        .bind(SERVER_LOCK)
-        .fetch_one(&mut connection)
-        .await?;
-    if !sole {
-        return Err(StoreError::Database(sqlx::Error::Configuration(
-            "another agent-runner server serves this database; several servers on one \
-             PostgreSQL database are not supported yet"
-                .into(),
-        )));
-    }
-    Ok(connection)
+    let reopen: writer::Reopen = Arc::new(move || {
+        let options = options.clone();
+        Box::pin(async move { Ok(AnyConnection::connect_with(&options).await?) })
+    });
+    Ok((connection, read, reopen))
 }
 
 /// The `run_end` event of a run the store itself ends (one a previous
@@ -501,6 +520,9 @@ pub(crate) struct NewRun<'a> {
     pub tenant: &'a Tenant,
     pub spec: &'a RunSpec,
     pub idempotency: Option<(&'a str, &'a str)>,
+    /// The replica that executes it, when it is inserted `running` on
+    /// PostgreSQL.
+    pub owner: Option<&'a str>,
 }
 
 /// What [`recover`] found.
@@ -510,6 +532,46 @@ pub struct Recovered {
     pub interrupted: Vec<Uuid>,
     /// Runs that were waiting, oldest first: to be started again.
     pub queued: Vec<Unfinished>,
+}
+
+/// Ends a running run whose server is gone `interrupted`: a `run_end` after
+/// its last event, its final state (its pause, if it resumed from one, is
+/// over too).
+async fn interrupt(
+    connection: &mut AnyConnection,
+    run: &Run,
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    let sequence: i64 =
+        sqlx::query_scalar("SELECT COALESCE(MAX(sequence), 0) + 1 FROM events WHERE run_id = $1")
+            .bind(run.id.to_string())
+            .fetch_one(&mut *connection)
+            .await?;
+    let error = crate::run::INTERRUPTED.to_owned();
+    let body = run_end_body(
+        run,
+        sequence,
+        now,
+        Outcome::Interrupted,
+        Some(error.clone()),
+    )?;
+    sqlx::query("INSERT INTO events (run_id, sequence, type, body) VALUES ($1, $2, 'run_end', $3)")
+        .bind(run.id.to_string())
+        .bind(sequence)
+        .bind(body)
+        .execute(&mut *connection)
+        .await?;
+    sqlx::query(
+        "UPDATE runs SET status = $1, error = $2, finished_at = $3, owner = NULL, \
+         pending_actions = '[]', answers = '{}', action_deadline = NULL WHERE id = $4",
+    )
+    .bind(Outcome::Interrupted.as_str())
+    .bind(&error)
+    .bind(format_time(&now))
+    .bind(run.id.to_string())
+    .execute(&mut *connection)
+    .await?;
+    Ok(())
 }
 
 /// Brings the previous process's live runs to rest: `running` ones become
@@ -528,35 +590,7 @@ async fn recover(
     let mut interrupted = Vec::new();
     for row in &running {
         let run = rows::run_from_row(row)?;
-        let sequence: i64 = sqlx::query_scalar(
-            "SELECT COALESCE(MAX(sequence), 0) + 1 FROM events WHERE run_id = $1",
-        )
-        .bind(run.id.to_string())
-        .fetch_one(&mut *tx)
-        .await?;
-        let error = crate::run::INTERRUPTED.to_owned();
-        let body = run_end_body(
-            &run,
-            sequence,
-            now,
-            Outcome::Interrupted,
-            Some(error.clone()),
-        )?;
-        sqlx::query(
-            "INSERT INTO events (run_id, sequence, type, body) VALUES ($1, $2, 'run_end', $3)",
-        )
-        .bind(run.id.to_string())
-        .bind(sequence)
-        .bind(body)
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query("UPDATE runs SET status = $1, error = $2, finished_at = $3 WHERE id = $4")
-            .bind(Outcome::Interrupted.as_str())
-            .bind(&error)
-            .bind(format_time(&now))
-            .bind(run.id.to_string())
-            .execute(&mut *tx)
-            .await?;
+        interrupt(&mut tx, &run, now).await?;
         interrupted.push(run.id);
     }
     let queued = sqlx::query(rows::SELECT_LIVE_RUNS)

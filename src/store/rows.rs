@@ -30,7 +30,18 @@ pub(super) const SELECT_RUN_BY_ID: &str = select_runs!("WHERE id = $1 AND tenant
 pub(super) const SELECT_RUN_BY_IDEMPOTENCY_KEY: &str =
     select_runs!("WHERE tenant = $1 AND idempotency_key = $2");
 pub(super) const SELECT_RUN_FOR_UPDATE: &str = select_runs!("WHERE id = $1");
+/// The same, locking the row (PostgreSQL).
+pub(super) const SELECT_RUN_FOR_UPDATE_LOCKED: &str = select_runs!("WHERE id = $1 FOR UPDATE");
 pub(super) const SELECT_LIVE_RUNS: &str = select_runs!("WHERE status = $1 ORDER BY id");
+/// The oldest queued run no other claim holds, locked (PostgreSQL).
+pub(super) const SELECT_NEXT_QUEUED: &str =
+    select_runs!("WHERE status = 'queued' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED");
+/// Running runs that no live replica owns, locked (PostgreSQL).
+pub(super) const SELECT_ORPHANED_RUNS: &str = select_runs!(
+    "WHERE status = 'running' AND (owner IS NULL \
+     OR NOT EXISTS (SELECT 1 FROM replicas WHERE replicas.id = runs.owner)) \
+     ORDER BY id FOR UPDATE SKIP LOCKED"
+);
 /// Pages of runs, newest first, after a cursor when one is bound non-null:
 /// one statement per filter, each written so that SQLite takes its index
 /// (`runs_by_tenant`, `runs_by_tenant_status`, `runs_by_thread`); a filter

@@ -29,6 +29,16 @@ pub struct TestApp {
 /// each data directory. Unset: SQLite, a file in the data directory.
 pub const POSTGRES_VARIABLE: &str = "AGENT_RUNNER_TEST_POSTGRES";
 
+/// Whether the suite runs on PostgreSQL; says so when it does not (a test
+/// of what only PostgreSQL has then passes without running).
+pub fn on_postgres() -> bool {
+    let on = std::env::var(POSTGRES_VARIABLE).is_ok();
+    if !on {
+        eprintln!("not run: the suite runs on SQLite ({POSTGRES_VARIABLE} is unset)");
+    }
+    on
+}
+
 /// The database of a test server whose data directory is `dir`: a SQLite
 /// file in it, or (see [`POSTGRES_VARIABLE`]) a PostgreSQL database named
 /// after it, created on first use, so that a restart on the same directory
@@ -77,8 +87,13 @@ pub fn test_config(dir: &TempDir) -> Config {
     config.storage.database_url = database_url(dir.path());
     config.storage.workspaces_dir = dir.path().join("workspaces");
     config.runs.shutdown_grace_ms = 2_000;
+    config.runs.lease_ms = TEST_LEASE_MS;
     config
 }
+
+/// The lease of the tests' servers (on PostgreSQL, how soon a killed one's
+/// runs are taken over): short, with room for a busy machine's hiccups.
+pub const TEST_LEASE_MS: u64 = 1_500;
 
 pub async fn spawn_app() -> TestApp {
     spawn_with(|_| {}).await
@@ -442,6 +457,7 @@ pub fn start_binary_with(
             "AGENT_RUNNER_STORAGE__WORKSPACES_DIR",
             dir.path().join("workspaces"),
         )
+        .env("AGENT_RUNNER_RUNS__LEASE_MS", TEST_LEASE_MS.to_string())
         .env("RUST_LOG", "warn");
     for (name, value) in settings {
         command.env(name, value);

@@ -15,6 +15,7 @@ mod openapi;
 mod pauses;
 mod postgres;
 mod providers;
+mod replicas;
 mod runs;
 mod sandbox;
 mod scenarios;

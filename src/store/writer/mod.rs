@@ -35,6 +35,7 @@ use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use super::StoreError;
+use super::cluster::Cluster;
 use super::live::{Channels, Closing, LiveEvent};
 use crate::harness::{Outcome, UsageTotals};
 use health::Health;
@@ -150,6 +151,7 @@ impl Writer {
     pub(super) fn start(
         connection: AnyConnection,
         reopen: Option<Reopen>,
+        cluster: Option<Arc<Cluster>>,
         give_up_after: Duration,
         channels: Arc<Channels>,
     ) -> Self {
@@ -159,6 +161,7 @@ impl Writer {
         let task = Task {
             connection,
             reopen,
+            cluster,
             stats: Arc::clone(&stats),
             health: Arc::clone(&health),
             channels: Arc::clone(&channels),
@@ -245,6 +248,9 @@ impl Writer {
 struct Task {
     connection: AnyConnection,
     reopen: Option<Reopen>,
+    /// On PostgreSQL: the replica whose lease every batch holds (see
+    /// [`super::cluster`]).
+    cluster: Option<Arc<Cluster>>,
     stats: Arc<WriterStats>,
     health: Arc<Health>,
     channels: Arc<Channels>,
@@ -351,7 +357,8 @@ impl Task {
         if let Some(Op::Transition(..)) = batch.first() {
             return (Vec::new(), self.transitions(batch).await);
         }
-        let error = match apply_all(&mut self.connection, &batch).await {
+        let replica = self.cluster.as_deref();
+        let error = match apply_all(&mut self.connection, replica, &batch).await {
             Ok(()) => {
                 for op in batch {
                     finish(op, true, &self.channels);
@@ -360,6 +367,18 @@ impl Task {
             }
             Err(error) => error,
         };
+        if let StoreError::Fenced = error {
+            // Another replica ended this one's runs: what they would write
+            // now is not theirs to write.
+            tracing::error!(
+                operations = batch.len(),
+                "this replica's lease is lost; its writes are dropped"
+            );
+            for op in batch {
+                fail(op, StoreError::Fenced, &self.channels);
+            }
+            return (Vec::new(), false);
+        }
         if is_refusal(&error) {
             tracing::warn!(%error, operations = batch.len(), "storage refused a batch; holding it");
             return (hold(batch, &error), true);
@@ -367,7 +386,7 @@ impl Task {
         tracing::warn!(%error, operations = batch.len(), "batch write failed; writing one by one");
         let mut ops = batch.into_iter();
         while let Some(op) = ops.next() {
-            match apply_all(&mut self.connection, std::slice::from_ref(&op)).await {
+            match apply_all(&mut self.connection, replica, std::slice::from_ref(&op)).await {
                 Ok(()) => finish(op, true, &self.channels),
                 Err(error) if is_refusal(&error) => {
                     // Held with everything after it, to keep their order.
@@ -423,36 +442,40 @@ impl Task {
                 }
             })
             .unzip();
-        let outcomes = match transition::apply_all(&mut self.connection, &transitions).await {
-            Ok(outcomes) => outcomes.into_iter().map(Ok).collect(),
-            Err(error) if transitions.len() == 1 || is_refusal(&error) => {
-                let refused = is_refusal(&error);
-                let message = error.to_string();
-                let mut first = Some(error);
-                (0..transitions.len())
-                    .map(|_| {
-                        Err(match first.take() {
-                            Some(error) if !refused => error,
-                            _ => StoreError::Refused(message.clone()),
+        let replica = self.cluster.as_ref().map(|cluster| cluster.id().to_owned());
+        let replica = replica.as_deref();
+        let outcomes =
+            match transition::apply_all(&mut self.connection, replica, &transitions).await {
+                Ok(outcomes) => outcomes.into_iter().map(Ok).collect(),
+                Err(error) if transitions.len() == 1 || is_refusal(&error) => {
+                    let refused = is_refusal(&error);
+                    let message = error.to_string();
+                    let mut first = Some(error);
+                    (0..transitions.len())
+                        .map(|_| {
+                            Err(match first.take() {
+                                Some(error) if !refused => error,
+                                _ => StoreError::Refused(message.clone()),
+                            })
                         })
-                    })
-                    .collect()
-            }
-            Err(_) => {
-                let mut outcomes = Vec::with_capacity(transitions.len());
-                for transition in &transitions {
-                    outcomes.push(
-                        transition::apply_all(
-                            &mut self.connection,
-                            std::slice::from_ref(transition),
-                        )
-                        .await
-                        .map(|mut one| one.remove(0)),
-                    );
+                        .collect()
                 }
-                outcomes
-            }
-        };
+                Err(_) => {
+                    let mut outcomes = Vec::with_capacity(transitions.len());
+                    for transition in &transitions {
+                        outcomes.push(
+                            transition::apply_all(
+                                &mut self.connection,
+                                replica,
+                                std::slice::from_ref(transition),
+                            )
+                            .await
+                            .map(|mut one| one.remove(0)),
+                        );
+                    }
+                    outcomes
+                }
+            };
         let mut refused = false;
         for (outcome, done) in outcomes.into_iter().zip(waiters) {
             refused |= outcome.as_ref().err().is_some_and(is_refusal);
@@ -578,6 +601,7 @@ mod tests {
             tenant: &Tenant::anonymous(),
             spec,
             idempotency: Some((key, "hash")),
+            owner: None,
         })
         .unwrap()
     }
@@ -589,7 +613,9 @@ mod tests {
     async fn a_failing_row_fails_alone_and_the_rest_of_its_batch_is_written() {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}/runs.db", dir.path().display());
-        let (store, _) = Store::open(&url, Duration::from_secs(1)).await.unwrap();
+        let (store, _) = Store::open(&url, Duration::from_secs(1), Duration::from_secs(10))
+            .await
+            .unwrap();
         let spec = spec();
         let first = Run::queued(Uuid::now_v7(), &spec, chrono::Utc::now());
         let second = Run::queued(Uuid::now_v7(), &spec, chrono::Utc::now());

@@ -5,9 +5,10 @@ use sqlx::Executor;
 
 use super::Op;
 use crate::run::format_time;
+use crate::store::cluster::{self, Cluster};
 use crate::store::{Engine, NewRun, StoreError};
 
-/// Most rows one statement writes (the runs insert binds 21 values a row,
+/// Most rows one statement writes (the runs insert binds 22 values a row,
 /// well within SQLite's 32,766 variables).
 const MAX_ROWS_PER_STATEMENT: usize = 256;
 
@@ -34,6 +35,7 @@ pub(crate) struct RunRow {
     request_hash: Option<String>,
     created_at: String,
     started_at: Option<String>,
+    owner: Option<String>,
 }
 
 impl RunRow {
@@ -61,6 +63,7 @@ impl RunRow {
             request_hash: new.idempotency.map(|(_, hash)| hash.to_owned()),
             created_at: format_time(&run.created_at),
             started_at: run.started_at.as_ref().map(format_time),
+            owner: new.owner.map(str::to_owned),
         })
     }
 }
@@ -85,12 +88,38 @@ pub(super) async fn begin(connection: &mut AnyConnection) -> Result<(), StoreErr
     Ok(())
 }
 
+/// Writes `ops` in one transaction. On PostgreSQL, it first takes a share
+/// lock on `replica`'s row (none there: [`StoreError::Fenced`], and nothing
+/// is written), and it tells the other replicas what it wrote once it is
+/// committed (see [`crate::store::cluster`]).
 pub(super) async fn apply_all(
     connection: &mut AnyConnection,
+    replica: Option<&Cluster>,
     ops: &[Op],
 ) -> Result<(), StoreError> {
     begin(connection).await?;
-    if let Err(error) = apply(connection, ops).await {
+    if let Some(replica) = replica {
+        match cluster::hold_lease(connection, replica.id()).await {
+            Ok(true) => {}
+            Ok(false) => {
+                let _ = connection.execute("ROLLBACK").await;
+                replica.lose("another replica took this one's lease for dead");
+                return Err(StoreError::Fenced);
+            }
+            Err(error) => {
+                let _ = connection.execute("ROLLBACK").await;
+                return Err(error);
+            }
+        }
+    }
+    let written = async {
+        apply(connection, ops).await?;
+        if let Some(replica) = replica {
+            announce(connection, replica, ops).await?;
+        }
+        Ok::<_, StoreError>(())
+    };
+    if let Err(error) = written.await {
         let _ = connection.execute("ROLLBACK").await;
         return Err(error);
     }
@@ -147,9 +176,10 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
             placeholders,
             "INSERT INTO runs (id, tenant, status, prompt, limits, context, tools, commands, \
              model, metadata, approval, client_tools, mcp_servers, instructions, thread_id, \
-             previous_run_id, model_spec, idempotency_key, request_hash, created_at, started_at) ",
+             previous_run_id, model_spec, idempotency_key, request_hash, created_at, started_at, \
+             owner) ",
             chunk.len(),
-            21,
+            22,
             "",
         );
         let mut query = sqlx::query(&sql);
@@ -175,7 +205,8 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
                 .bind(row.idempotency_key.as_deref())
                 .bind(row.request_hash.as_deref())
                 .bind(row.created_at.as_str())
-                .bind(row.started_at.as_deref());
+                .bind(row.started_at.as_deref())
+                .bind(row.owner.as_deref());
         }
         query.execute(&mut *connection).await?;
     }
@@ -306,6 +337,36 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
                 .bind(finish.finished_at.as_str());
         }
         query.execute(&mut *connection).await?;
+    }
+    Ok(())
+}
+
+/// Tells the other replicas of a batch: the runs it stored events of, and
+/// whether it queued a run.
+async fn announce(
+    connection: &mut AnyConnection,
+    replica: &Cluster,
+    ops: &[Op],
+) -> Result<(), StoreError> {
+    let mut runs = std::collections::HashSet::new();
+    let mut queued = false;
+    for op in ops {
+        match op {
+            Op::Event(event) => {
+                runs.insert(event.run_id);
+            }
+            Op::InsertRun(row, _) => queued |= row.status == "queued",
+            _ => {}
+        }
+    }
+    cluster::notify_events(
+        connection,
+        replica.id(),
+        runs.iter().map(ToString::to_string),
+    )
+    .await?;
+    if queued {
+        cluster::notify(connection, cluster::QUEUED, "").await?;
     }
     Ok(())
 }

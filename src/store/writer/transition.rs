@@ -11,7 +11,7 @@ use uuid::Uuid;
 use crate::harness::{Outcome, PendingAction, check_answers};
 use crate::run::{ActionAnswer, ModelSpec, NO_ANSWER, Run, RunStatus, Tenant, format_time};
 use crate::store::rows::{self, Answers};
-use crate::store::{StoreError, run_end_body};
+use crate::store::{Engine, StoreError, cluster, run_end_body};
 
 /// A change to a paused run.
 #[derive(Debug)]
@@ -36,6 +36,11 @@ pub enum Transition {
         at: DateTime<Utc>,
         due: bool,
     },
+    /// A client's cancel of a run that is not live on this replica (on
+    /// PostgreSQL): a paused or queued one ends `aborted`; a running one,
+    /// which another replica executes, is marked, and that replica told
+    /// (see [`crate::store::cluster::CANCEL`]).
+    Cancel { run_id: Uuid, at: DateTime<Utc> },
 }
 
 /// What a transition found and did.
@@ -59,12 +64,20 @@ pub enum Transitioned {
     Ended {
         run: Run,
     },
+    /// Its cancel is asked of the replica executing it: the run as it is.
+    Forwarded {
+        run: Run,
+    },
 }
 
 /// Applies `transitions` in order in one transaction, each deciding on
 /// what the ones before it wrote; all of it is committed, or none.
+/// On PostgreSQL, the other replicas hear of it once it is committed: of
+/// the runs it ended, of the runs it queued, of the cancels it forwarded
+/// (`replica`: this one).
 pub(super) async fn apply_all(
     connection: &mut AnyConnection,
+    replica: Option<&str>,
     transitions: &[Box<Transition>],
 ) -> Result<Vec<Transitioned>, StoreError> {
     super::sql::begin(connection).await?;
@@ -78,11 +91,42 @@ pub(super) async fn apply_all(
             }
         }
     }
+    if let Some(replica) = replica
+        && let Err(error) = announce(connection, replica, &outcomes).await
+    {
+        let _ = connection.execute("ROLLBACK").await;
+        return Err(error);
+    }
     if let Err(error) = connection.execute("COMMIT").await {
         let _ = connection.execute("ROLLBACK").await;
         return Err(error.into());
     }
     Ok(outcomes)
+}
+
+/// Tells the other replicas what `outcomes` changed.
+async fn announce(
+    connection: &mut AnyConnection,
+    replica: &str,
+    outcomes: &[Transitioned],
+) -> Result<(), StoreError> {
+    let ended = outcomes.iter().filter_map(|outcome| match outcome {
+        Transitioned::Ended { run } => Some(run.id.to_string()),
+        _ => None,
+    });
+    cluster::notify_events(connection, replica, ended).await?;
+    let queued = outcomes
+        .iter()
+        .any(|outcome| matches!(outcome, Transitioned::Answered { complete: true, .. }));
+    if queued {
+        cluster::notify(connection, cluster::QUEUED, "").await?;
+    }
+    for outcome in outcomes {
+        if let Transitioned::Forwarded { run } = outcome {
+            cluster::notify(connection, cluster::CANCEL, &run.id.to_string()).await?;
+        }
+    }
+    Ok(())
 }
 
 async fn decide(
@@ -91,9 +135,15 @@ async fn decide(
 ) -> Result<Transitioned, StoreError> {
     let (run_id, tenant) = match transition {
         Transition::Answer { run_id, tenant, .. } => (*run_id, Some(tenant)),
-        Transition::End { run_id, .. } => (*run_id, None),
+        Transition::End { run_id, .. } | Transition::Cancel { run_id, .. } => (*run_id, None),
     };
-    let Some(row) = sqlx::query(rows::SELECT_RUN_FOR_UPDATE)
+    // SQLite's writer holds the database's write lock already; PostgreSQL
+    // locks the row, against another replica's claim or transition.
+    let select = match Engine::of_connection(connection) {
+        Engine::Postgres => rows::SELECT_RUN_FOR_UPDATE_LOCKED,
+        Engine::Sqlite => rows::SELECT_RUN_FOR_UPDATE,
+    };
+    let Some(row) = sqlx::query(select)
         .bind(run_id.to_string())
         .fetch_optional(&mut *connection)
         .await?
@@ -104,6 +154,19 @@ async fn decide(
         return Ok(Transitioned::NotFound);
     }
     let mut run = rows::run_from_row(&row)?;
+    if let Transition::Cancel { at, .. } = transition {
+        match run.status {
+            RunStatus::Queued => return end(connection, run, Outcome::Aborted, None, *at).await,
+            RunStatus::Running => {
+                sqlx::query("UPDATE runs SET cancel_requested = TRUE WHERE id = $1")
+                    .bind(run_id.to_string())
+                    .execute(&mut *connection)
+                    .await?;
+                return Ok(Transitioned::Forwarded { run });
+            }
+            _ => {}
+        }
+    }
     if run.status != RunStatus::RequiresAction {
         return Ok(Transitioned::NotPaused(run.status));
     }
@@ -166,6 +229,7 @@ async fn decide(
                 model: rows::json(&row, "model_spec")?,
             })
         }
+        Transition::Cancel { at, .. } => end(connection, run, Outcome::Aborted, None, *at).await,
         Transition::End {
             status,
             error,
@@ -244,6 +308,7 @@ mod tests {
             tenant: &tenant,
             spec: &spec,
             idempotency: None,
+            owner: None,
         })
         .unwrap();
         store.writer().insert_run(row).await.unwrap();
@@ -293,7 +358,9 @@ mod tests {
     async fn transitions_in_one_batch_each_see_the_ones_before() {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}/runs.db", dir.path().display());
-        let (store, _) = Store::open(&url, Duration::from_secs(1)).await.unwrap();
+        let (store, _) = Store::open(&url, Duration::from_secs(1), Duration::from_secs(10))
+            .await
+            .unwrap();
         let run = paused(&store, TimeDelta::minutes(1)).await;
         let writer = store.writer();
         // Everything before is committed first (the pause's event).
@@ -339,7 +406,9 @@ mod tests {
     async fn an_answer_after_the_deadline_ends_the_run_timeout_instead() {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}/runs.db", dir.path().display());
-        let (store, _) = Store::open(&url, Duration::from_secs(1)).await.unwrap();
+        let (store, _) = Store::open(&url, Duration::from_secs(1), Duration::from_secs(10))
+            .await
+            .unwrap();
 
         let in_time = paused(&store, TimeDelta::minutes(1)).await;
         let answered = store.writer().transition(approve(in_time)).await.unwrap();

@@ -1,0 +1,17 @@
+-- Several servers (replicas) on one database. Each replica holds a lease,
+-- renewed by its heartbeat on the database's clock; a running run is owned by
+-- the replica that executes it. A replica whose lease ran out is taken for
+-- dead: another one deletes its row and ends the runs it owned.
+CREATE TABLE replicas (
+    id          TEXT COLLATE "C" PRIMARY KEY NOT NULL,
+    started_at  TIMESTAMPTZ NOT NULL DEFAULT now(),
+    lease_until TIMESTAMPTZ NOT NULL
+);
+
+-- The replica executing a running run (NULL while it waits, and once it
+-- ended), and whether a client asked for its cancel on another replica.
+ALTER TABLE runs ADD COLUMN owner TEXT COLLATE "C";
+ALTER TABLE runs ADD COLUMN cancel_requested BOOLEAN NOT NULL DEFAULT FALSE;
+
+CREATE INDEX runs_by_owner ON runs (owner) WHERE status = 'running';
+CREATE INDEX runs_queued ON runs (id) WHERE status = 'queued';

@@ -1,0 +1,393 @@
+//! Several servers on one PostgreSQL database: this replica's lease, the
+//! claims of queued runs, the takeover of a dead replica's runs, and the
+//! notifications that carry news between replicas.
+//!
+//! - **Lease.** Each replica has a row in `replicas` whose `lease_until` its
+//!   heartbeat moves forward, on the database's clock (the replicas' own
+//!   clocks never matter). A running run's `owner` is the replica executing
+//!   it.
+//! - **Fence.** Every batch the writer commits first takes a share lock on
+//!   its replica's row, and a claim does too: a replica whose row is gone was
+//!   taken for dead, and writes nothing more (it stops; see
+//!   [`Cluster::lost`]). The takeover deletes the row before it ends the
+//!   runs, so it waits for a batch in flight, and a batch after it finds no
+//!   row. A replica that cannot renew its lease for `lease_ms` stops of
+//!   itself, before anyone may take it over.
+//! - **Claims.** Queued runs belong to no replica: one with a free slot takes
+//!   the oldest with `FOR UPDATE SKIP LOCKED`, so two never take the same.
+//! - **Takeover.** Any replica deletes the rows of replicas whose lease ran
+//!   out, then ends every running run whose owner has no row `interrupted`,
+//!   with its `run_end`.
+//! - **Notifications.** `LISTEN`/`NOTIFY`, sent inside the transaction that
+//!   wrote what they announce (so they arrive only once it is committed):
+//!   new events of runs ([`EVENTS`]), a run waiting to be claimed
+//!   ([`QUEUED`]), a cancel for the replica executing a run ([`CANCEL`]).
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::postgres::{PgListener, PgNotification};
+use sqlx::{AnyConnection, AnyPool};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::rows;
+use super::{Engine, StoreError, Unfinished};
+use crate::run::{RunStatus, format_time};
+
+/// New events of runs are stored: `"<replica> <id>,<id>,..."`.
+pub const EVENTS: &str = "agent_runner_events";
+/// A run waits to be claimed (its payload is empty).
+pub const QUEUED: &str = "agent_runner_queued";
+/// A client cancelled a run that executes elsewhere: its id.
+pub const CANCEL: &str = "agent_runner_cancel";
+
+/// Room for ids in one notification (PostgreSQL takes 8000 bytes).
+const NOTIFY_PAYLOAD: usize = 7_800;
+
+/// This replica, as the database knows it.
+pub struct Cluster {
+    pool: AnyPool,
+    url: String,
+    id: String,
+    lease: Duration,
+    lost: CancellationToken,
+    left: CancellationToken,
+}
+
+/// What the heartbeat found.
+#[derive(Debug, Default)]
+pub struct Beat {
+    /// Runs this replica executes that a client cancelled elsewhere.
+    pub cancelled: Vec<Uuid>,
+}
+
+/// A notification from the database.
+#[derive(Debug)]
+pub enum Notice {
+    /// Runs whose new events another replica stored.
+    Events(Vec<Uuid>),
+    /// Runs wait to be claimed.
+    Queued,
+    /// A run a client cancelled, wherever it executes.
+    Cancel(Uuid),
+    /// The listening connection was lost and is open again: notifications
+    /// may have gone by unheard.
+    Missed,
+}
+
+impl Cluster {
+    /// Registers a new replica on `pool`'s database, with a fresh lease.
+    pub(super) async fn join(
+        pool: AnyPool,
+        url: &str,
+        lease: Duration,
+    ) -> Result<Self, StoreError> {
+        let id = Uuid::now_v7().to_string();
+        sqlx::query(
+            "INSERT INTO replicas (id, lease_until) \
+             VALUES ($1, now() + make_interval(secs => $2))",
+        )
+        .bind(&id)
+        .bind(lease.as_secs_f64())
+        .execute(&pool)
+        .await?;
+        tracing::info!(replica = %id, lease_ms = lease.as_millis() as u64, "joined the database's replicas");
+        Ok(Self {
+            pool,
+            url: url.to_owned(),
+            id,
+            lease,
+            lost: CancellationToken::new(),
+            left: CancellationToken::new(),
+        })
+    }
+
+    /// This replica's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// Fires once this replica may no longer act on its runs: another one
+    /// took it for dead, or it could not renew its lease in time. It must
+    /// stop (the process exits; its supervisor starts it again).
+    pub fn lost(&self) -> &CancellationToken {
+        &self.lost
+    }
+
+    /// Fires once this replica left the database's replicas (or lost its
+    /// lease): its heartbeat and its listening end.
+    pub fn left(&self) -> &CancellationToken {
+        &self.left
+    }
+
+    /// Renews the lease, and finds the cancels asked for elsewhere of the
+    /// runs this replica executes. A lease that is gone fires [`Self::lost`].
+    pub async fn heartbeat(&self) -> Result<Beat, StoreError> {
+        let renewed = sqlx::query(
+            "UPDATE replicas SET lease_until = now() + make_interval(secs => $2) WHERE id = $1",
+        )
+        .bind(&self.id)
+        .bind(self.lease.as_secs_f64())
+        .execute(&self.pool)
+        .await?;
+        if renewed.rows_affected() == 0 {
+            self.lose("another replica took this one's lease for dead");
+            return Err(StoreError::Fenced);
+        }
+        let cancelled: Vec<String> = sqlx::query_scalar(
+            "SELECT id FROM runs WHERE owner = $1 AND status = 'running' AND cancel_requested",
+        )
+        .bind(&self.id)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(Beat {
+            cancelled: cancelled
+                .iter()
+                .filter_map(|id| rows::parse_uuid(id).ok())
+                .collect(),
+        })
+    }
+
+    /// Fires [`Self::lost`], saying why.
+    pub fn lose(&self, why: &str) {
+        if !self.lost.is_cancelled() {
+            tracing::error!(replica = %self.id, "{why}: this replica stops");
+            self.lost.cancel();
+            self.left.cancel();
+        }
+    }
+
+    /// Takes the oldest queued run for this replica: marks it `running`,
+    /// owned here, started at `at` (a resumed run keeps its first start).
+    /// `None` when no run waits (or every waiting one is being claimed).
+    pub async fn claim(&self, at: DateTime<Utc>) -> Result<Option<Unfinished>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        if !self.hold_lease(&mut tx).await? {
+            return Err(StoreError::Fenced);
+        }
+        let Some(row) = sqlx::query(rows::SELECT_NEXT_QUEUED)
+            .fetch_optional(&mut *tx)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let mut unfinished = rows::unfinished_from_row(&row)?;
+        let at_text = format_time(&at);
+        sqlx::query(
+            "UPDATE runs SET status = 'running', owner = $1, cancel_requested = FALSE, \
+             started_at = COALESCE(started_at, $2) WHERE id = $3",
+        )
+        .bind(&self.id)
+        .bind(&at_text)
+        .bind(unfinished.run.id.to_string())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        let run = &mut unfinished.run;
+        run.status = RunStatus::Running;
+        run.started_at.get_or_insert(at);
+        Ok(Some(unfinished))
+    }
+
+    /// Takes a share lock on this replica's row for the transaction: while
+    /// it is held, no takeover of this replica can begin. Whether the row
+    /// is there (if not, [`Self::lost`] fires).
+    async fn hold_lease(&self, connection: &mut AnyConnection) -> Result<bool, StoreError> {
+        let held = hold_lease(connection, &self.id).await?;
+        if !held {
+            self.lose("another replica took this one's lease for dead");
+        }
+        Ok(held)
+    }
+
+    /// Runs waiting to be claimed, on the whole database.
+    pub async fn queued(&self) -> Result<u64, StoreError> {
+        let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM runs WHERE status = 'queued'")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
+    /// Takes over the replicas whose lease ran out: deletes their rows, then
+    /// ends `interrupted` every running run no live replica owns (theirs,
+    /// and any left by a server before replicas). Returns those runs.
+    pub async fn take_over(&self, at: DateTime<Utc>) -> Result<Vec<Uuid>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        // Never itself: a heartbeat of its own that came late renews it.
+        let dead: Vec<String> = sqlx::query_scalar(
+            "DELETE FROM replicas WHERE lease_until < now() AND id <> $1 RETURNING id",
+        )
+        .bind(&self.id)
+        .fetch_all(&mut *tx)
+        .await?;
+        let orphans = sqlx::query(rows::SELECT_ORPHANED_RUNS)
+            .fetch_all(&mut *tx)
+            .await?;
+        let mut ended = Vec::with_capacity(orphans.len());
+        for row in &orphans {
+            let run = rows::run_from_row(row)?;
+            super::interrupt(&mut tx, &run, at).await?;
+            ended.push(run.id);
+        }
+        if !ended.is_empty() {
+            notify_events(&mut tx, &self.id, ended.iter().map(Uuid::to_string)).await?;
+        }
+        tx.commit().await?;
+        for replica in &dead {
+            tracing::warn!(%replica, "a replica's lease ran out; it is taken for dead");
+        }
+        for run_id in &ended {
+            tracing::warn!(%run_id, "the run's replica is gone; the run is interrupted");
+        }
+        Ok(ended)
+    }
+
+    /// Leaves the database's replicas (the server stops): whatever this
+    /// replica still owns is taken over by the next sweep.
+    pub(super) async fn leave(&self) {
+        self.left.cancel();
+        if self.lost.is_cancelled() {
+            return;
+        }
+        if let Err(error) = sqlx::query("DELETE FROM replicas WHERE id = $1")
+            .bind(&self.id)
+            .execute(&self.pool)
+            .await
+        {
+            tracing::warn!(%error, "could not leave the replicas; the lease runs out instead");
+        }
+    }
+
+    /// Listens for the other replicas' news, calling `heard` with each, until
+    /// `stop` fires. The connection is opened again whenever it is lost
+    /// (then [`Notice::Missed`] is heard).
+    pub async fn listen(&self, stop: CancellationToken, heard: impl Fn(Notice)) {
+        let mut retry = Duration::from_millis(50);
+        while !stop.is_cancelled() {
+            let mut listener = match self.listener().await {
+                Ok(listener) => listener,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot listen for the other replicas' notifications yet");
+                    tokio::select! {
+                        () = tokio::time::sleep(retry) => {}
+                        () = stop.cancelled() => return,
+                    }
+                    retry = (retry * 2).min(Duration::from_secs(2));
+                    continue;
+                }
+            };
+            retry = Duration::from_millis(50);
+            // Whatever was sent before this listened is in storage.
+            heard(Notice::Missed);
+            loop {
+                let received = tokio::select! {
+                    received = listener.try_recv() => received,
+                    () = stop.cancelled() => return,
+                };
+                match received {
+                    Ok(Some(notification)) => {
+                        if let Some(notice) = self.notice(&notification) {
+                            heard(notice);
+                        }
+                    }
+                    // The connection was lost (and is opened on the next
+                    // receive): a fresh listener is simpler to reason about.
+                    Ok(None) | Err(_) => break,
+                }
+            }
+        }
+    }
+
+    async fn listener(&self) -> Result<PgListener, StoreError> {
+        let mut listener = PgListener::connect(&self.url).await?;
+        listener.listen_all([EVENTS, QUEUED, CANCEL]).await?;
+        Ok(listener)
+    }
+
+    fn notice(&self, notification: &PgNotification) -> Option<Notice> {
+        let payload = notification.payload();
+        match notification.channel() {
+            EVENTS => {
+                let (replica, ids) = payload.split_once(' ')?;
+                if replica == self.id {
+                    return None;
+                }
+                Some(Notice::Events(
+                    ids.split(',')
+                        .filter_map(|id| Uuid::parse_str(id).ok())
+                        .collect(),
+                ))
+            }
+            QUEUED => Some(Notice::Queued),
+            CANCEL => Uuid::parse_str(payload).ok().map(Notice::Cancel),
+            _ => None,
+        }
+    }
+}
+
+/// Takes a share lock on replica `id`'s row for the transaction; whether it
+/// is there.
+pub(super) async fn hold_lease(
+    connection: &mut AnyConnection,
+    id: &str,
+) -> Result<bool, StoreError> {
+    let held: Option<i32> = sqlx::query_scalar("SELECT 1 FROM replicas WHERE id = $1 FOR SHARE")
+        .bind(id)
+        .fetch_optional(&mut *connection)
+        .await?;
+    Ok(held.is_some())
+}
+
+/// Tells the other replicas, once the transaction commits, that runs have
+/// new events (`from`: this replica, whose own notifications it ignores).
+/// A no-op on SQLite.
+pub(super) async fn notify_events(
+    connection: &mut AnyConnection,
+    from: &str,
+    run_ids: impl Iterator<Item = String>,
+) -> Result<(), StoreError> {
+    if Engine::of_connection(connection) != Engine::Postgres {
+        return Ok(());
+    }
+    let mut payload = String::new();
+    for id in run_ids {
+        if payload.len() + id.len() + 1 > NOTIFY_PAYLOAD {
+            notify(connection, EVENTS, &payload).await?;
+            payload.clear();
+        }
+        if payload.is_empty() {
+            payload.push_str(from);
+            payload.push(' ');
+        } else {
+            payload.push(',');
+        }
+        payload.push_str(&id);
+    }
+    if !payload.is_empty() {
+        notify(connection, EVENTS, &payload).await?;
+    }
+    Ok(())
+}
+
+/// Sends `payload` on `channel` once the transaction commits (a no-op on
+/// SQLite).
+pub(super) async fn notify(
+    connection: &mut AnyConnection,
+    channel: &str,
+    payload: &str,
+) -> Result<(), StoreError> {
+    if Engine::of_connection(connection) != Engine::Postgres {
+        return Ok(());
+    }
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(channel)
+        .bind(payload)
+        .execute(&mut *connection)
+        .await?;
+    Ok(())
+}
