@@ -67,6 +67,8 @@ Options:
   --paused K       paused: runs held paused at once (default 1000)
   --concurrency N  live: requests in flight while creating and cancelling (default 64)
   --server PATH    the agent-runner binary (default: the one cargo built)
+  --replicas N     throughput: N servers on one PostgreSQL database (needs
+                   --postgres), the clients spread over them (default 1)
   --postgres URL   store in PostgreSQL: a fresh database on the server at
                    URL (its maintenance database) for each server started
   --data-dir DIR   where each server's fresh data directory is made (default:
@@ -126,6 +128,8 @@ struct Options {
     /// A PostgreSQL server's URL (its maintenance database): each server
     /// started gets a fresh database there instead of a SQLite file.
     postgres: Option<String>,
+    /// Servers sharing one database in the throughput mode.
+    replicas: usize,
 }
 
 impl Options {
@@ -153,6 +157,7 @@ impl Options {
             log: "info".into(),
             keep: false,
             postgres: None,
+            replicas: 1,
         };
         let mut args = args.iter().filter(|a| *a != "--bench");
         while let Some(arg) = args.next() {
@@ -181,6 +186,7 @@ impl Options {
                 "--log" => options.log = value("--log")?,
                 "--keep" => options.keep = true,
                 "--postgres" => options.postgres = Some(value("--postgres")?),
+                "--replicas" => options.replicas = number("--replicas", &value("--replicas")?)?,
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
@@ -199,6 +205,9 @@ impl Options {
             .is_some_and(|rate| rate.is_nan() || rate <= 0.0)
         {
             return Err("--rate must be positive".into());
+        }
+        if options.replicas == 0 || (options.replicas > 1 && options.postgres.is_none()) {
+            return Err("--replicas must be at least 1, and more than 1 needs --postgres".into());
         }
         Ok(Some(options))
     }
@@ -303,11 +312,52 @@ impl Server {
         let data = tempfile::Builder::new()
             .prefix("load-")
             .tempdir_in(&options.data_dir)?;
-        let log = std::fs::File::create(data.path().join("server.log"))?;
         let database_url = match &options.postgres {
             Some(server) => fresh_postgres_database(server)?,
             None => format!("sqlite://{}", database(data.path()).display()),
         };
+        let dir = data.path().to_owned();
+        Self::spawn(
+            options,
+            settings,
+            &dir,
+            database_url,
+            Some(data),
+            "server.log",
+        )
+    }
+
+    /// Starts another replica of `first`: the same database and workspaces.
+    fn replica(
+        options: &Options,
+        settings: &[(&str, String)],
+        first: &Self,
+        number: usize,
+    ) -> Result<Self> {
+        let dir = first
+            .data
+            .as_ref()
+            .ok_or("the first server stopped")?
+            .path();
+        Self::spawn(
+            options,
+            settings,
+            dir,
+            first.database_url.clone(),
+            None,
+            &format!("server-{number}.log"),
+        )
+    }
+
+    fn spawn(
+        options: &Options,
+        settings: &[(&str, String)],
+        dir: &Path,
+        database_url: String,
+        data: Option<tempfile::TempDir>,
+        log_name: &str,
+    ) -> Result<Self> {
+        let log = std::fs::File::create(dir.join(log_name))?;
         let mut command = Command::new(&options.server);
         command
             .arg("serve")
@@ -318,7 +368,7 @@ impl Server {
             .env("AGENT_RUNNER_STORAGE__DATABASE_URL", &database_url)
             .env(
                 "AGENT_RUNNER_STORAGE__WORKSPACES_DIR",
-                data.path().join("workspaces"),
+                dir.join("workspaces"),
             )
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -334,19 +384,19 @@ impl Server {
         stdout.read_line(&mut line)?;
         let Some(address) = line.trim().split("listening on ").nth(1) else {
             let _ = child.kill();
-            let log = std::fs::read_to_string(data.path().join("server.log")).unwrap_or_default();
+            let log = std::fs::read_to_string(dir.join(log_name)).unwrap_or_default();
             return Err(format!("the server did not start: {line:?}\n{log}").into());
         };
         println!(
             "load: server pid {} on {address}, data in {}",
             child.id(),
-            data.path().display()
+            dir.display()
         );
         Ok(Self {
             address: address.to_owned(),
             child,
             database_url,
-            data: Some(data),
+            data,
             _stdout: stdout,
         })
     }
@@ -365,7 +415,7 @@ impl Server {
     }
 
     /// Stops the server as an operator would (SIGTERM) and waits for it.
-    async fn stop(mut self, keep: bool) -> Result<tempfile::TempDir> {
+    async fn stop(mut self, keep: bool) -> Result<Option<tempfile::TempDir>> {
         use rustix::process::{Pid, Signal, kill_process};
         let pid = Pid::from_child(&self.child);
         kill_process(pid, Signal::TERM)?;
@@ -383,12 +433,15 @@ impl Server {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let mut data = self.data.take().ok_or("the server was stopped twice")?;
+        // A replica's data is the first server's.
+        let Some(mut data) = self.data.take() else {
+            return Ok(None);
+        };
         if keep {
             println!("load: data kept in {}", data.path().display());
         }
         data.disable_cleanup(keep);
-        Ok(data)
+        Ok(Some(data))
     }
 }
 

@@ -14,41 +14,50 @@ struct ClientLog {
 
 pub(super) async fn throughput(options: &Options) -> Result<()> {
     let concurrency = options.clients.max(1);
-    let server = Server::start(
-        options,
-        &[
-            // Enough slots that no run of the benchmark waits in the queue.
-            (
-                "RUNS__MAX_CONCURRENT",
-                (concurrency * 2).max(256).to_string(),
-            ),
-            ("RUNS__MAX_QUEUED", "100000".into()),
-        ],
-    )?;
+    let settings = [
+        // Enough slots that no run of the benchmark waits in the queue.
+        (
+            "RUNS__MAX_CONCURRENT",
+            (concurrency * 2).max(256).to_string(),
+        ),
+        ("RUNS__MAX_QUEUED", "100000".into()),
+    ];
+    let server = Server::start(options, &settings)?;
+    let mut replicas = Vec::new();
+    for number in 1..options.replicas {
+        replicas.push(Server::replica(options, &settings, &server, number)?);
+    }
+    let servers: Vec<&Server> = std::iter::once(&server).chain(&replicas).collect();
     let http = client(Some(Duration::from_secs(30)))?;
-    let url = server.url("/v1/runs?wait=true");
+    let urls: Vec<String> = servers
+        .iter()
+        .map(|server| server.url("/v1/runs?wait=true"))
+        .collect();
     let body = Arc::new(serde_json::to_vec(&two_step_run())?);
     let pace = match options.rate {
         Some(rate) => format!("open loop, {rate} runs/s scheduled"),
         None => "closed loop".to_owned(),
     };
     println!(
-        "\n== throughput: {} clients ({pace}), {} s measured after {} s of warm-up",
-        options.clients, options.seconds, options.warmup
+        "\n== throughput: {} clients ({pace}) over {} server(s), {} s measured after {} s of warm-up",
+        options.clients,
+        servers.len(),
+        options.seconds,
+        options.warmup
     );
 
     if options.warmup > 0.0 {
-        drive(&http, &url, &body, options, options.warmup).await;
+        drive(&http, &urls, &body, options, options.warmup).await;
     }
-    let before = server.stats();
-    let metrics_before = metrics(&http, &server).await?;
+    let before = total_stats(&servers);
+    let metrics_before = total_metrics(&http, &servers).await?;
     let sampler = RssSampler::start(&server);
     let started = Instant::now();
-    let logs = drive(&http, &url, &body, options, options.seconds).await;
+    let logs = drive(&http, &urls, &body, options, options.seconds).await;
     let elapsed = started.elapsed();
     let sampled_peak = sampler.finish().await;
-    let after = server.stats();
-    let metrics_after = metrics(&http, &server).await?;
+    let after = total_stats(&servers);
+    let metrics_after = total_metrics(&http, &servers).await?;
 
     let mut latencies: Vec<Duration> = logs.iter().flat_map(|l| l.latencies.clone()).collect();
     latencies.sort_unstable();
@@ -90,7 +99,7 @@ pub(super) async fn throughput(options: &Options) -> Result<()> {
         }
     );
     println!(
-        "server RSS         peak {} (measured phase {}), now {}",
+        "server RSS         peak {} (measured phase {}), now {} (the first server)",
         kib(after.peak_rss_kib),
         kib(sampled_peak),
         kib(after.rss_kib)
@@ -119,8 +128,11 @@ pub(super) async fn throughput(options: &Options) -> Result<()> {
         check_stored_run(&http, &server, id).await?;
         checked += 1;
     }
-    // The whole database, once the server has stopped.
+    // The whole database, once the servers have stopped.
     let database_url = server.database_url.clone();
+    for replica in replicas {
+        replica.stop(false).await?;
+    }
     let _data = server.stop(options.keep).await?;
     let counts = database_counts(&database_url).await?;
     let total_runs = counts.runs;
@@ -152,7 +164,7 @@ pub(super) async fn throughput(options: &Options) -> Result<()> {
 /// or, with a rate, each taking the next start of a fixed schedule.
 async fn drive(
     http: &reqwest::Client,
-    url: &str,
+    urls: &[String],
     body: &Arc<Vec<u8>>,
     options: &Options,
     seconds: f64,
@@ -162,8 +174,10 @@ async fn drive(
     let scheduled = Arc::new(AtomicU64::new(0));
     let rate = options.rate;
     let tasks: Vec<_> = (0..options.clients)
-        .map(|_| {
-            let (http, url, body) = (http.clone(), url.to_owned(), Arc::clone(body));
+        .map(|client| {
+            // Clients spread over the servers, as behind a load balancer.
+            let url = urls[client % urls.len()].clone();
+            let (http, body) = (http.clone(), Arc::clone(body));
             let scheduled = Arc::clone(&scheduled);
             tokio::spawn(async move {
                 let mut log = ClientLog::default();
@@ -199,6 +213,27 @@ async fn drive(
         }
     }
     logs
+}
+
+/// The servers' CPU time, and the first one's memory and threads.
+fn total_stats(servers: &[&Server]) -> ProcessStats {
+    let mut stats = servers[0].stats();
+    stats.cpu = servers.iter().map(|server| server.stats().cpu).sum();
+    stats
+}
+
+/// The servers' metrics, summed.
+async fn total_metrics(
+    http: &reqwest::Client,
+    servers: &[&Server],
+) -> Result<BTreeMap<String, f64>> {
+    let mut total = BTreeMap::new();
+    for server in servers {
+        for (name, value) in metrics(http, server).await? {
+            *total.entry(name).or_insert(0.0) += value;
+        }
+    }
+    Ok(total)
 }
 
 /// Checks one run through the API: completed in 2 steps, 4 messages, 12

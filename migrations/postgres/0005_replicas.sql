@@ -8,8 +8,9 @@ CREATE TABLE replicas (
     lease_until TIMESTAMPTZ NOT NULL
 );
 
--- The replica executing a running run (NULL while it waits, and once it
--- ended), and whether a client asked for its cancel on another replica.
+-- The replica that executes (or last executed) a run: only a `running` run's
+-- owner counts. And whether a client asked, on another replica, for its
+-- cancel (it counts while the run is live).
 ALTER TABLE runs ADD COLUMN owner TEXT COLLATE "C";
 ALTER TABLE runs ADD COLUMN cancel_requested BOOLEAN NOT NULL DEFAULT FALSE;
 

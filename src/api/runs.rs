@@ -294,7 +294,7 @@ pub async fn cancel(
     let run = read(&state, &tenant, id).await?;
     if !run.status.is_terminal() {
         // Live in storage but not here: the server is stopping, so the
-        // next process has it.
+        // next process (or another replica) has it.
         return Err(if state.runner.is_closing() {
             ApiError::ShuttingDown
         } else {

@@ -207,9 +207,6 @@ impl Runner {
             Duration::from_millis(config.storage.write_retry_ms),
         ));
         runner.watch_pauses();
-        if let Some(cluster) = runner.shared.store.cluster() {
-            runner.join_replicas(&Arc::clone(cluster));
-        }
         runner
     }
 
@@ -333,9 +330,10 @@ impl Runner {
                         Ok(queued) => usize::try_from(queued)
                             .unwrap_or(usize::MAX)
                             .saturating_add(waiting),
+                        // The database cannot count: the server's failure.
                         Err(error) => {
                             self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
-                            return Err(error.into());
+                            return Err(SubmitError::StorageRefused(error.to_string()));
                         }
                     },
                     None => waiting,
@@ -394,6 +392,8 @@ impl Runner {
             let _ = tokio::fs::remove_dir_all(&directory).await;
             return Err(match error {
                 StoreError::Refused(why) => SubmitError::StorageRefused(why),
+                // This replica stops: the client goes to another.
+                StoreError::Fenced => SubmitError::ShuttingDown,
                 error => error.into(),
             });
         }
@@ -493,14 +493,33 @@ impl Runner {
 
     /// Stops the service's runs: no new run is accepted; running runs get
     /// `grace` to finish, then end `interrupted`; queued runs stay queued, to
-    /// start again with the next process. Returns once everything is stored.
+    /// start again with the next process (on PostgreSQL, any replica claims
+    /// them). Returns once everything is stored.
     pub async fn shutdown(&self, grace: Duration) {
         self.closing.cancel();
         self.tasks.close();
         // Waiting runs must not start now: their tasks end at once, so the
         // tracker then waits for the running ones alone.
         self.stop_queue.cancel();
-        if tokio::time::timeout(grace, self.tasks.wait()).await.is_ok() {
+        // A replica whose lease is lost meanwhile stops at once: its runs
+        // are another replica's to end.
+        let lost = self.lease_lost();
+        let grace_over = async {
+            match &lost {
+                Some(lost) => {
+                    tokio::select! {
+                        () = tokio::time::sleep(grace) => {}
+                        () = lost.cancelled() => {}
+                    }
+                }
+                None => tokio::time::sleep(grace).await,
+            }
+        };
+        let finished = tokio::select! {
+            () = self.tasks.wait() => true,
+            () = grace_over => false,
+        };
+        if finished {
             self.shared.store.close().await;
             return;
         }

@@ -4,6 +4,7 @@
 //! heartbeat renews the lease; a sweep takes over dead replicas' runs; the
 //! other replicas' notifications wake what waits on them.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -13,7 +14,7 @@ use uuid::Uuid;
 
 use super::Runner;
 use crate::run::RunSpec;
-use crate::store::cluster::{Cluster, Notice};
+use crate::store::cluster::{Claimed, Cluster, Notice};
 use crate::store::{StoreError, Unfinished};
 
 /// Longest a claimer with a free slot waits before it looks for queued runs
@@ -23,12 +24,16 @@ const CLAIM_POLL: Duration = Duration::from_secs(1);
 const CLAIM_RETRY: Duration = Duration::from_millis(200);
 
 impl Runner {
-    /// Starts this replica's share of the work of several: claims, the
-    /// heartbeat, the sweep and the listening.
-    pub(super) fn join_replicas(&self, cluster: &Arc<Cluster>) {
+    /// On PostgreSQL, starts this replica's share of the work of several:
+    /// claims, the heartbeat, the sweep and the listening. Called once the
+    /// server is bound: a replica that cannot serve claims nothing.
+    pub fn join_replicas(&self) {
+        let Some(cluster) = self.shared.store.cluster() else {
+            return;
+        };
         tokio::spawn(claim(self.clone(), Arc::clone(cluster)));
         tokio::spawn(heartbeat(self.clone(), Arc::clone(cluster)));
-        tokio::spawn(sweep(Arc::clone(cluster)));
+        tokio::spawn(sweep(self.clone(), Arc::clone(cluster)));
         let runner = self.clone();
         let listening = Arc::clone(cluster);
         tokio::spawn(async move {
@@ -79,17 +84,30 @@ impl Runner {
         }
     }
 
-    /// Starts a run this replica claimed, in the slot it claimed it with.
-    fn start_claimed(&self, claimed: Unfinished, slot: tokio::sync::OwnedSemaphorePermit) {
+    /// Starts a run this replica claimed, in the slot it claimed it with;
+    /// one whose cancel a client asked for meanwhile ends at once.
+    fn start_claimed(&self, claimed: Claimed, slot: tokio::sync::OwnedSemaphorePermit) {
         let Unfinished {
             run,
             tenant,
             model,
             answered_pause,
-        } = claimed;
-        tracing::debug!(run_id = %run.id, resumed = answered_pause, "claimed a queued run");
+        } = claimed.run;
+        let id = run.id;
+        tracing::debug!(run_id = %id, resumed = answered_pause, "claimed a queued run");
         let spec = RunSpec::of_run(&run, model);
         self.start(run, tenant, spec, Some(slot), answered_pause);
+        if claimed.cancel {
+            self.cancel_here(id);
+        }
+    }
+
+    /// Whether a run is live here.
+    fn is_live_here(&self, id: Uuid) -> bool {
+        self.shared
+            .live
+            .lock()
+            .is_ok_and(|live| live.contains_key(&id))
     }
 }
 
@@ -140,33 +158,75 @@ async fn claim(runner: Runner, cluster: Arc<Cluster>) {
     }
 }
 
-/// Renews the lease a third of it apart, and cancels the runs clients
-/// cancelled elsewhere that the notification did not reach. A replica that
-/// could not renew for a whole lease stops of itself: by then another may
-/// take it for dead. Ends when the replica leaves.
+/// Renews the lease a third of it apart. A replica that could not renew
+/// for five sixths of a lease stops of itself: by the end of it another may
+/// take it for dead. Each beat also looks at the runs stored as executing
+/// here: cancels asked for elsewhere that no notification brought are
+/// carried out, and a run that does not execute here at two beats in a row
+/// (a claim whose answer was lost) ends `interrupted`. Ends when the
+/// replica leaves.
 async fn heartbeat(runner: Runner, cluster: Arc<Cluster>) {
     let lease = cluster.lease();
     let mut renewed = Instant::now();
+    let mut absent: HashSet<Uuid> = HashSet::new();
     loop {
         tokio::select! {
             () = tokio::time::sleep(lease / 3) => {}
             () = cluster.left().cancelled() => return,
         }
         let began = Instant::now();
-        match cluster.heartbeat().await {
-            Ok(beat) => {
-                renewed = began;
-                for run in beat.cancelled {
-                    runner.cancel_here(run);
+        let deadline = renewed + lease * 5 / 6;
+        let renewal = tokio::select! {
+            renewal = cluster.renew() => Some(renewal),
+            () = tokio::time::sleep_until(deadline.into()) => None,
+        };
+        match renewal {
+            Some(Ok(())) => renewed = began,
+            Some(Err(StoreError::Fenced)) => return,
+            Some(Err(error)) => tracing::warn!(%error, "renewing this replica's lease failed"),
+            None => {}
+        }
+        if renewed.elapsed() >= lease * 5 / 6 {
+            cluster.lose("its lease could not be renewed in time");
+            return;
+        }
+        // Past shutdown's grace, ends may still be on their way to storage
+        // when their runs let go: the look waits for the next process.
+        if renewed != began || runner.is_closing() {
+            continue;
+        }
+        match cluster.owned().await {
+            Ok(owned) => {
+                let mut stray = Vec::new();
+                let mut now_absent = HashSet::new();
+                for (id, cancel) in owned {
+                    if !runner.is_live_here(id) {
+                        if absent.contains(&id) {
+                            stray.push(id);
+                        } else {
+                            now_absent.insert(id);
+                        }
+                    } else if cancel {
+                        runner.cancel_here(id);
+                    }
+                }
+                absent = now_absent;
+                if !stray.is_empty() {
+                    match cluster.interrupt_owned(&stray, Utc::now()).await {
+                        Ok(ended) => {
+                            for id in ended {
+                                tracing::warn!(run_id = %id, "a run stored as executing here did not; it is interrupted");
+                                runner.shared.store.live().wake(id);
+                            }
+                        }
+                        Err(error) => {
+                            tracing::warn!(%error, "ending runs that do not execute here failed")
+                        }
+                    }
                 }
             }
-            Err(StoreError::Fenced) => return,
             Err(error) => {
-                tracing::warn!(%error, "renewing this replica's lease failed");
-                if renewed.elapsed() >= lease {
-                    cluster.lose("its lease could not be renewed for lease_ms");
-                    return;
-                }
+                tracing::warn!(%error, "reading the runs stored as executing here failed")
             }
         }
     }
@@ -174,11 +234,29 @@ async fn heartbeat(runner: Runner, cluster: Arc<Cluster>) {
 
 /// Takes over the replicas whose lease ran out, a quarter of a lease apart:
 /// a dead replica's runs end within `lease + lease / 4` of its last renewal.
-async fn sweep(cluster: Arc<Cluster>) {
+/// Whoever waits here on those runs is woken. Cancels that fell between two
+/// hands (a run pausing or being answered as it was cancelled) are carried
+/// out too.
+async fn sweep(runner: Runner, cluster: Arc<Cluster>) {
     let every = cluster.lease() / 4;
     loop {
-        if let Err(error) = cluster.take_over(Utc::now()).await {
-            tracing::warn!(%error, "taking over dead replicas failed");
+        match cluster.take_over(Utc::now()).await {
+            Ok(ended) => {
+                for id in ended {
+                    runner.shared.store.live().wake(id);
+                }
+            }
+            Err(error) => tracing::warn!(%error, "taking over dead replicas failed"),
+        }
+        match cluster.cancels_left().await {
+            Ok(left) => {
+                for id in left {
+                    if let Err(error) = runner.cancel_stored(id).await {
+                        tracing::warn!(run_id = %id, %error, "a cancel could not be stored");
+                    }
+                }
+            }
+            Err(error) => tracing::warn!(%error, "reading cancels left over failed"),
         }
         tokio::select! {
             () = tokio::time::sleep(every) => {}

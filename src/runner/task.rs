@@ -59,7 +59,7 @@ impl RunTask {
                 if slot.is_none() {
                     shared.waiting.fetch_sub(1, Ordering::AcqRel);
                 }
-                return self.leave_queued();
+                return self.leave_queued().await;
             }
         };
         let (messages, last_sequence) = match &begin {
@@ -93,9 +93,10 @@ impl RunTask {
                 match acquired {
                     Some(permit) if !stopping => permit,
                     // The server is stopping (the run is not cancelled by a
-                    // client): it stays queued in storage for the next process.
+                    // client): it stays queued in storage for the next process
+                    // (on PostgreSQL, for any replica).
                     _ if stopping && !stop.is_stopped() || interrupted() => {
-                        return self.leave_queued();
+                        return self.leave_queued().await;
                     }
                     _ => {
                         tracing::info!("cancelled while queued");
@@ -131,13 +132,13 @@ impl RunTask {
         tokio::select! {
             stored = started => if let Err(error) = stored {
                 tracing::error!(%error, "the run's start could not be stored; it stays queued");
-                return self.leave_queued();
+                return self.leave_queued().await;
             },
             () = stop.stopped() => {
                 // The server stopping lets it wait for the next process, as
                 // every queued run; a client's cancel ends it.
                 if interrupted() {
-                    return self.leave_queued();
+                    return self.leave_queued().await;
                 }
                 tracing::info!("cancelled before its start was stored");
                 observer.end_without_harness(Outcome::Aborted, None);
@@ -259,7 +260,9 @@ impl RunTask {
         // meanwhile, so that an answer that wins the race starts a run that
         // inherits the cancel.
         if shared.forget_unless_cancelled(&self.live) {
-            if let Err(error) = self.runner.cancel_paused(self.live.id).await {
+            // On PostgreSQL, an answer on another replica may have queued it
+            // meanwhile: the cancel ends it there too.
+            if let Err(error) = self.runner.cancel_stored(self.live.id).await {
                 tracing::error!(%error, "a paused run's cancel could not be stored");
             }
             shared.forget(&self.live);
@@ -267,10 +270,17 @@ impl RunTask {
     }
 
     /// Lets go of a run that never started, leaving it `queued` in storage.
-    fn leave_queued(&self) {
-        let live = self.runner.shared.store.live();
-        live.close(self.live.id, Closing::GivenUp);
-        self.runner.shared.forget(&self.live);
+    /// On PostgreSQL, one stored `running` here already (claimed, or
+    /// inserted running) is given back to the queue, for any replica.
+    async fn leave_queued(&self) {
+        let shared = &self.runner.shared;
+        if let Some(cluster) = shared.store.cluster()
+            && let Err(error) = cluster.release(self.live.id).await
+        {
+            tracing::warn!(%error, "the run could not be given back to the queue");
+        }
+        shared.store.live().close(self.live.id, Closing::GivenUp);
+        shared.forget(&self.live);
     }
 
     /// Builds the run's model and tools and runs the harness, from where

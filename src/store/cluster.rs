@@ -6,13 +6,16 @@
 //!   heartbeat moves forward, on the database's clock (the replicas' own
 //!   clocks never matter). A running run's `owner` is the replica executing
 //!   it.
-//! - **Fence.** Every batch the writer commits first takes a share lock on
-//!   its replica's row, and a claim does too: a replica whose row is gone was
-//!   taken for dead, and writes nothing more (it stops; see
+//! - **Fence.** Every batch the writer commits first takes a key-share lock
+//!   on its replica's row, and a claim does too: a replica whose row is gone
+//!   was taken for dead, and writes nothing more (it stops; see
 //!   [`Cluster::lost`]). The takeover deletes the row before it ends the
-//!   runs, so it waits for a batch in flight, and a batch after it finds no
-//!   row. A replica that cannot renew its lease for `lease_ms` stops of
-//!   itself, before anyone may take it over.
+//!   runs, so a batch in flight commits first, and a batch after it finds no
+//!   row. (The heartbeat's update of the lease does not wait for that lock.)
+//!   A replica that could not renew its lease for five sixths of it stops of
+//!   itself, before anyone may take it over. A session that stays idle in
+//!   a transaction (a frozen process) is ended by PostgreSQL after half a
+//!   lease, so it never holds a takeover back for long.
 //! - **Claims.** Queued runs belong to no replica: one with a free slot takes
 //!   the oldest with `FOR UPDATE SKIP LOCKED`, so two never take the same.
 //! - **Takeover.** Any replica deletes the rows of replicas whose lease ran
@@ -26,8 +29,9 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use sqlx::any::AnyPoolOptions;
 use sqlx::postgres::{PgListener, PgNotification};
-use sqlx::{AnyConnection, AnyPool};
+use sqlx::{AnyConnection, AnyPool, Executor};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -55,11 +59,21 @@ pub struct Cluster {
     left: CancellationToken,
 }
 
-/// What the heartbeat found.
-#[derive(Debug, Default)]
-pub struct Beat {
-    /// Runs this replica executes that a client cancelled elsewhere.
-    pub cancelled: Vec<Uuid>,
+/// The connections a replica keeps for its heartbeat, claims and sweeps,
+/// apart from the read pool, so that reads under load never delay a
+/// renewal.
+const CLUSTER_CONNECTIONS: u32 = 3;
+
+/// The lock a server of a version before replicas holds on its database:
+/// while one does, a replica refuses to start (its runs have no owner, and
+/// it has no fence).
+const SINGLE_SERVER_LOCK: i64 = 0x6167_656e_7472_756e;
+
+/// A claimed run, and whether a client asked for its cancel meanwhile (it
+/// then ends at once).
+pub struct Claimed {
+    pub run: Unfinished,
+    pub cancel: bool,
 }
 
 /// A notification from the database.
@@ -77,12 +91,31 @@ pub enum Notice {
 }
 
 impl Cluster {
-    /// Registers a new replica on `pool`'s database, with a fresh lease.
-    pub(super) async fn join(
-        pool: AnyPool,
-        url: &str,
-        lease: Duration,
-    ) -> Result<Self, StoreError> {
+    /// Registers a new replica on the database at `url`, with a fresh lease.
+    pub(super) async fn join(url: &str, lease: Duration) -> Result<Self, StoreError> {
+        let pool = AnyPoolOptions::new()
+            .max_connections(CLUSTER_CONNECTIONS)
+            .acquire_timeout(lease / 3)
+            .after_connect(move |connection, _| {
+                Box::pin(async move { guard_session(connection, lease).await })
+            })
+            .connect(url)
+            .await?;
+        let alone: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock_shared($1)")
+            .bind(SINGLE_SERVER_LOCK)
+            .fetch_one(&pool)
+            .await?;
+        if !alone {
+            return Err(StoreError::Database(sqlx::Error::Configuration(
+                "a server of an earlier version, which cannot share its database, serves this \
+                 database: stop it before starting replicas"
+                    .into(),
+            )));
+        }
+        sqlx::query("SELECT pg_advisory_unlock_shared($1)")
+            .bind(SINGLE_SERVER_LOCK)
+            .execute(&pool)
+            .await?;
         let id = Uuid::now_v7().to_string();
         sqlx::query(
             "INSERT INTO replicas (id, lease_until) \
@@ -125,9 +158,8 @@ impl Cluster {
         &self.left
     }
 
-    /// Renews the lease, and finds the cancels asked for elsewhere of the
-    /// runs this replica executes. A lease that is gone fires [`Self::lost`].
-    pub async fn heartbeat(&self) -> Result<Beat, StoreError> {
+    /// Renews the lease. A lease that is gone fires [`Self::lost`].
+    pub async fn renew(&self) -> Result<(), StoreError> {
         let renewed = sqlx::query(
             "UPDATE replicas SET lease_until = now() + make_interval(secs => $2) WHERE id = $1",
         )
@@ -139,18 +171,37 @@ impl Cluster {
             self.lose("another replica took this one's lease for dead");
             return Err(StoreError::Fenced);
         }
-        let cancelled: Vec<String> = sqlx::query_scalar(
-            "SELECT id FROM runs WHERE owner = $1 AND status = 'running' AND cancel_requested",
+        Ok(())
+    }
+
+    /// The runs stored `running` and owned here, and whether a client asked
+    /// (on another replica) for each one's cancel.
+    pub async fn owned(&self) -> Result<Vec<(Uuid, bool)>, StoreError> {
+        let rows: Vec<(String, bool)> = sqlx::query_as(
+            "SELECT id, cancel_requested FROM runs WHERE owner = $1 AND status = 'running'",
         )
         .bind(&self.id)
         .fetch_all(&self.pool)
         .await?;
-        Ok(Beat {
-            cancelled: cancelled
-                .iter()
-                .filter_map(|id| rows::parse_uuid(id).ok())
-                .collect(),
-        })
+        Ok(rows
+            .into_iter()
+            .filter_map(|(id, cancel)| Some((rows::parse_uuid(&id).ok()?, cancel)))
+            .collect())
+    }
+
+    /// Runs a client cancelled while they were changing hands (pausing,
+    /// being answered), left paused or queued: each is to be ended.
+    pub async fn cancels_left(&self) -> Result<Vec<Uuid>, StoreError> {
+        let ids: Vec<String> = sqlx::query_scalar(
+            "SELECT id FROM runs WHERE cancel_requested \
+             AND status IN ('queued', 'requires_action') LIMIT 100",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(ids
+            .iter()
+            .filter_map(|id| rows::parse_uuid(id).ok())
+            .collect())
     }
 
     /// Fires [`Self::lost`], saying why.
@@ -164,34 +215,110 @@ impl Cluster {
 
     /// Takes the oldest queued run for this replica: marks it `running`,
     /// owned here, started at `at` (a resumed run keeps its first start).
-    /// `None` when no run waits (or every waiting one is being claimed).
-    pub async fn claim(&self, at: DateTime<Utc>) -> Result<Option<Unfinished>, StoreError> {
+    /// `None` when no run waits (or every waiting one is being claimed). A
+    /// queued row that cannot be read ends `failed`, never in the way of
+    /// the rest.
+    pub async fn claim(&self, at: DateTime<Utc>) -> Result<Option<Claimed>, StoreError> {
         let mut tx = self.pool.begin().await?;
         if !self.hold_lease(&mut tx).await? {
             return Err(StoreError::Fenced);
         }
-        let Some(row) = sqlx::query(rows::SELECT_NEXT_QUEUED)
-            .fetch_optional(&mut *tx)
-            .await?
-        else {
-            return Ok(None);
-        };
-        let mut unfinished = rows::unfinished_from_row(&row)?;
-        let at_text = format_time(&at);
-        sqlx::query(
-            "UPDATE runs SET status = 'running', owner = $1, cancel_requested = FALSE, \
-             started_at = COALESCE(started_at, $2) WHERE id = $3",
+        loop {
+            let Some(row) = sqlx::query(rows::SELECT_NEXT_QUEUED)
+                .fetch_optional(&mut *tx)
+                .await?
+            else {
+                return Ok(None);
+            };
+            let id: String = sqlx::Row::get(&row, "id");
+            let mut unfinished = match rows::unfinished_from_row(&row) {
+                Ok(unfinished) => unfinished,
+                Err(error) => {
+                    tracing::error!(run_id = %id, %error, "a queued run is unreadable; it fails");
+                    sqlx::query(
+                        "UPDATE runs SET status = 'failed', error = $1, finished_at = $2 \
+                         WHERE id = $3",
+                    )
+                    .bind("The stored run is unreadable")
+                    .bind(format_time(&at))
+                    .bind(&id)
+                    .execute(&mut *tx)
+                    .await?;
+                    continue;
+                }
+            };
+            let cancel: bool = sqlx::query_scalar(
+                "UPDATE runs SET status = 'running', owner = $1, \
+                 started_at = COALESCE(started_at, $2) WHERE id = $3 RETURNING cancel_requested",
+            )
+            .bind(&self.id)
+            .bind(format_time(&at))
+            .bind(&id)
+            .fetch_one(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            let run = &mut unfinished.run;
+            run.status = RunStatus::Running;
+            run.started_at.get_or_insert(at);
+            return Ok(Some(Claimed {
+                run: unfinished,
+                cancel,
+            }));
+        }
+    }
+
+    /// Gives back a run claimed (or inserted running) here that will not
+    /// execute here after all: it is queued again, for any replica.
+    pub async fn release(&self, run_id: Uuid) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        if !self.hold_lease(&mut tx).await? {
+            return Err(StoreError::Fenced);
+        }
+        let released = sqlx::query(
+            "UPDATE runs SET status = 'queued', owner = NULL \
+             WHERE id = $1 AND owner = $2 AND status = 'running'",
         )
+        .bind(run_id.to_string())
         .bind(&self.id)
-        .bind(&at_text)
-        .bind(unfinished.run.id.to_string())
         .execute(&mut *tx)
         .await?;
+        if released.rows_affected() > 0 {
+            notify(&mut tx, QUEUED, "").await?;
+        }
         tx.commit().await?;
-        let run = &mut unfinished.run;
-        run.status = RunStatus::Running;
-        run.started_at.get_or_insert(at);
-        Ok(Some(unfinished))
+        Ok(())
+    }
+
+    /// Ends `interrupted` runs stored running and owned here that do not
+    /// execute here (a claim whose answer was lost, a task that ended
+    /// without its end stored). Returns those it ended.
+    pub async fn interrupt_owned(
+        &self,
+        run_ids: &[Uuid],
+        at: DateTime<Utc>,
+    ) -> Result<Vec<Uuid>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        if !self.hold_lease(&mut tx).await? {
+            return Err(StoreError::Fenced);
+        }
+        let mut ended = Vec::new();
+        for run_id in run_ids {
+            let row = sqlx::query(rows::SELECT_OWNED_RUNNING)
+                .bind(run_id.to_string())
+                .bind(&self.id)
+                .fetch_optional(&mut *tx)
+                .await?;
+            if let Some(row) = row {
+                let run = rows::run_from_row(&row)?;
+                super::interrupt(&mut tx, &run, at).await?;
+                ended.push(run.id);
+            }
+        }
+        if !ended.is_empty() {
+            notify_events(&mut tx, &self.id, ended.iter().map(Uuid::to_string)).await?;
+        }
+        tx.commit().await?;
+        Ok(ended)
     }
 
     /// Takes a share lock on this replica's row for the transaction: while
@@ -218,9 +345,12 @@ impl Cluster {
     /// and any left by a server before replicas). Returns those runs.
     pub async fn take_over(&self, at: DateTime<Utc>) -> Result<Vec<Uuid>, StoreError> {
         let mut tx = self.pool.begin().await?;
-        // Never itself: a heartbeat of its own that came late renews it.
+        // Never itself: a heartbeat of its own that came late renews it. A
+        // row another transaction holds (a batch in flight, another sweep)
+        // is passed over until the next sweep.
         let dead: Vec<String> = sqlx::query_scalar(
-            "DELETE FROM replicas WHERE lease_until < now() AND id <> $1 RETURNING id",
+            "DELETE FROM replicas WHERE id IN (SELECT id FROM replicas \
+             WHERE lease_until < now() AND id <> $1 FOR UPDATE SKIP LOCKED) RETURNING id",
         )
         .bind(&self.id)
         .fetch_all(&mut *tx)
@@ -330,16 +460,33 @@ impl Cluster {
     }
 }
 
-/// Takes a share lock on replica `id`'s row for the transaction; whether it
-/// is there.
+/// Sets what a replica's sessions must never outlast: a session idle in a
+/// transaction for half a lease (its process frozen, its network gone) is
+/// ended by PostgreSQL, and with it the locks that would hold a takeover
+/// back.
+pub(super) async fn guard_session(
+    connection: &mut AnyConnection,
+    lease: Duration,
+) -> Result<(), sqlx::Error> {
+    let idle = (lease / 2).as_millis().max(1);
+    connection
+        .execute(format!("SET idle_in_transaction_session_timeout = {idle}").as_str())
+        .await?;
+    Ok(())
+}
+
+/// Takes a key-share lock on replica `id`'s row for the transaction (which
+/// a takeover's delete waits for, and the heartbeat's update does not);
+/// whether it is there.
 pub(super) async fn hold_lease(
     connection: &mut AnyConnection,
     id: &str,
 ) -> Result<bool, StoreError> {
-    let held: Option<i32> = sqlx::query_scalar("SELECT 1 FROM replicas WHERE id = $1 FOR SHARE")
-        .bind(id)
-        .fetch_optional(&mut *connection)
-        .await?;
+    let held: Option<i32> =
+        sqlx::query_scalar("SELECT 1 FROM replicas WHERE id = $1 FOR KEY SHARE")
+            .bind(id)
+            .fetch_optional(&mut *connection)
+            .await?;
     Ok(held.is_some())
 }
 

@@ -1,9 +1,13 @@
-//! Storage: SQLite through sqlx, the one place that knows the schema.
+//! Storage: SQLite or PostgreSQL through sqlx, the one place that knows the
+//! schema.
 //!
-//! Writes go through a single writer connection that batches them into
-//! `BEGIN IMMEDIATE` transactions ([`writer`]); reads go through a separate
-//! pool. With one writer there is never a lock to wait for, and WAL lets the
-//! readers go on while it writes.
+//! A run's writes go through a single writer connection that batches them
+//! into transactions ([`writer`]); reads go through a separate pool. On
+//! SQLite, with one writer there is never a lock to wait for, and WAL lets
+//! the readers go on while it writes. On PostgreSQL several servers may
+//! share the database ([`cluster`]): each has its writer, and what they
+//! share (claims, leases, a paused run's answers) is decided under row
+//! locks.
 //!
 //! The connections are sqlx's `Any` ones, and every statement is written in
 //! `$N` placeholders, which SQLite and PostgreSQL both take (sqlx's SQLite
@@ -154,8 +158,8 @@ impl Store {
                 (store, recovered)
             }
             Some(Engine::Postgres) => {
-                let (connection, read, reopen) = open_postgres(url).await?;
-                let cluster = Arc::new(cluster::Cluster::join(read.clone(), url, lease).await?);
+                let (connection, read, reopen) = open_postgres(url, lease).await?;
+                let cluster = Arc::new(cluster::Cluster::join(url, lease).await?);
                 let writer = Writer::start(
                     connection,
                     Some(reopen),
@@ -470,9 +474,13 @@ async fn open_sqlite(url: &str) -> Result<(AnyConnection, AnyPool), StoreError> 
 /// must exist), migrated (sqlx holds an advisory lock while it migrates, so
 /// replicas starting together migrate once), and how the writer opens its
 /// connection again.
-async fn open_postgres(url: &str) -> Result<(AnyConnection, AnyPool, writer::Reopen), StoreError> {
+async fn open_postgres(
+    url: &str,
+    lease: Duration,
+) -> Result<(AnyConnection, AnyPool, writer::Reopen), StoreError> {
     let options = AnyConnectOptions::from_str(url)?.disable_statement_logging();
     let mut connection = AnyConnection::connect_with(&options).await?;
+    cluster::guard_session(&mut connection, lease).await?;
     sqlx::migrate!("./migrations/postgres")
         .run(&mut connection)
         .await?;
@@ -483,7 +491,11 @@ async fn open_postgres(url: &str) -> Result<(AnyConnection, AnyPool, writer::Reo
         .await?;
     let reopen: writer::Reopen = Arc::new(move || {
         let options = options.clone();
-        Box::pin(async move { Ok(AnyConnection::connect_with(&options).await?) })
+        Box::pin(async move {
+            let mut connection = AnyConnection::connect_with(&options).await?;
+            cluster::guard_session(&mut connection, lease).await?;
+            Ok(connection)
+        })
     });
     Ok((connection, read, reopen))
 }

@@ -36,6 +36,9 @@ pub(super) const SELECT_LIVE_RUNS: &str = select_runs!("WHERE status = $1 ORDER 
 /// The oldest queued run no other claim holds, locked (PostgreSQL).
 pub(super) const SELECT_NEXT_QUEUED: &str =
     select_runs!("WHERE status = 'queued' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED");
+/// A running run owned by a replica, locked (PostgreSQL).
+pub(super) const SELECT_OWNED_RUNNING: &str =
+    select_runs!("WHERE id = $1 AND owner = $2 AND status = 'running' FOR UPDATE");
 /// Running runs that no live replica owns, locked (PostgreSQL).
 pub(super) const SELECT_ORPHANED_RUNS: &str = select_runs!(
     "WHERE status = 'running' AND (owner IS NULL \

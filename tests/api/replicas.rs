@@ -288,6 +288,16 @@ async fn a_killed_replica_s_runs_are_taken_over_within_two_leases() {
     let queued = a.server.post_json("/v1/runs", &steps(2, 10)).await;
     assert_eq!(queued["status"], "queued", "{queued}");
     let queued = id_of(&queued);
+    // Followed on B, the survivor, which then takes the run over.
+    let follower = {
+        let server = Remote::new(b.server.address.clone());
+        let id = running.clone();
+        tokio::spawn(async move {
+            read_sse(server.get(&format!("/v1/runs/{id}/events")).await)
+                .await
+                .0
+        })
+    };
     a.kill();
     let killed = Instant::now();
     let interrupted = b.server.wait_status(&running, "interrupted").await;
@@ -303,6 +313,10 @@ async fn a_killed_replica_s_runs_are_taken_over_within_two_leases() {
     let events = b.events(&running).await;
     assert_gap_free(&events);
     assert_eq!(events.last().unwrap().data["status"], "interrupted");
+    let followed = tokio::time::timeout(Duration::from_secs(10), follower)
+        .await
+        .expect("the follower hears of the end");
+    assert_eq!(followed.unwrap(), events, "the follower saw the end");
     // The queued one starts once B has a slot, once.
     frees_and_runs_once(&b, &busy, &queued, "done").await;
     assert_eq!(
@@ -341,7 +355,7 @@ async fn a_replica_killed_in_the_middle_of_a_claim_leaves_the_run_to_the_others(
     loop {
         let waiting: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
-             AND query LIKE '%FROM replicas WHERE id = $1 FOR SHARE%'",
+             AND query LIKE '%FROM replicas WHERE id = $1 FOR KEY SHARE%'",
         )
         .fetch_one(&mut watcher)
         .await

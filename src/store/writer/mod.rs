@@ -1,5 +1,8 @@
-//! The single writer: every write of the service goes through one connection,
-//! in batches, each batch one `BEGIN IMMEDIATE` transaction.
+//! The single writer: every write of the service's runs goes through one
+//! connection, in batches, each batch one transaction (`BEGIN IMMEDIATE` on
+//! SQLite). On PostgreSQL, what a replica writes of its standing among the
+//! others (its lease, its claims, a takeover) goes through
+//! [`super::cluster`] instead.
 //!
 //! Senders never wait: a run's observer hands over its events and goes on. The
 //! writer drains whatever has accumulated (up to [`MAX_BATCH`] operations),
@@ -14,7 +17,9 @@
 //! long that has lasted. Only a new run's insert is answered with the error
 //! at once, so that its client hears of it instead of waiting. A write that
 //! fails for any other reason (a constraint: a bug or a race) fails alone,
-//! with its own error, and the rest of its batch is written.
+//! with its own error, and the rest of its batch is written. The one
+//! exception is on PostgreSQL, a replica another one took for dead: its
+//! writes are dropped (they are no longer its to write), and it stops.
 //!
 //! - this module: the handle, the operations, the task and its holding;
 //! - [`health`]: since when storage refuses writes;
