@@ -119,7 +119,7 @@ impl Metrics {
         gauge(
             &mut out,
             "agent_runner_queue_length",
-            "Runs waiting for a slot.",
+            "Runs waiting for a slot (on PostgreSQL: in the whole database, as of the last sweep).",
             queued_runs,
         );
         counter(

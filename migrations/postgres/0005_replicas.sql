@@ -16,3 +16,6 @@ ALTER TABLE runs ADD COLUMN cancel_requested BOOLEAN NOT NULL DEFAULT FALSE;
 
 CREATE INDEX runs_by_owner ON runs (owner) WHERE status = 'running';
 CREATE INDEX runs_queued ON runs (id) WHERE status = 'queued';
+-- What the sweeps look for: cancels asked of runs that were changing hands.
+CREATE INDEX runs_cancels_left ON runs (id)
+    WHERE cancel_requested AND status IN ('queued', 'requires_action');

@@ -106,6 +106,8 @@ pub(crate) struct Shared {
     waiting: AtomicUsize,
     /// Runs executing now.
     running: AtomicUsize,
+    /// On PostgreSQL: the database's waiting runs, as of the last sweep.
+    queued_in_database: std::sync::atomic::AtomicU64,
     /// Told when a pause is stored: the watch of pause deadlines looks again.
     pauses: Arc<tokio::sync::Notify>,
     /// On PostgreSQL: told when a run may wait to be claimed.
@@ -191,6 +193,7 @@ impl Runner {
                 live: Mutex::new(HashMap::new()),
                 waiting: AtomicUsize::new(0),
                 running: AtomicUsize::new(0),
+                queued_in_database: std::sync::atomic::AtomicU64::new(0),
                 pauses: Arc::default(),
                 claims: tokio::sync::Notify::new(),
                 claiming: AtomicBool::new(false),
@@ -220,7 +223,10 @@ impl Runner {
         let count = |n: &AtomicUsize| u64::try_from(n.load(Ordering::Relaxed)).unwrap_or(u64::MAX);
         Gauges {
             active_runs: count(&self.shared.running),
-            queued_runs: count(&self.shared.waiting),
+            queued_runs: match self.shared.store.cluster() {
+                Some(_) => self.shared.queued_in_database.load(Ordering::Relaxed),
+                None => count(&self.shared.waiting),
+            },
             writer_batches: stats.batches.load(Ordering::Relaxed),
             writer_operations: stats.operations.load(Ordering::Relaxed),
         }

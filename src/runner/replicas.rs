@@ -248,6 +248,13 @@ async fn sweep(runner: Runner, cluster: Arc<Cluster>) {
             }
             Err(error) => tracing::warn!(%error, "taking over dead replicas failed"),
         }
+        match cluster.queued().await {
+            Ok(queued) => runner
+                .shared
+                .queued_in_database
+                .store(queued, Ordering::Relaxed),
+            Err(error) => tracing::warn!(%error, "counting the queued runs failed"),
+        }
         match cluster.cancels_left().await {
             Ok(left) => {
                 for id in left {
