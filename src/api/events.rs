@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use async_stream::stream;
 use axum::extract::{Query, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
-use futures_util::Stream;
+use axum::response::{IntoResponse, Response};
 use tokio::sync::broadcast::error::RecvError;
 use uuid::Uuid;
 
@@ -33,15 +33,31 @@ pub async fn stream(
     TenantRun { run, .. }: TenantRun,
     Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
-) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
+) -> Result<Response, ApiError> {
     let after = resume_point(&headers, &query)?;
     let store = state.runner.store().clone();
+    // Resuming at or past the end of a run that ended: nothing will ever
+    // come, and 204 is what makes an EventSource stop reconnecting.
+    if run.status.is_terminal() && store.events_after(run.id, after, 1).await?.is_empty() {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
+    Ok(events(&state, store, run.id, after).into_response())
+}
+
+/// How long an EventSource waits before it reconnects (sent with the first
+/// event of every stream).
+pub const RETRY: Duration = Duration::from_millis(1000);
+
+/// The event stream of run `run_id` after sequence `after`, as a response:
+/// replayed from storage, then followed live until its end.
+pub(super) fn events(state: &AppState, store: Store, run_id: Uuid, after: u64) -> Response {
     let closing = state.runner.closing();
     let mut cursor = Cursor {
         store: store.clone(),
-        run_id: run.id,
+        run_id,
         last: after,
         ended: false,
+        retry: Some(RETRY),
     };
     let events = stream! {
         // Each pass follows the run while it is live here; a paused run is
@@ -53,7 +69,7 @@ pub async fn stream(
             // Subscribe first: whatever is committed after this is either in
             // the channel or found by the storage read below.
             let live = channels.subscribe(cursor.run_id);
-            for event in cursor.catch_up().await { yield Ok(event); }
+            for event in cursor.catch_up().await { yield Ok::<_, Infallible>(event); }
             if cursor.ended { break; }
             let Some(mut live) = live else {
                 // Not live here: paused (or about to resume), else over.
@@ -86,7 +102,15 @@ pub async fn stream(
             }
         }
     };
-    Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(state.keep_alive)))
+    let mut response = Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(state.keep_alive))
+        .into_response();
+    // Proxies such as nginx would otherwise hold the events back.
+    response.headers_mut().insert(
+        HeaderName::from_static("x-accel-buffering"),
+        HeaderValue::from_static("no"),
+    );
+    response
 }
 
 /// Where a stream stands: the last sequence it sent, and whether that was the
@@ -96,6 +120,8 @@ struct Cursor {
     run_id: Uuid,
     last: u64,
     ended: bool,
+    /// Sent with the first event, then `None`.
+    retry: Option<Duration>,
 }
 
 impl Cursor {
@@ -119,7 +145,7 @@ impl Cursor {
             let full = page.len() == REPLAY_PAGE as usize;
             for event in page {
                 self.last = event.sequence;
-                out.push(sse(event.sequence, &event.kind, &event.body));
+                out.push(self.first(sse(event.sequence, &event.kind, &event.body)));
                 if event.kind == EventKind::RUN_END {
                     self.ended = true;
                     break;
@@ -136,14 +162,22 @@ impl Cursor {
     /// and a gap (some events went by unseen) is filled from storage.
     async fn follow(&mut self, event: &LiveEvent) -> Vec<SseEvent> {
         match event.sequence {
-            None => vec![SseEvent::default().event(event.kind).data(&*event.body)],
+            None => vec![self.first(SseEvent::default().event(event.kind).data(&*event.body))],
             Some(sequence) if sequence <= self.last => Vec::new(),
             Some(sequence) if sequence == self.last + 1 => {
                 self.last = sequence;
                 self.ended = event.is_end();
-                vec![sse(sequence, event.kind, &event.body)]
+                vec![self.first(sse(sequence, event.kind, &event.body))]
             }
             Some(_) => self.catch_up().await,
+        }
+    }
+
+    /// `event`, with the reconnection time if it is the stream's first.
+    fn first(&mut self, event: SseEvent) -> SseEvent {
+        match self.retry.take() {
+            Some(retry) => event.retry(retry),
+            None => event,
         }
     }
 }

@@ -138,3 +138,70 @@ async fn many_subscribers_each_see_the_whole_stream_and_idle_streams_get_keep_al
     }
     assert!(saw_keep_alive, "idle streams carry keep-alive comments");
 }
+
+/// What an EventSource needs: a reconnection time with the first event, no
+/// proxy buffering, and a 204 (which stops its reconnecting) once there is
+/// nothing more to come.
+#[tokio::test]
+async fn a_stream_tells_event_sources_when_to_retry_and_when_to_stop() {
+    let app = spawn_app().await;
+    let run = app
+        .run_to_end(two_step("list_dir", json!({}), "done"))
+        .await;
+    let id = run["id"].as_str().unwrap();
+    let response = app
+        .request(reqwest::Method::GET, &format!("/v1/runs/{id}/events"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-accel-buffering"], "no");
+    let text = response.text().await.unwrap();
+    let mut frames = text.split("\n\n");
+    let first = frames.next().unwrap();
+    assert!(first.lines().any(|line| line == "retry: 1000"), "{first:?}");
+    assert!(
+        first.lines().any(|line| line == "event: run_start"),
+        "{first:?}"
+    );
+    assert!(
+        frames.all(|frame| !frame.contains("retry:")),
+        "only the first event carries it"
+    );
+    // Resuming at or past the end: nothing more will come.
+    for resume in ["12", "13", "99"] {
+        let ended = app
+            .request(reqwest::Method::GET, &format!("/v1/runs/{id}/events"))
+            .header("Last-Event-ID", resume)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(ended.status(), 204, "after {resume}");
+        assert!(ended.bytes().await.unwrap().is_empty());
+    }
+    let after = app.get(&format!("/v1/runs/{id}/events?after=12")).await;
+    assert_eq!(after.status, 204);
+    // Just before the end, the end is still to come.
+    let (events, _) = app.events_from(id, Some(11)).await;
+    assert_eq!(types(&events), ["run_end"]);
+    // A live run's stream that begins empty carries it with its first event.
+    let live = app
+        .create_run(
+            json!({"prompt": "wait", "model": {"scripted": [{"delay_ms": 300, "content": "x"}]}}),
+        )
+        .await;
+    let live_id = live["id"].as_str().unwrap();
+    let text = app
+        .request(reqwest::Method::GET, &format!("/v1/runs/{live_id}/events"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let first = text
+        .split("\n\n")
+        .find(|frame| frame.contains("event:"))
+        .unwrap();
+    assert!(first.contains("retry: 1000"), "{first:?}");
+}
