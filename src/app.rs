@@ -109,6 +109,7 @@ impl Application {
                 .server
                 .sse_keep_alive_ms
                 .map_or(api::events::DEFAULT_KEEP_ALIVE, Duration::from_millis),
+            cors_origins: config.server.cors_origins.clone(),
         });
         let connections = ConnectionLimits {
             request_header_timeout: Duration::from_millis(config.server.request_header_timeout_ms),

@@ -50,6 +50,9 @@ pub struct ServerConfig {
     pub idle_timeout_ms: u64,
     /// Connections open at once; default: what the open-file limit allows.
     pub max_connections: Option<usize>,
+    /// Origins whose pages may call the API from a browser (CORS), each
+    /// `scheme://host[:port]`; default none.
+    pub cors_origins: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -61,6 +64,7 @@ impl Default for ServerConfig {
             request_header_timeout_ms: 10_000,
             idle_timeout_ms: 60_000,
             max_connections: None,
+            cors_origins: Vec::new(),
         }
     }
 }
@@ -112,6 +116,25 @@ impl Default for RunsConfig {
             lease_ms: 10_000,
         }
     }
+}
+
+/// Whether `origin` is what a browser sends as `Origin`: a scheme (http or
+/// https), a host and maybe a port, with nothing after.
+fn check_origin(origin: &str) -> Result<(), &'static str> {
+    let (scheme, rest) = origin
+        .split_once("://")
+        .ok_or("is not an origin: scheme://host[:port]")?;
+    if scheme != "http" && scheme != "https" {
+        return Err("must be http or https");
+    }
+    if rest.is_empty()
+        || rest.contains(['/', '?', '#', '@', ' '])
+        || !rest.is_ascii()
+        || rest.ends_with(':')
+    {
+        return Err("is not an origin: scheme://host[:port], with no path");
+    }
+    Ok(())
 }
 
 /// The shortest lease: a heartbeat every third of it must reach the
@@ -260,6 +283,11 @@ impl Config {
         }
         if self.storage.write_retry_ms == 0 {
             return invalid("storage.write_retry_ms must be at least 1".into());
+        }
+        for origin in &server.cors_origins {
+            if let Err(why) = check_origin(origin) {
+                return invalid(format!("server.cors_origins: {origin:?} {why}"));
+            }
         }
         if server.max_connections == Some(0) {
             return invalid("server.max_connections must be at least 1".into());

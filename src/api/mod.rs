@@ -38,7 +38,8 @@ pub fn router(state: AppState) -> Router {
         }
     }
     let protected = protected.route_layer(from_fn_with_state(state.clone(), auth::authenticate));
-    Router::new()
+    let cors = cors(&state.cors_origins);
+    let router = Router::new()
         .merge(protected)
         .merge(public)
         .fallback(no_route)
@@ -46,7 +47,41 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(state.max_body_bytes))
         .layer(map_response_with_state(state.clone(), json_errors))
         .layer(from_fn_with_state(state.clone(), limits::check))
-        .with_state(state)
+        .with_state(state);
+    // Outermost: a preflight is answered before anything asks it for a
+    // token or a route.
+    match cors {
+        Some(cors) => router.layer(cors),
+        None => router,
+    }
+}
+
+/// CORS for the configured origins (none: no CORS at all, and a browser
+/// on another origin cannot call the API). Origins are checked when the
+/// configuration is read.
+fn cors(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
+    use axum::http::{HeaderName, HeaderValue};
+    use tower_http::cors::{AllowOrigin, CorsLayer};
+    let origins: Vec<HeaderValue> = origins
+        .iter()
+        .filter_map(|origin| HeaderValue::from_str(origin).ok())
+        .collect();
+    if origins.is_empty() {
+        return None;
+    }
+    Some(
+        CorsLayer::new()
+            .allow_origin(AllowOrigin::list(origins))
+            .allow_methods([Method::GET, Method::POST, Method::DELETE])
+            .allow_headers([
+                header::AUTHORIZATION,
+                header::CONTENT_TYPE,
+                HeaderName::from_static("idempotency-key"),
+                HeaderName::from_static("last-event-id"),
+            ])
+            .expose_headers([header::LOCATION, header::RETRY_AFTER])
+            .max_age(std::time::Duration::from_secs(3600)),
+    )
 }
 
 async fn no_route(method: Method, uri: Uri) -> ApiError {

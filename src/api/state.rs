@@ -19,6 +19,8 @@ pub struct Services {
     pub max_body_bytes: usize,
     /// Interval of keep-alive comments on idle event streams.
     pub keep_alive: Duration,
+    /// Origins whose pages may call the API (CORS).
+    pub cors_origins: Vec<String>,
 }
 
 /// A handle to [`Services`]; cheap to clone.

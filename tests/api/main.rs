@@ -5,6 +5,7 @@
 
 mod helpers;
 
+mod browsers;
 mod cancel;
 mod connections;
 mod conversations;
