@@ -110,6 +110,7 @@ impl Application {
                 .sse_keep_alive_ms
                 .map_or(api::events::DEFAULT_KEEP_ALIVE, Duration::from_millis),
             cors_origins: config.server.cors_origins.clone(),
+            stream_tokens: api::stream_tokens::StreamTokens::new(*runner.store().stream_key()),
         });
         let connections = ConnectionLimits {
             request_header_timeout: Duration::from_millis(config.server.request_header_timeout_ms),

@@ -1,7 +1,7 @@
 //! Bearer-token authentication: each token names a tenant. Tokens are kept as
 //! SHA-256 digests and compared in constant time.
 
-use axum::extract::{Request, State};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::Response;
@@ -53,6 +53,24 @@ impl Auth {
     }
 }
 
+/// The tenant a `?stream_token=` authenticates, on the events route of the
+/// run it was made for.
+fn stream_tenant(state: &AppState, request: &Request) -> Option<Tenant> {
+    let route = request.extensions().get::<MatchedPath>()?;
+    if route.as_str() != "/v1/runs/{id}/events" {
+        return None;
+    }
+    let run_id = request.uri().path().split('/').nth(3)?;
+    let run_id = uuid::Uuid::parse_str(run_id).ok()?;
+    let token = request.uri().query()?.split('&').find_map(|pair| {
+        let (name, value) = pair.split_once('=')?;
+        (name == "stream_token").then_some(value)
+    })?;
+    state
+        .stream_tokens
+        .verify(token, run_id, chrono::Utc::now().timestamp())
+}
+
 /// Puts the request's [`Tenant`] in its extensions, or answers 401.
 pub async fn authenticate(
     State(state): State<AppState>,
@@ -67,9 +85,13 @@ pub async fn authenticate(
             .and_then(|v| {
                 let (scheme, token) = v.split_once(' ')?;
                 scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-            })
-            .ok_or(ApiError::Unauthorized)?;
-        state.auth.tenant(presented).ok_or(ApiError::Unauthorized)?
+            });
+        match presented {
+            Some(presented) => state.auth.tenant(presented).ok_or(ApiError::Unauthorized)?,
+            // An EventSource sends no header: a stream token stands in,
+            // for the one run's stream it was made for.
+            None => stream_tenant(&state, &request).ok_or(ApiError::Unauthorized)?,
+        }
     } else {
         Tenant::anonymous()
     };

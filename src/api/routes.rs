@@ -10,7 +10,7 @@ use axum::http::Method;
 use axum::routing::{MethodRouter, delete, get, post};
 
 use super::state::AppState;
-use super::{actions, events, runs, system};
+use super::{actions, events, runs, stream_tokens, system};
 
 /// One path and what it answers.
 pub struct Route {
@@ -87,7 +87,12 @@ pub fn table() -> Vec<Route> {
         route(
             "/v1/runs/{id}/events",
             false,
-            [(M::GET, &["after"][..], get(events::stream))],
+            [(M::GET, &["after", "stream_token"][..], get(events::stream))],
+        ),
+        route(
+            "/v1/runs/{id}/stream_tokens",
+            false,
+            [(M::POST, NONE, post(stream_tokens::create))],
         ),
         route(
             "/v1/runs/{id}/workspace",

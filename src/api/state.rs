@@ -21,6 +21,8 @@ pub struct Services {
     pub keep_alive: Duration,
     /// Origins whose pages may call the API (CORS).
     pub cors_origins: Vec<String>,
+    /// What makes and checks the tokens of `?stream_token=`.
+    pub stream_tokens: super::stream_tokens::StreamTokens,
 }
 
 /// A handle to [`Services`]; cheap to clone.

@@ -109,6 +109,9 @@ const READER_CACHE_KIB: u32 = 512;
 
 #[derive(Clone)]
 pub struct Store {
+    /// The key that signs stream tokens, the database's (so every replica
+    /// of it takes every other's tokens).
+    stream_key: Arc<[u8; 32]>,
     read: AnyPool,
     writer: Writer,
     channels: Arc<Channels>,
@@ -147,9 +150,11 @@ impl Store {
             Some(Engine::Sqlite) => {
                 let (mut connection, read) = open_sqlite(url).await?;
                 let recovered = recover(&mut connection, Utc::now()).await?;
+                let stream_key = server_key(&mut connection, STREAM_KEY).await?;
                 let writer =
                     Writer::start(connection, None, None, write_retry, Arc::clone(&channels));
                 let store = Self {
+                    stream_key,
                     read,
                     writer,
                     channels,
@@ -158,7 +163,8 @@ impl Store {
                 (store, recovered)
             }
             Some(Engine::Postgres) => {
-                let (connection, read, reopen) = open_postgres(url, lease).await?;
+                let (mut connection, read, reopen) = open_postgres(url, lease).await?;
+                let stream_key = server_key(&mut connection, STREAM_KEY).await?;
                 let cluster = Arc::new(cluster::Cluster::join(url, lease).await?);
                 let writer = Writer::start(
                     connection,
@@ -168,6 +174,7 @@ impl Store {
                     Arc::clone(&channels),
                 );
                 let store = Self {
+                    stream_key,
                     read,
                     writer,
                     channels,
@@ -182,6 +189,11 @@ impl Store {
             }
         };
         Ok((store, recovered))
+    }
+
+    /// The key that signs stream tokens.
+    pub fn stream_key(&self) -> &[u8; 32] {
+        &self.stream_key
     }
 
     /// This replica among the database's, on PostgreSQL.
@@ -498,6 +510,36 @@ async fn open_postgres(
         })
     });
     Ok((connection, read, reopen))
+}
+
+/// The name of the key that signs stream tokens.
+const STREAM_KEY: &str = "stream_tokens";
+
+/// The server key `name`: made (32 random bytes) the first time, then read.
+/// Replicas starting together agree: the first insert wins.
+async fn server_key(
+    connection: &mut AnyConnection,
+    name: &str,
+) -> Result<Arc<[u8; 32]>, StoreError> {
+    let mut fresh = [0u8; 32];
+    getrandom::fill(&mut fresh)
+        .map_err(|e| StoreError::Corrupt(format!("no randomness for a server key: {e}")))?;
+    sqlx::query(
+        "INSERT INTO server_keys (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
+    )
+    .bind(name)
+    .bind(hex::encode(fresh))
+    .execute(&mut *connection)
+    .await?;
+    let stored: String = sqlx::query_scalar("SELECT value FROM server_keys WHERE name = $1")
+        .bind(name)
+        .fetch_one(&mut *connection)
+        .await?;
+    let key: [u8; 32] = hex::decode(&stored)
+        .ok()
+        .and_then(|bytes| bytes.try_into().ok())
+        .ok_or_else(|| StoreError::Corrupt(format!("the server key {name:?} is malformed")))?;
+    Ok(Arc::new(key))
 }
 
 /// The `run_end` event of a run the store itself ends (one a previous

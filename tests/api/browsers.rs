@@ -122,3 +122,109 @@ fn an_origin_that_is_not_one_is_refused_at_start() {
     let good = "[server]\ncors_origins = [\"https://app.example\", \"http://127.0.0.1:5173\"]\n";
     assert!(agent_runner::config::Config::from_toml(good, []).is_ok());
 }
+
+fn tokens(pairs: &[(&str, &str)]) -> Vec<TokenConfig> {
+    pairs
+        .iter()
+        .map(|(tenant, token)| TokenConfig {
+            tenant: (*tenant).into(),
+            token: Some((*token).into()),
+            token_sha256: None,
+        })
+        .collect()
+}
+
+/// An EventSource cannot send a header: a stream token, made with the
+/// tenant's token, lets it follow one run's events, and does nothing else.
+#[tokio::test]
+async fn a_stream_token_opens_its_run_s_stream_and_nothing_else() {
+    let app = spawn_with(|config| {
+        config.auth.tokens = tokens(&[("team-a", "secret-a"), ("team-b", "secret-b")]);
+    })
+    .await;
+    let create = |prompt: &str| {
+        app.client
+            .post(app.url("/v1/runs?wait=true"))
+            .bearer_auth("secret-a")
+            .json(
+                &serde_json::json!({"prompt": prompt, "model": {"scripted": [{"content": "ok"}]}}),
+            )
+            .send()
+    };
+    let run: serde_json::Value = create("one").await.unwrap().json().await.unwrap();
+    let other: serde_json::Value = create("two").await.unwrap().json().await.unwrap();
+    let (id, other_id) = (run["id"].as_str().unwrap(), other["id"].as_str().unwrap());
+    let issue = |id: &str, token: &str, body: Option<serde_json::Value>| {
+        let request = app
+            .client
+            .post(app.url(&format!("/v1/runs/{id}/stream_tokens")))
+            .bearer_auth(token);
+        match body {
+            Some(body) => request.json(&body),
+            None => request,
+        }
+        .send()
+    };
+    let issued = issue(id, "secret-a", None).await.unwrap();
+    assert_eq!(issued.status(), 201);
+    let issued: serde_json::Value = issued.json().await.unwrap();
+    assert_eq!(issued["expires_in"], 300);
+    assert_eq!(issued["run_id"], id);
+    assert!(issued["expires_at"].is_string());
+    let token = issued["token"].as_str().unwrap();
+    // Its run's stream, with no header.
+    let stream = |path: String| app.client.get(app.url(&path)).send();
+    let followed = stream(format!("/v1/runs/{id}/events?stream_token={token}"))
+        .await
+        .unwrap();
+    assert_eq!(followed.status(), 200);
+    let (events, _) = read_sse(followed).await;
+    assert_eq!(events.last().unwrap().event, "run_end");
+    // Not another run's stream, nor any other route of its run.
+    for path in [
+        format!("/v1/runs/{other_id}/events?stream_token={token}"),
+        format!("/v1/runs/{id}/messages?stream_token={token}"),
+        format!("/v1/runs/{id}?stream_token={token}"),
+        format!("/v1/runs/{id}/events?stream_token=garbage"),
+    ] {
+        let refused = stream(path.clone()).await.unwrap();
+        assert!(
+            [400, 401].contains(&refused.status().as_u16()),
+            "{path}: {}",
+            refused.status()
+        );
+    }
+    // Made only with a token of the run's own tenant.
+    assert_eq!(issue(id, "secret-b", None).await.unwrap().status(), 404);
+    let anonymous = app
+        .client
+        .post(app.url(&format!("/v1/runs/{id}/stream_tokens")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), 401);
+    // A lifetime of its own, within bounds; then it expires.
+    for bad in [
+        serde_json::json!({"expires_in": 0}),
+        serde_json::json!({"expires_in": 86401}),
+        serde_json::json!({"other": 1}),
+    ] {
+        assert_eq!(
+            issue(id, "secret-a", Some(bad)).await.unwrap().status(),
+            422
+        );
+    }
+    let short: serde_json::Value =
+        issue(id, "secret-a", Some(serde_json::json!({"expires_in": 1})))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+    let short = short["token"].as_str().unwrap().to_owned();
+    tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
+    let expired = stream(format!("/v1/runs/{id}/events?stream_token={short}"))
+        .await
+        .unwrap();
+    assert_eq!(expired.status(), 401);
+}
