@@ -7,7 +7,7 @@
 //! that falls behind the live channel's buffer catches up from storage, and
 //! never makes the run wait.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::time::Duration;
 
@@ -23,7 +23,13 @@ use super::error::ApiError;
 use super::state::AppState;
 use super::tenant_run::TenantRun;
 use crate::harness::EventKind;
+use crate::runner::LiveEvents;
 use crate::store::{LiveEvent, Store, StoredEvent};
+
+/// Most `model_delta` events a stream holds for the stored event they
+/// follow (the oldest go first: deltas are live-only, and never more than
+/// a model call's worth wait).
+const MAX_HELD: usize = 4096;
 
 /// Stored events read per query while replaying.
 const REPLAY_PAGE: u32 = 500;
@@ -41,7 +47,7 @@ pub async fn stream(
     if run.status.is_terminal() && store.events_after(run.id, after, 1).await?.is_empty() {
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
-    Ok(events(&state, store, run.id, after).into_response())
+    Ok(events(&state, store, run.id, after, None))
 }
 
 /// How long an EventSource waits before it reconnects (sent with the first
@@ -49,8 +55,16 @@ pub async fn stream(
 pub const RETRY: Duration = Duration::from_millis(1000);
 
 /// The event stream of run `run_id` after sequence `after`, as a response:
-/// replayed from storage, then followed live until its end.
-pub(super) fn events(state: &AppState, store: Store, run_id: Uuid, after: u64) -> Response {
+/// replayed from storage, then followed live until its end. `subscribed`:
+/// a subscription to its live events made before it started, if there is
+/// one (so that its first `model_delta` events are not missed).
+pub(super) fn events(
+    state: &AppState,
+    store: Store,
+    run_id: Uuid,
+    after: u64,
+    subscribed: Option<LiveEvents>,
+) -> Response {
     let closing = state.runner.closing();
     let mut cursor = Cursor {
         store: store.clone(),
@@ -58,7 +72,9 @@ pub(super) fn events(state: &AppState, store: Store, run_id: Uuid, after: u64) -
         last: after,
         ended: false,
         retry: Some(RETRY),
+        held: VecDeque::new(),
     };
+    let mut subscribed = subscribed;
     let events = stream! {
         // Each pass follows the run while it is live here; a paused run is
         // waited for until it goes live again (answered) or ends.
@@ -68,7 +84,7 @@ pub(super) fn events(state: &AppState, store: Store, run_id: Uuid, after: u64) -
             let reopened = channels.until_reopened(cursor.run_id);
             // Subscribe first: whatever is committed after this is either in
             // the channel or found by the storage read below.
-            let live = channels.subscribe(cursor.run_id);
+            let live = subscribed.take().or_else(|| channels.subscribe(cursor.run_id));
             for event in cursor.catch_up().await { yield Ok::<_, Infallible>(event); }
             if cursor.ended { break; }
             let Some(mut live) = live else {
@@ -122,6 +138,9 @@ struct Cursor {
     ended: bool,
     /// Sent with the first event, then `None`.
     retry: Option<Duration>,
+    /// `model_delta` events that came before the stored event they follow
+    /// (by its sequence), held until it is sent.
+    held: VecDeque<(u64, SseEvent)>,
 }
 
 impl Cursor {
@@ -155,19 +174,47 @@ impl Cursor {
                 break;
             }
         }
+        self.release_held(&mut out);
         out
+    }
+
+    /// The held deltas whose stored event was sent, in order.
+    fn release_held(&mut self, out: &mut Vec<SseEvent>) {
+        while let Some((after, _)) = self.held.front() {
+            if *after > self.last && !self.ended {
+                break;
+            }
+            if let Some((_, event)) = self.held.pop_front() {
+                // Past the end nothing more is sent.
+                if !self.ended {
+                    out.push(self.first(event));
+                }
+            }
+        }
     }
 
     /// A live event: sent when it is the next one, skipped when already sent,
     /// and a gap (some events went by unseen) is filled from storage.
     async fn follow(&mut self, event: &LiveEvent) -> Vec<SseEvent> {
         match event.sequence {
-            None => vec![self.first(SseEvent::default().event(event.kind).data(&*event.body))],
+            None => {
+                let delta = SseEvent::default().event(event.kind).data(&*event.body);
+                if event.after <= self.last {
+                    return vec![self.first(delta)];
+                }
+                if self.held.len() == MAX_HELD {
+                    self.held.pop_front();
+                }
+                self.held.push_back((event.after, delta));
+                Vec::new()
+            }
             Some(sequence) if sequence <= self.last => Vec::new(),
             Some(sequence) if sequence == self.last + 1 => {
                 self.last = sequence;
                 self.ended = event.is_end();
-                vec![self.first(sse(sequence, event.kind, &event.body))]
+                let mut out = vec![self.first(sse(sequence, event.kind, &event.body))];
+                self.release_held(&mut out);
+                out
             }
             Some(_) => self.catch_up().await,
         }

@@ -63,7 +63,7 @@ pub fn table() -> Vec<Route> {
                     &["status", "thread_id", "limit", "cursor"][..],
                     get(runs::list),
                 ),
-                (M::POST, &["wait"][..], post(runs::create)),
+                (M::POST, &["wait", "stream"][..], post(runs::create)),
             ],
         ),
         route(

@@ -36,15 +36,13 @@ pub async fn create(
     headers: HeaderMap,
     ApiJson(body): ApiJson<Value>,
 ) -> Result<Response, ApiError> {
-    let wait = match query.get("wait").map(String::as_str) {
-        None | Some("false") | Some("0") => false,
-        Some("true") | Some("1") | Some("") => true,
-        Some(other) => {
-            return Err(ApiError::InvalidQuery(format!(
-                "wait must be true or false (got {other:?})"
-            )));
-        }
-    };
+    let wait = flag(&query, "wait")?;
+    let stream = flag(&query, "stream")?;
+    if wait && stream {
+        return Err(ApiError::InvalidQuery(
+            "wait and stream cannot be combined: stream follows the run to its end already".into(),
+        ));
+    }
     let key = idempotency_key(&headers)?;
     let hash = key.as_ref().map(|_| request_hash(&body));
     let request: CreateRunRequest = super::json::from_value(body)?;
@@ -57,7 +55,7 @@ pub async fn create(
     })?;
 
     if let (Some(key), Some(hash)) = (&key, &hash)
-        && let Some(existing) = replay(&state, &tenant, key, hash).await?
+        && let Some(existing) = replay(&state, &tenant, key, hash, stream).await?
     {
         return Ok(existing);
     }
@@ -65,12 +63,16 @@ pub async fn create(
         return Err(ApiError::ShuttingDown);
     }
     let idempotency = key.as_deref().zip(hash.as_deref());
-    let run = match state.runner.submit(&tenant, spec, idempotency).await {
-        Ok(run) => run,
+    let submitted = state
+        .runner
+        .submit_following(&tenant, spec, idempotency, stream)
+        .await;
+    let (run, subscribed) = match submitted {
+        Ok(submitted) => submitted,
         Err(SubmitError::Store(error)) => {
             // Two requests raced with one key: the other one won.
             if let (Some(key), Some(hash)) = (&key, &hash)
-                && let Some(existing) = replay(&state, &tenant, key, hash).await?
+                && let Some(existing) = replay(&state, &tenant, key, hash, stream).await?
             {
                 return Ok(existing);
             }
@@ -78,6 +80,14 @@ pub async fn create(
         }
         Err(error) => return Err(error.into()),
     };
+    if stream {
+        // Its events from the first, live ones included.
+        let mut response =
+            super::events::events(&state, state.runner.store().clone(), run.id, 0, subscribed);
+        *response.status_mut() = StatusCode::CREATED;
+        set_location(&mut response, run.id);
+        return Ok(response);
+    }
     let run = if wait {
         // The final state from memory once its end is stored (across any
         // pauses); read back otherwise (the run ended before this looked,
@@ -113,10 +123,17 @@ async fn replay(
     tenant: &Tenant,
     key: &str,
     hash: &str,
+    stream: bool,
 ) -> Result<Option<Response>, ApiError> {
     let found = state.runner.store().find_idempotent(tenant, key).await?;
     match found {
         None => Ok(None),
+        Some(found) if found.request_hash == hash && stream => {
+            let mut response =
+                super::events::events(state, state.runner.store().clone(), found.run.id, 0, None);
+            set_location(&mut response, found.run.id);
+            Ok(Some(response))
+        }
         Some(found) if found.request_hash == hash => {
             let location = format!("/v1/runs/{}", found.run.id);
             let mut response = (StatusCode::OK, Json(found.run)).into_response();
@@ -374,4 +391,22 @@ pub async fn workspace_file(
         Body::from(bytes),
     )
         .into_response())
+}
+
+/// A boolean query parameter: absent, `false` or `0`; `true`, `1` or empty.
+fn flag(query: &HashMap<String, String>, name: &str) -> Result<bool, ApiError> {
+    match query.get(name).map(String::as_str) {
+        None | Some("false") | Some("0") => Ok(false),
+        Some("true") | Some("1") | Some("") => Ok(true),
+        Some(other) => Err(ApiError::InvalidQuery(format!(
+            "{name} must be true or false (got {other:?})"
+        ))),
+    }
+}
+
+/// `Location: /v1/runs/{id}`.
+fn set_location(response: &mut Response, id: uuid::Uuid) {
+    if let Ok(value) = HeaderValue::from_str(&format!("/v1/runs/{id}")) {
+        response.headers_mut().insert(header::LOCATION, value);
+    }
 }

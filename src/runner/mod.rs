@@ -35,6 +35,9 @@ use crate::tools::{
 };
 
 pub use crate::run::INTERRUPTED;
+
+/// A subscription to a live run's events.
+pub type LiveEvents = tokio::sync::broadcast::Receiver<Arc<crate::store::LiveEvent>>;
 pub use pauses::{Answered, NO_ANSWER};
 
 /// A run that is queued or running.
@@ -278,11 +281,27 @@ impl Runner {
         spec: RunSpec,
         idempotency: Option<(&str, &str)>,
     ) -> Result<Run, SubmitError> {
+        self.submit_following(tenant, spec, idempotency, false)
+            .await
+            .map(|(run, _)| run)
+    }
+
+    /// [`Self::submit`], and with `follow`, a subscription to the run's live
+    /// events made before it starts, so that none of them goes by unseen
+    /// (`model_delta` ones included). A run queued in the database (on
+    /// PostgreSQL) has none: it is followed from storage.
+    pub async fn submit_following(
+        &self,
+        tenant: &Tenant,
+        spec: RunSpec,
+        idempotency: Option<(&str, &str)>,
+        follow: bool,
+    ) -> Result<(Run, Option<LiveEvents>), SubmitError> {
         let (runner, tenant) = (self.clone(), tenant.clone());
         let idempotency = idempotency.map(|(key, hash)| (key.to_owned(), hash.to_owned()));
         detached(async move {
             let idempotency = idempotency.as_ref().map(|(k, h)| (k.as_str(), h.as_str()));
-            runner.accept(&tenant, spec, idempotency).await
+            runner.accept(&tenant, spec, idempotency, follow).await
         })
         .await
     }
@@ -292,7 +311,8 @@ impl Runner {
         tenant: &Tenant,
         spec: RunSpec,
         idempotency: Option<(&str, &str)>,
-    ) -> Result<Run, SubmitError> {
+        follow: bool,
+    ) -> Result<(Run, Option<LiveEvents>), SubmitError> {
         if self.is_closing() {
             return Err(SubmitError::ShuttingDown);
         }
@@ -408,10 +428,10 @@ impl Runner {
             // Stored queued: whichever replica has a slot first claims it.
             unqueue();
             self.shared.claims.notify_one();
-            return Ok(run);
+            return Ok((run, None));
         }
-        self.start(run.clone(), tenant.clone(), spec, slot, false);
-        Ok(run)
+        let events = self.start(run.clone(), tenant.clone(), spec, slot, false, follow);
+        Ok((run, events))
     }
 
     /// A slot free now. On PostgreSQL, one the claimer holds while it
@@ -443,7 +463,7 @@ impl Runner {
         {
             self.shared.waiting.fetch_add(1, Ordering::AcqRel);
             let spec = RunSpec::of_run(&run, model);
-            self.start(run, tenant, spec, None, answered_pause);
+            self.start(run, tenant, spec, None, answered_pause, false);
         }
     }
 
@@ -454,7 +474,8 @@ impl Runner {
         spec: RunSpec,
         slot: Option<tokio::sync::OwnedSemaphorePermit>,
         resuming: bool,
-    ) {
+        follow: bool,
+    ) -> Option<LiveEvents> {
         let live = Arc::new(LiveRun {
             id: run.id,
             tenant,
@@ -472,6 +493,9 @@ impl Runner {
             live.stop.cancel();
         }
         self.shared.store.live().open(run.id);
+        let events = follow
+            .then(|| self.shared.store.live().subscribe(run.id))
+            .flatten();
         if self.past_grace.is_cancelled() {
             live.stop
                 .stop(StopReason::Interrupted(INTERRUPTED.to_owned()));
@@ -485,6 +509,7 @@ impl Runner {
             resuming,
         };
         self.tasks.spawn(task.execute(slot).instrument(span));
+        events
     }
 
     /// Cancels a live run. `None` when it is not live (terminal or unknown).

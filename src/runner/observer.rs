@@ -253,6 +253,7 @@ impl Observer for RunObserver {
                 run_id,
                 Arc::new(LiveEvent {
                     sequence: None,
+                    after: self.last_sequence.load(Ordering::Acquire),
                     kind: "model_delta",
                     body: body.into(),
                 }),

@@ -87,7 +87,7 @@ impl Runner {
                     let _accepting = self.tasks.token();
                     self.shared.waiting.fetch_add(1, Ordering::AcqRel);
                     let spec = RunSpec::of_run(&run, model);
-                    self.start(run.clone(), tenant.clone(), spec, None, true);
+                    self.start(run.clone(), tenant.clone(), spec, None, true, false);
                 }
                 Answered::Run(Box::new(run))
             }

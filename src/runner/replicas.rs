@@ -96,7 +96,7 @@ impl Runner {
         let id = run.id;
         tracing::debug!(run_id = %id, resumed = answered_pause, "claimed a queued run");
         let spec = RunSpec::of_run(&run, model);
-        self.start(run, tenant, spec, Some(slot), answered_pause);
+        self.start(run, tenant, spec, Some(slot), answered_pause, false);
         if claimed.cancel {
             self.cancel_here(id);
         }

@@ -29,6 +29,10 @@ pub const LIVE_BUFFER: usize = 32;
 #[derive(Debug)]
 pub struct LiveEvent {
     pub sequence: Option<u64>,
+    /// The sequence of the stored event this one comes after: a
+    /// `model_delta` is published at once, before the `model_start` it
+    /// follows is committed, and a stream holds it until it sent that.
+    pub after: u64,
     pub kind: &'static str,
     /// The event object's JSON, shared with the row it was written to.
     pub body: Arc<str>,
@@ -254,6 +258,7 @@ mod tests {
     fn event(sequence: u64, kind: &'static str) -> Arc<LiveEvent> {
         Arc::new(LiveEvent {
             sequence: Some(sequence),
+            after: sequence - 1,
             kind,
             body: "{}".into(),
         })

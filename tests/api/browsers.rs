@@ -228,3 +228,111 @@ async fn a_stream_token_opens_its_run_s_stream_and_nothing_else() {
         .unwrap();
     assert_eq!(expired.status(), 401);
 }
+
+/// A stand-in for an OpenAI-compatible provider that streams its answer at
+/// once: a client that subscribes after its POST would miss its first text.
+async fn eager_provider() -> (String, tokio::task::JoinHandle<()>) {
+    async fn answer() -> axum::response::Response {
+        let chunk = |delta: serde_json::Value, finish: serde_json::Value| {
+            let event = serde_json::json!({
+                "id": "chatcmpl-1", "object": "chat.completion.chunk",
+                "created": 1694268190, "model": "m",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]
+            });
+            format!("data: {event}\n\n")
+        };
+        let body = [
+            chunk(
+                serde_json::json!({"role": "assistant", "content": "Hel"}),
+                serde_json::Value::Null,
+            ),
+            chunk(
+                serde_json::json!({"content": "lo"}),
+                serde_json::Value::Null,
+            ),
+            chunk(serde_json::json!({}), serde_json::json!("stop")),
+            "data: [DONE]\n\n".to_owned(),
+        ]
+        .concat();
+        axum::response::Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(axum::body::Body::from(body))
+            .unwrap()
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, axum::Router::new().fallback(answer)).await;
+    });
+    (base, task)
+}
+
+#[tokio::test]
+async fn a_run_created_with_stream_answers_with_its_events_from_the_first_delta() {
+    let (base, provider) = eager_provider().await;
+    let profile = toml::from_str(&format!(
+        "kind = \"openai\"\nbase_url = \"{base}\"\nmodel = \"m\"\nstream = true\nmax_attempts = 1"
+    ))
+    .unwrap();
+    let app = spawn_with(|config| {
+        config.models.insert("eager".into(), profile);
+    })
+    .await;
+    for _ in 0..5 {
+        let response = app
+            .client
+            .post(app.url("/v1/runs?stream=true"))
+            .json(&serde_json::json!({"prompt": "hi", "model": {"profile": "eager"}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 201);
+        assert!(
+            response.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/event-stream")
+        );
+        let location = response.headers()["location"].to_str().unwrap().to_owned();
+        let (events, _) = read_sse(response).await;
+        let kinds = types(&events);
+        // In order: the deltas inside their model call.
+        assert_eq!(
+            kinds,
+            [
+                "run_start",
+                "message",
+                "model_start",
+                "model_delta",
+                "model_delta",
+                "model_end",
+                "message",
+                "run_end"
+            ]
+        );
+        let text: String = events
+            .iter()
+            .filter(|event| event.event == "model_delta")
+            .map(|event| event.data["text"].as_str().unwrap_or_default())
+            .collect();
+        assert_eq!(text, "Hello", "every delta, from the first: {kinds:?}");
+        let stored: Vec<_> = events
+            .iter()
+            .filter(|event| event.id.is_some())
+            .cloned()
+            .collect();
+        assert_gap_free(&stored);
+        assert_eq!(events.last().unwrap().data["status"], "completed");
+        let id = events[0].data["run_id"].as_str().unwrap();
+        assert_eq!(location, format!("/v1/runs/{id}"));
+    }
+    let both = app
+        .client
+        .post(app.url("/v1/runs?wait=true&stream=true"))
+        .json(&serde_json::json!({"prompt": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(both.status(), 400);
+    provider.abort();
+}

@@ -525,6 +525,7 @@ fn finish(op: Op, stored: bool, channels: &Channels) {
                     event.run_id,
                     Arc::new(LiveEvent {
                         sequence: Some(event.sequence),
+                        after: event.sequence.saturating_sub(1),
                         kind: event.kind,
                         body: event.body,
                     }),
