@@ -8,14 +8,17 @@
 //! - [`mcp`]: tools from MCP servers, connected for each run that uses them.
 //! - [`run`]: the service's vocabulary for a run (request and run object).
 //! - [`runner`]: spawns runs: tokens, queue, workspaces, event fan-out.
-//! - [`store`]: SQLite through sqlx: the one place that knows the schema.
+//! - [`store`]: SQLite or PostgreSQL through sqlx: the one place that knows
+//!   the schema; replicas on PostgreSQL.
 //! - [`api`]: the axum routers, errors and the event stream.
 //! - [`config`]: the TOML configuration and its environment overrides.
 //! - [`metrics`]: counters for `/metrics`.
 //! - [`app`]: builds and runs the whole service (what `main` and tests call).
+//! - [`cli`]: the command-line client (`agent-runner run`, `runs ...`).
 
 pub mod api;
 pub mod app;
+pub mod cli;
 pub mod config;
 pub mod harness;
 pub mod mcp;

@@ -8,14 +8,25 @@ use agent_runner::config::Config;
 use tracing_subscriber::EnvFilter;
 
 const USAGE: &str = "Usage: agent-runner serve [--config FILE]
+       agent-runner run PROMPT [--follow] ...     (see agent-runner run --help)
+       agent-runner runs list|show|messages|cancel|approve|deny ...
 
-Runs the agent-runner HTTP service. With no config file it serves on
+`serve` runs the agent-runner HTTP service. With no config file it serves on
 127.0.0.1:8080 with SQLite under data/. Every config key can be overridden
 with an environment variable AGENT_RUNNER_SECTION__KEY (for example
-AGENT_RUNNER_SERVER__BIND=127.0.0.1:0). RUST_LOG sets the log level.";
+AGENT_RUNNER_SERVER__BIND=127.0.0.1:0). RUST_LOG sets the log level. The client commands talk to a server at
+--server (or AGENT_RUNNER_URL, default http://127.0.0.1:8080) with --token
+(or AGENT_RUNNER_TOKEN).";
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let all: Vec<String> = std::env::args().collect();
+    if all
+        .get(1)
+        .is_some_and(|command| agent_runner::cli::is_client_command(command))
+    {
+        return agent_runner::cli::main(all);
+    }
+    let args: Vec<String> = all.into_iter().skip(1).collect();
     let config_path = match parse_args(&args) {
         Ok(Some(path)) => path,
         Ok(None) => return ExitCode::SUCCESS,

@@ -36,13 +36,9 @@ pub async fn create(
     headers: HeaderMap,
     ApiJson(body): ApiJson<Value>,
 ) -> Result<Response, ApiError> {
-    let wait = flag(&query, "wait")?;
+    // With `stream`, `wait` changes nothing: the stream ends with the run.
     let stream = flag(&query, "stream")?;
-    if wait && stream {
-        return Err(ApiError::InvalidQuery(
-            "wait and stream cannot be combined: stream follows the run to its end already".into(),
-        ));
-    }
+    let wait = flag(&query, "wait")? && !stream;
     let key = idempotency_key(&headers)?;
     let hash = key.as_ref().map(|_| request_hash(&body));
     let request: CreateRunRequest = super::json::from_value(body)?;

@@ -97,7 +97,8 @@ impl StreamTokens {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TokenRequest {
-    expires_in: Option<u64>,
+    /// A JSON number: `300` and `300.0` are the same integer.
+    expires_in: Option<serde_json::Number>,
 }
 
 /// `POST /v1/runs/{id}/stream_tokens`: a token for the run's stream. The
@@ -112,12 +113,14 @@ pub async fn create(
     } else {
         super::json::parse(&body)?
     };
-    let expires_in = request.expires_in.unwrap_or(DEFAULT_EXPIRES_IN);
-    if !(1..=MAX_EXPIRES_IN).contains(&expires_in) {
-        return Err(ApiError::Validation(format!(
-            "expires_in must be between 1 and {MAX_EXPIRES_IN} seconds (got {expires_in})"
-        )));
-    }
+    let expires_in = match &request.expires_in {
+        None => DEFAULT_EXPIRES_IN,
+        Some(number) => whole_seconds(number).ok_or_else(|| {
+            ApiError::Validation(format!(
+                "expires_in must be a whole number of seconds from 1 to {MAX_EXPIRES_IN} (got {number})"
+            ))
+        })?,
+    };
     let now = Utc::now();
     let seconds = i64::try_from(expires_in).unwrap_or(i64::MAX);
     let expires = now.timestamp().saturating_add(seconds);
@@ -133,6 +136,21 @@ pub async fn create(
         })),
     )
         .into_response())
+}
+
+/// `number` as whole seconds within bounds (`300.0` is `300`).
+fn whole_seconds(number: &serde_json::Number) -> Option<u64> {
+    let seconds = match number.as_u64() {
+        Some(seconds) => seconds,
+        None => {
+            let value = number.as_f64()?;
+            if value.fract() != 0.0 || !(1.0..=MAX_EXPIRES_IN as f64).contains(&value) {
+                return None;
+            }
+            value as u64
+        }
+    };
+    (1..=MAX_EXPIRES_IN).contains(&seconds).then_some(seconds)
 }
 
 #[cfg(test)]

@@ -214,6 +214,15 @@ async fn a_stream_token_opens_its_run_s_stream_and_nothing_else() {
             422
         );
     }
+    for same in [
+        serde_json::json!({"expires_in": null}),
+        serde_json::json!({"expires_in": 300.0}),
+        serde_json::json!({}),
+    ] {
+        let issued = issue(id, "secret-a", Some(same)).await.unwrap();
+        let issued: serde_json::Value = issued.json().await.unwrap();
+        assert_eq!(issued["expires_in"], 300);
+    }
     let short: serde_json::Value =
         issue(id, "secret-a", Some(serde_json::json!({"expires_in": 1})))
             .await
@@ -326,6 +335,7 @@ async fn a_run_created_with_stream_answers_with_its_events_from_the_first_delta(
         let id = events[0].data["run_id"].as_str().unwrap();
         assert_eq!(location, format!("/v1/runs/{id}"));
     }
+    // With stream, wait changes nothing: the stream ends with the run.
     let both = app
         .client
         .post(app.url("/v1/runs?wait=true&stream=true"))
@@ -333,6 +343,8 @@ async fn a_run_created_with_stream_answers_with_its_events_from_the_first_delta(
         .send()
         .await
         .unwrap();
-    assert_eq!(both.status(), 400);
+    assert_eq!(both.status(), 201);
+    let (events, _) = read_sse(both).await;
+    assert_eq!(events.last().unwrap().event, "run_end");
     provider.abort();
 }

@@ -7,6 +7,7 @@ mod helpers;
 
 mod browsers;
 mod cancel;
+mod cli;
 mod connections;
 mod conversations;
 mod errors;

@@ -1,0 +1,148 @@
+//! The API over HTTP, for the command-line client: each call answers the
+//! response's JSON, or the server's error (its `error.message`) as a
+//! [`CliError`].
+
+use serde_json::Value;
+
+/// What went wrong, and so how the client exits.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The command line makes no sense (exit 2).
+    #[error("{0}")]
+    Usage(String),
+    /// The server refused the request or could not be reached (exit 1).
+    #[error("{0}")]
+    Refused(String),
+}
+
+impl CliError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Self::Usage(_) => 2,
+            Self::Refused(_) => 1,
+        }
+    }
+}
+
+pub struct ApiClient {
+    http: reqwest::Client,
+    server: String,
+    token: Option<String>,
+}
+
+impl ApiClient {
+    pub fn new(server: &str, token: Option<String>) -> Result<Self, CliError> {
+        let server = server.trim_end_matches('/').to_owned();
+        if !(server.starts_with("http://") || server.starts_with("https://")) {
+            return Err(CliError::Usage(format!(
+                "--server must be an http:// or https:// URL (got {server:?})"
+            )));
+        }
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::builder()
+            .build()
+            .map_err(|e| CliError::Refused(format!("cannot make an HTTP client: {e}")))?;
+        Ok(Self {
+            http,
+            server,
+            token: token.filter(|token| !token.is_empty()),
+        })
+    }
+
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let request = self.http.request(method, format!("{}{path}", self.server));
+        match &self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+    }
+
+    pub async fn get(&self, path: &str, query: &[(&str, String)]) -> Result<Value, CliError> {
+        let path = if query.is_empty() {
+            path.to_owned()
+        } else {
+            let pairs: Vec<String> = query
+                .iter()
+                .map(|(name, value)| format!("{name}={}", path_segment(value)))
+                .collect();
+            format!("{path}?{}", pairs.join("&"))
+        };
+        answer(self.request(reqwest::Method::GET, &path).send().await).await
+    }
+
+    pub async fn delete(&self, path: &str) -> Result<Value, CliError> {
+        answer(self.request(reqwest::Method::DELETE, path).send().await).await
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> Result<Value, CliError> {
+        answer(self.post_json(path, body).send().await).await
+    }
+
+    /// A POST whose answer is an event stream: the response, once its
+    /// status says the run was created.
+    pub async fn post_stream(
+        &self,
+        path: &str,
+        body: &Value,
+    ) -> Result<reqwest::Response, CliError> {
+        let response = self
+            .post_json(path, body)
+            .header("accept", "text/event-stream")
+            .send()
+            .await
+            .map_err(|e| unreachable_server(&self.server, &e))?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        Err(refusal(response).await)
+    }
+
+    fn post_json(&self, path: &str, body: &Value) -> reqwest::RequestBuilder {
+        self.request(reqwest::Method::POST, path)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+    }
+}
+
+async fn answer(sent: Result<reqwest::Response, reqwest::Error>) -> Result<Value, CliError> {
+    let response = sent.map_err(|e| CliError::Refused(format!("cannot reach the server: {e}")))?;
+    if !response.status().is_success() {
+        return Err(refusal(response).await);
+    }
+    let text = response
+        .text()
+        .await
+        .map_err(|e| CliError::Refused(format!("the answer was cut short: {e}")))?;
+    serde_json::from_str(&text)
+        .map_err(|e| CliError::Refused(format!("the server's answer is not JSON: {e}")))
+}
+
+fn unreachable_server(server: &str, error: &reqwest::Error) -> CliError {
+    CliError::Refused(format!("cannot reach the server at {server}: {error}"))
+}
+
+/// The server's error, as its status and message.
+async fn refusal(response: reqwest::Response) -> CliError {
+    let status = response.status();
+    let body: Value = response.json().await.unwrap_or(Value::Null);
+    let message = body["error"]["message"]
+        .as_str()
+        .unwrap_or("no message")
+        .to_owned();
+    let code = body["error"]["code"].as_str().unwrap_or("error");
+    CliError::Refused(format!("{} {code}: {message}", status.as_u16()))
+}
+
+/// `text` percent-encoded for a path segment or a query value (letters,
+/// digits and `-._~` stay).
+pub fn path_segment(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}

@@ -1,0 +1,390 @@
+//! The command-line client: `agent-runner run` and `agent-runner runs ...`,
+//! talking to a server over its HTTP API (the same binary serves).
+//!
+//! - this module: the commands, their arguments and their exit codes;
+//! - [`client`]: the API over HTTP;
+//! - [`follow`]: a run's event stream, printed as it comes.
+//!
+//! Exit codes: 0 when the command did what it was asked (for `run
+//! --follow`: the run completed), 1 when the server refused it or the run
+//! ended otherwise, 2 for a command line that makes no sense.
+
+mod client;
+mod follow;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Arg, ArgAction, ArgMatches, Command};
+use serde_json::{Value, json};
+
+use client::{ApiClient, CliError};
+
+/// The server when neither `--server` nor `AGENT_RUNNER_URL` names one.
+pub const DEFAULT_SERVER: &str = "http://127.0.0.1:8080";
+
+/// Whether `command` (the first argument) starts a client command: one of
+/// its commands, or one of its options given before the command.
+pub fn is_client_command(command: &str) -> bool {
+    matches!(command, "run" | "runs" | "--server" | "--token" | "--json")
+        || command.starts_with("--server=")
+        || command.starts_with("--token=")
+}
+
+/// Runs the client with the process's arguments (the program name first).
+pub fn main(args: Vec<String>) -> ExitCode {
+    let matches = match cli().try_get_matches_from(args) {
+        Ok(matches) => matches,
+        Err(error) => {
+            let _ = error.print();
+            return match error.kind() {
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+                    ExitCode::SUCCESS
+                }
+                _ => ExitCode::from(2),
+            };
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("agent-runner: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(dispatch(&matches)) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("agent-runner: {error}");
+            ExitCode::from(error.exit_code())
+        }
+    }
+}
+
+fn cli() -> Command {
+    let server = Arg::new("server")
+        .long("server")
+        .env("AGENT_RUNNER_URL")
+        .default_value(DEFAULT_SERVER)
+        .global(true)
+        .help("The server's URL");
+    let token = Arg::new("token")
+        .long("token")
+        .env("AGENT_RUNNER_TOKEN")
+        .hide_env_values(true)
+        .global(true)
+        .help("A bearer token of the server's");
+    let json = Arg::new("json")
+        .long("json")
+        .action(ArgAction::SetTrue)
+        .global(true)
+        .help("Print the raw JSON objects (events one per line)");
+    let id = || Arg::new("id").required(true).help("The run's id");
+    Command::new("agent-runner")
+        .about("The agent-runner client")
+        .subcommand_required(true)
+        .arg(server)
+        .arg(token)
+        .arg(json)
+        .subcommand(
+            Command::new("run")
+                .about("Create a run (and with --follow, print its events until it ends)")
+                .arg(Arg::new("prompt").required(true).help("The prompt"))
+                .arg(
+                    Arg::new("profile")
+                        .long("profile")
+                        .help("A model profile of the server's"),
+                )
+                .arg(
+                    Arg::new("instructions")
+                        .long("instructions")
+                        .help("The run's system prompt"),
+                )
+                .arg(
+                    Arg::new("tool")
+                        .long("tool")
+                        .action(ArgAction::Append)
+                        .help("A tool the run may use (repeat; default: every built-in one)"),
+                )
+                .arg(
+                    Arg::new("file")
+                        .long("file")
+                        .action(ArgAction::Append)
+                        .value_parser(clap::value_parser!(PathBuf))
+                        .help(
+                            "A local file to seed the workspace with, under its own path (repeat)",
+                        ),
+                )
+                .arg(
+                    Arg::new("follow")
+                        .long("follow")
+                        .short('f')
+                        .action(ArgAction::SetTrue)
+                        .help("Print its events as they come; exit 0 only if it completes"),
+                ),
+        )
+        .subcommand(
+            Command::new("runs")
+                .about("Look at and act on runs")
+                .subcommand_required(true)
+                .subcommand(
+                    Command::new("list")
+                        .about("Runs, newest first")
+                        .arg(
+                            Arg::new("status")
+                                .long("status")
+                                .help("Only runs of this status"),
+                        )
+                        .arg(
+                            Arg::new("limit")
+                                .long("limit")
+                                .value_parser(clap::value_parser!(u32).range(1..=100))
+                                .help("How many (1 to 100)"),
+                        ),
+                )
+                .subcommand(Command::new("show").about("A run").arg(id()))
+                .subcommand(
+                    Command::new("messages")
+                        .about("A run's transcript")
+                        .arg(id()),
+                )
+                .subcommand(Command::new("cancel").about("Cancel a live run").arg(id()))
+                .subcommand(
+                    Command::new("approve")
+                        .about("Approve a paused run's pending calls (all, or those named)")
+                        .arg(id())
+                        .arg(Arg::new("call").action(ArgAction::Append).help("Call ids")),
+                )
+                .subcommand(
+                    Command::new("deny")
+                        .about("Deny a paused run's pending calls (all, or those named)")
+                        .arg(id())
+                        .arg(Arg::new("call").action(ArgAction::Append).help("Call ids"))
+                        .arg(Arg::new("reason").long("reason").help("Told to the model")),
+                ),
+        )
+}
+
+async fn dispatch(matches: &ArgMatches) -> Result<ExitCode, CliError> {
+    let server = matches
+        .get_one::<String>("server")
+        .map_or(DEFAULT_SERVER, String::as_str);
+    let token = matches.get_one::<String>("token").cloned();
+    let json = matches.get_flag("json");
+    let client = ApiClient::new(server, token)?;
+    match matches.subcommand() {
+        Some(("run", run)) => create(&client, run, json).await,
+        Some(("runs", runs)) => match runs.subcommand() {
+            Some(("list", list)) => {
+                let mut query = Vec::new();
+                if let Some(status) = list.get_one::<String>("status") {
+                    query.push(("status", status.clone()));
+                }
+                if let Some(limit) = list.get_one::<u32>("limit") {
+                    query.push(("limit", limit.to_string()));
+                }
+                let page = client.get("/v1/runs", &query).await?;
+                print_list(&page, json);
+                Ok(ExitCode::SUCCESS)
+            }
+            Some(("show", show)) => {
+                let run = client.get(&run_path(show, ""), &[]).await?;
+                print_run(&run, json);
+                Ok(ExitCode::SUCCESS)
+            }
+            Some(("messages", messages)) => {
+                let list = client.get(&run_path(messages, "/messages"), &[]).await?;
+                print_messages(&list, json);
+                Ok(ExitCode::SUCCESS)
+            }
+            Some(("cancel", cancel)) => {
+                let run = client.delete(&run_path(cancel, "")).await?;
+                print_run(&run, json);
+                Ok(ExitCode::SUCCESS)
+            }
+            Some((decision @ ("approve" | "deny"), answer)) => {
+                decide(&client, answer, decision, json).await
+            }
+            _ => Err(CliError::Usage("a runs command is needed".into())),
+        },
+        _ => Err(CliError::Usage("a command is needed".into())),
+    }
+}
+
+fn run_path(matches: &ArgMatches, rest: &str) -> String {
+    let id = matches.get_one::<String>("id").map_or("", String::as_str);
+    format!("/v1/runs/{}{rest}", client::path_segment(id))
+}
+
+/// `agent-runner run`: the request from the arguments; with `--follow`
+/// its stream (`POST /v1/runs?stream=true`), printed until its end.
+async fn create(client: &ApiClient, run: &ArgMatches, json: bool) -> Result<ExitCode, CliError> {
+    let prompt = run.get_one::<String>("prompt").cloned().unwrap_or_default();
+    let mut request = json!({"prompt": prompt});
+    if let Some(profile) = run.get_one::<String>("profile") {
+        request["model"] = json!({"profile": profile});
+    }
+    if let Some(instructions) = run.get_one::<String>("instructions") {
+        request["instructions"] = json!(instructions);
+    }
+    if let Some(tools) = run.get_many::<String>("tool") {
+        request["tools"] = json!(tools.collect::<Vec<_>>());
+    }
+    if let Some(files) = run.get_many::<PathBuf>("file") {
+        let mut seeded = serde_json::Map::new();
+        for path in files {
+            let content = std::fs::read_to_string(path)
+                .map_err(|e| CliError::Usage(format!("--file {}: {e}", path.display())))?;
+            seeded.insert(path.display().to_string(), Value::String(content));
+        }
+        request["workspace"] = json!({"files": seeded});
+    }
+    if run.get_flag("follow") {
+        let response = client.post_stream("/v1/runs?stream=true", &request).await?;
+        let status = follow::print_stream(response, json).await?;
+        return Ok(if status.as_deref() == Some("completed") {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        });
+    }
+    let created = client.post("/v1/runs", &request).await?;
+    print_run(&created, json);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `runs approve|deny ID [CALL...]`: answers the named pending approvals,
+/// or every one of them.
+async fn decide(
+    client: &ApiClient,
+    answer: &ArgMatches,
+    decision: &str,
+    json: bool,
+) -> Result<ExitCode, CliError> {
+    let run = client.get(&run_path(answer, ""), &[]).await?;
+    let named: Vec<&String> = answer
+        .get_many::<String>("call")
+        .map(Iterator::collect)
+        .unwrap_or_default();
+    let pending = run["pending_actions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let calls: Vec<String> = if named.is_empty() {
+        pending
+            .iter()
+            .filter(|action| action["kind"] == "approval")
+            .filter_map(|action| action["call_id"].as_str().map(str::to_owned))
+            .collect()
+    } else {
+        named.into_iter().cloned().collect()
+    };
+    if calls.is_empty() {
+        return Err(CliError::Refused(format!(
+            "the run has no pending approval (status {})",
+            run["status"].as_str().unwrap_or("unknown")
+        )));
+    }
+    let reason = answer
+        .try_get_one::<String>("reason")
+        .ok()
+        .flatten()
+        .cloned();
+    let actions: Vec<Value> = calls
+        .iter()
+        .map(|call| {
+            let mut action = json!({"call_id": call, "decision": decision});
+            if let Some(reason) = &reason {
+                action["reason"] = json!(reason);
+            }
+            action
+        })
+        .collect();
+    let answered = client
+        .post(&run_path(answer, "/actions"), &json!({"actions": actions}))
+        .await?;
+    print_run(&answered, json);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_run(run: &Value, json: bool) {
+    if json {
+        println!("{run}");
+        return;
+    }
+    let text = |key: &str| run[key].as_str().unwrap_or("-").to_owned();
+    println!("{}  {}", text("id"), text("status"));
+    println!("  prompt      {}", one_line(&text("prompt"), 100));
+    println!(
+        "  steps       {}   tool calls {}",
+        run["steps"], run["tool_calls"]
+    );
+    println!("  created     {}", text("created_at"));
+    if let Some(finished) = run["finished_at"].as_str() {
+        println!("  finished    {finished}");
+    }
+    if let Some(answer) = run["answer"].as_str() {
+        println!("  answer      {}", one_line(answer, 200));
+    }
+    if let Some(error) = run["error"].as_str() {
+        println!("  error       {}", one_line(error, 200));
+    }
+    for action in run["pending_actions"].as_array().into_iter().flatten() {
+        println!(
+            "  pending     {} {} {} {}",
+            action["call_id"].as_str().unwrap_or("-"),
+            action["kind"].as_str().unwrap_or("-"),
+            action["name"].as_str().unwrap_or("-"),
+            action["arguments"]
+        );
+    }
+}
+
+fn print_list(page: &Value, json: bool) {
+    if json {
+        println!("{page}");
+        return;
+    }
+    for run in page["runs"].as_array().into_iter().flatten() {
+        println!(
+            "{}  {:<15}  {}  {}",
+            run["id"].as_str().unwrap_or("-"),
+            run["status"].as_str().unwrap_or("-"),
+            run["created_at"].as_str().unwrap_or("-"),
+            one_line(run["prompt"].as_str().unwrap_or(""), 60)
+        );
+    }
+}
+
+fn print_messages(list: &Value, json: bool) {
+    if json {
+        println!("{list}");
+        return;
+    }
+    for message in list["messages"].as_array().into_iter().flatten() {
+        let role = message["role"].as_str().unwrap_or("-");
+        let content = message["content"].as_str().unwrap_or("");
+        println!("[{role}] {content}");
+        for call in message["tool_calls"].as_array().into_iter().flatten() {
+            println!(
+                "  -> {}({})",
+                call["name"].as_str().unwrap_or("-"),
+                call["arguments"]
+            );
+        }
+    }
+}
+
+/// `text` on one line, cut to `max` characters.
+fn one_line(text: &str, max: usize) -> String {
+    let line: String = text.replace(['\n', '\r'], " ");
+    if line.chars().count() <= max {
+        return line;
+    }
+    let mut cut: String = line.chars().take(max).collect();
+    cut.push('…');
+    cut
+}

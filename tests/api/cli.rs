@@ -1,0 +1,212 @@
+//! The command-line client against the real server: exit codes, `--follow`
+//! output, `--json`.
+
+use std::process::{Command, Output};
+
+use serde_json::{Value, json};
+
+use crate::helpers::*;
+
+/// Runs the client with `args` against `server` (and `token`), on a thread
+/// of its own.
+async fn client(server: &str, token: Option<&str>, args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_agent-runner"));
+    command
+        .args(args)
+        .env("AGENT_RUNNER_URL", server)
+        .env_remove("AGENT_RUNNER_TOKEN");
+    if let Some(token) = token {
+        command.env("AGENT_RUNNER_TOKEN", token);
+    }
+    tokio::task::spawn_blocking(move || command.output().unwrap())
+        .await
+        .unwrap()
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[tokio::test]
+async fn run_follow_prints_the_run_as_it_goes_and_exits_with_its_outcome() {
+    let dir = tempfile::tempdir().unwrap();
+    // A profile whose provider is not there: its runs end `failed`.
+    let (mut server, address) = start_binary_with(
+        &dir,
+        &[
+            ("AGENT_RUNNER_MODELS__GONE__KIND", "openai"),
+            (
+                "AGENT_RUNNER_MODELS__GONE__BASE_URL",
+                "http://127.0.0.1:9/v1",
+            ),
+            ("AGENT_RUNNER_MODELS__GONE__MODEL", "m"),
+            ("AGENT_RUNNER_MODELS__GONE__MAX_ATTEMPTS", "1"),
+        ],
+    );
+    let followed = client(&address, None, &["run", "look around", "--follow"]).await;
+    assert_eq!(followed.status.code(), Some(0), "{followed:?}");
+    let text = stdout(&followed);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("run "), "{text}");
+    assert!(lines.contains(&"  -> list_dir({})"), "{text}");
+    assert!(lines.contains(&"  <- list_dir done"), "{text}");
+    assert!(text.contains("I am the demo model"), "{text}");
+    assert_eq!(
+        lines.last(),
+        Some(&"completed after 2 steps and 1 tool calls")
+    );
+    // A run that does not complete exits 1, saying how it ended.
+    let failed = client(
+        &address,
+        None,
+        &["run", "hi", "--profile", "gone", "--follow"],
+    )
+    .await;
+    assert_eq!(failed.status.code(), Some(1), "{failed:?}");
+    let text = stdout(&failed);
+    assert!(text.contains("model error"), "{text}");
+    assert!(
+        text.lines()
+            .last()
+            .unwrap()
+            .starts_with("model_error after 0 steps"),
+        "{text}"
+    );
+    // --json: each event as its JSON, one per line, in sequence.
+    let raw = client(&address, None, &["--json", "run", "hi", "--follow"]).await;
+    assert_eq!(raw.status.code(), Some(0));
+    let events: Vec<Value> = stdout(&raw)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(events.first().unwrap()["type"], "run_start");
+    let sequences: Vec<u64> = events
+        .iter()
+        .map(|event| event["sequence"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sequences, (1..=sequences.len() as u64).collect::<Vec<_>>());
+    assert_eq!(events.last().unwrap()["status"], "completed");
+    // Refusals exit 1 with the server's reason; a command line that makes
+    // no sense exits 2; a server that is not there exits 1.
+    let refused = client(&address, None, &["run", "hi", "--profile", "nope"]).await;
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        stderr(&refused).contains("422 invalid_request"),
+        "{refused:?}"
+    );
+    let nonsense = client(&address, None, &["runs", "frobnicate"]).await;
+    assert_eq!(nonsense.status.code(), Some(2));
+    let absent = client("http://127.0.0.1:9", None, &["runs", "list"]).await;
+    assert_eq!(absent.status.code(), Some(1));
+    assert!(
+        stderr(&absent).contains("cannot reach the server"),
+        "{absent:?}"
+    );
+    assert!(terminate(&mut server).success());
+}
+
+#[tokio::test]
+async fn runs_commands_show_list_cancel_and_answer_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut server, address) = start_binary_with(
+        &dir,
+        &[(
+            "AGENT_RUNNER_AUTH__TOKENS",
+            r#"[{tenant = "cli", token = "secret"}]"#,
+        )],
+    );
+    let token = Some("secret");
+    let remote = Remote::new(address.clone());
+    // Without the token: refused.
+    let refused = client(&address, None, &["runs", "list"]).await;
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(stderr(&refused).contains("401"), "{refused:?}");
+    // A run that pauses for an approval, made with the client (--json).
+    let created = client(
+        &address,
+        token,
+        &[
+            "--json",
+            "run",
+            "list it, with permission",
+            "--tool",
+            "list_dir",
+        ],
+    )
+    .await;
+    assert_eq!(created.status.code(), Some(0), "{created:?}");
+    let run: Value = serde_json::from_str(&stdout(&created)).unwrap();
+    let id = run["id"].as_str().unwrap().to_owned();
+    let shown = client(&address, token, &["runs", "show", &id]).await;
+    assert_eq!(shown.status.code(), Some(0));
+    assert!(stdout(&shown).starts_with(&id), "{shown:?}");
+    let listed = client(&address, token, &["--json", "runs", "list", "--limit", "5"]).await;
+    let page: Value = serde_json::from_str(&stdout(&listed)).unwrap();
+    assert_eq!(page["runs"][0]["id"], id.as_str());
+    // An approval run, made over HTTP, answered with the client.
+    let paused: Value = remote
+        .client
+        .post(format!("{address}/v1/runs"))
+        .bearer_auth("secret")
+        .json(&json!({
+            "prompt": "write, with permission",
+            "approval": {"tools": ["write_file"]},
+            "model": {"scripted": [
+                {"content": "", "tool_calls": [call("w1", "write_file", json!({"path": "a.txt", "content": "x"}))]},
+                {"content": "written"}
+            ]}
+        }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let paused_id = paused["id"].as_str().unwrap().to_owned();
+    let mut waiting = String::new();
+    for _ in 0..200 {
+        let shown = client(&address, token, &["runs", "show", &paused_id]).await;
+        waiting = stdout(&shown);
+        if waiting.contains("requires_action") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(
+        waiting.contains("pending     w1 approval write_file"),
+        "{waiting}"
+    );
+    let approved = client(&address, token, &["--json", "runs", "approve", &paused_id]).await;
+    assert_eq!(approved.status.code(), Some(0), "{approved:?}");
+    let approved: Value = serde_json::from_str(&stdout(&approved)).unwrap();
+    assert_eq!(approved["status"], "queued");
+    // Nothing left to approve: refused.
+    let again = client(&address, token, &["runs", "approve", &paused_id]).await;
+    assert_eq!(again.status.code(), Some(1));
+    // The transcript, and a cancel of a run that has ended.
+    let mut messages = String::new();
+    for _ in 0..200 {
+        let output = client(&address, token, &["runs", "messages", &paused_id]).await;
+        messages = stdout(&output);
+        if messages.contains("[assistant] written") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(
+        messages.starts_with("[user] write, with permission"),
+        "{messages}"
+    );
+    assert!(messages.contains("  -> write_file("), "{messages}");
+    let cancelled = client(&address, token, &["runs", "cancel", &paused_id]).await;
+    assert_eq!(cancelled.status.code(), Some(1));
+    assert!(
+        stderr(&cancelled).contains("409 run_not_live"),
+        "{cancelled:?}"
+    );
+    assert!(terminate(&mut server).success());
+}
