@@ -11,6 +11,7 @@ mod cli;
 mod connections;
 mod conversations;
 mod errors;
+mod eventsource;
 mod lifecycle;
 mod mcp;
 mod openapi;
