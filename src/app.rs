@@ -184,17 +184,20 @@ impl Application {
             self.connections,
             stop_http,
         ));
-        tokio::select! {
-            _ = &mut stopper => {}
-            result = &mut server => {
-                result.map_err(std::io::Error::other)?;
-                return Ok(());
-            }
-        }
-        // Every run is stored; event streams have sent their ends.
-        match tokio::time::timeout(CONNECTION_DRAIN, server).await {
-            Ok(result) => result.map_err(std::io::Error::other)?,
-            Err(_) => tracing::warn!("connections still open after the drain period; closing"),
+        let served = tokio::select! {
+            _ = &mut stopper => None,
+            result = &mut server => Some(result),
+        };
+        match served {
+            // The server ended first (it stops once the runs are stored).
+            Some(result) => result.map_err(std::io::Error::other)?,
+            // Every run is stored; event streams have sent their ends.
+            None => match tokio::time::timeout(CONNECTION_DRAIN, server).await {
+                Ok(result) => result.map_err(std::io::Error::other)?,
+                Err(_) => {
+                    tracing::warn!("connections still open after the drain period; closing")
+                }
+            },
         }
         tracing::info!("stopped");
         if lost.is_some_and(|lost| lost.is_cancelled()) {

@@ -128,11 +128,19 @@ fn check_origin(origin: &str) -> Result<(), &'static str> {
         return Err("must be http or https");
     }
     if rest.is_empty()
-        || rest.contains(['/', '?', '#', '@', ' '])
-        || !rest.is_ascii()
+        || rest.contains(['/', '?', '#', '@'])
+        || !rest.bytes().all(|byte| byte.is_ascii_graphic())
         || rest.ends_with(':')
     {
         return Err("is not an origin: scheme://host[:port], with no path");
+    }
+    // As a browser sends it, or it would never match.
+    if rest.bytes().any(|byte| byte.is_ascii_uppercase()) {
+        return Err("must be lower case, as browsers send it");
+    }
+    let default_port = if scheme == "https" { ":443" } else { ":80" };
+    if rest.ends_with(default_port) {
+        return Err("must leave out the default port, as browsers do");
     }
     Ok(())
 }

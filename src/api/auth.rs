@@ -39,6 +39,11 @@ impl Auth {
         !self.tokens.is_empty()
     }
 
+    /// Whether some configured token still names `tenant`.
+    pub fn knows(&self, tenant: &Tenant) -> bool {
+        self.tokens.iter().any(|(known, _)| known == tenant)
+    }
+
     /// The tenant `presented` authenticates, checking every token whatever
     /// matches, so that timing tells nothing.
     fn tenant(&self, presented: &str) -> Option<Tenant> {
@@ -66,9 +71,12 @@ fn stream_tenant(state: &AppState, request: &Request) -> Option<Tenant> {
         let (name, value) = pair.split_once('=')?;
         (name == "stream_token").then_some(value)
     })?;
+    // A tenant whose tokens were taken out of the configuration has its
+    // stream tokens go with them.
     state
         .stream_tokens
         .verify(token, run_id, chrono::Utc::now().timestamp())
+        .filter(|tenant| state.auth.knows(tenant))
 }
 
 /// Puts the request's [`Tenant`] in its extensions, or answers 401.

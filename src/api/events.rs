@@ -84,8 +84,16 @@ pub(super) fn events(
             let reopened = channels.until_reopened(cursor.run_id);
             // Subscribe first: whatever is committed after this is either in
             // the channel or found by the storage read below.
-            let live = subscribed.take().or_else(|| channels.subscribe(cursor.run_id));
-            for event in cursor.catch_up().await { yield Ok::<_, Infallible>(event); }
+            // A subscription made before the run started has every event
+            // in order (deltas held until the event they follow): storage
+            // is needed only should it lag.
+            let (live, fresh) = match subscribed.take() {
+                Some(live) => (Some(live), true),
+                None => (channels.subscribe(cursor.run_id), false),
+            };
+            if !fresh {
+                for event in cursor.catch_up().await { yield Ok::<_, Infallible>(event); }
+            }
             if cursor.ended { break; }
             let Some(mut live) = live else {
                 // Not live here: paused (or about to resume), else over.
@@ -169,6 +177,8 @@ impl Cursor {
                     self.ended = true;
                     break;
                 }
+                // The deltas that follow it go right after it.
+                self.release_held(&mut out);
             }
             if !full {
                 break;
@@ -199,7 +209,13 @@ impl Cursor {
         match event.sequence {
             None => {
                 let delta = SseEvent::default().event(event.kind).data(&*event.body);
-                if event.after <= self.last {
+                // Late: what came after the event it follows was sent
+                // already (read from storage), and its place is gone. Deltas
+                // are live-only text, and the stored message has it whole.
+                if event.after < self.last {
+                    return Vec::new();
+                }
+                if event.after == self.last {
                     return vec![self.first(delta)];
                 }
                 if self.held.len() == MAX_HELD {

@@ -173,7 +173,7 @@ fn strip_position(message: &str) -> String {
     }
 }
 
-fn is_json(content_type: &str) -> bool {
+pub(super) fn is_json(content_type: &str) -> bool {
     let essence = content_type
         .split(';')
         .next()

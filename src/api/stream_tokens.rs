@@ -106,11 +106,21 @@ struct TokenRequest {
 pub async fn create(
     State(state): State<AppState>,
     TenantRun { tenant, run }: TenantRun,
+    headers: axum::http::HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let request: TokenRequest = if body.iter().all(u8::is_ascii_whitespace) {
         TokenRequest::default()
     } else {
+        let content_type = headers
+            .get(axum::http::header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default();
+        if !super::json::is_json(content_type) {
+            return Err(ApiError::UnsupportedMediaType(
+                "expected a body with Content-Type: application/json".into(),
+            ));
+        }
         super::json::parse(&body)?
     };
     let expires_in = match &request.expires_in {
@@ -123,7 +133,9 @@ pub async fn create(
     };
     let now = Utc::now();
     let seconds = i64::try_from(expires_in).unwrap_or(i64::MAX);
-    let expires = now.timestamp().saturating_add(seconds);
+    // Whole seconds, rounded up: a token lives at least what was asked.
+    let rounded_up = now.timestamp() + i64::from(now.timestamp_subsec_nanos() > 0);
+    let expires = rounded_up.saturating_add(seconds);
     let token = state.stream_tokens.issue(&tenant, run.id, expires);
     let expires_at = DateTime::<Utc>::from_timestamp(expires, 0).unwrap_or(now);
     Ok((

@@ -112,6 +112,9 @@ fn an_origin_that_is_not_one_is_refused_at_start() {
         "ftp://app.example",
         "https://app.example/",
         "https://",
+        "https://App.example",
+        "https://app.example:443",
+        "https://app\texample",
     ] {
         let text = format!("[server]\ncors_origins = [{bad:?}]\n");
         let error = agent_runner::config::Config::from_toml(&text, [])
