@@ -5,6 +5,7 @@
 mod observer;
 mod pauses;
 mod replicas;
+mod submit;
 mod task;
 mod tools;
 
@@ -14,7 +15,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::Utc;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -27,18 +27,15 @@ use crate::mcp::McpServers;
 use crate::metrics::{Gauges, Metrics};
 use crate::models::ModelProfiles;
 use crate::run::{Run, RunSpec, RunStatus, Tenant};
-use crate::store::writer::RunRow;
-use crate::store::{NewRun, Store, StoreError, Unfinished};
-use crate::tools::copy::CopyError;
-use crate::tools::{
-    CommandPresets, CommandRunner, Sandbox, Workspace, WorkspaceError, WorkspaceOptions, Workspaces,
-};
+use crate::store::{Store, StoreError, Unfinished};
+use crate::tools::{CommandPresets, CommandRunner, Sandbox, WorkspaceOptions, Workspaces};
 
 pub use crate::run::INTERRUPTED;
 
 /// A subscription to a live run's events.
 pub type LiveEvents = tokio::sync::broadcast::Receiver<Arc<crate::store::LiveEvent>>;
 pub use pauses::{Answered, NO_ANSWER};
+use submit::detached;
 
 /// A run that is queued or running.
 pub struct LiveRun {
@@ -270,187 +267,6 @@ impl Runner {
         self.shared.workspaces.dir(&id.to_string())
     }
 
-    /// Accepts a run: seeds its workspace, stores it, and starts it or queues
-    /// it. Nothing is left behind when this fails.
-    ///
-    /// It goes on in a task of its own: a client that goes away once its
-    /// run is stored never leaves it stored without a task.
-    pub async fn submit(
-        &self,
-        tenant: &Tenant,
-        spec: RunSpec,
-        idempotency: Option<(&str, &str)>,
-    ) -> Result<Run, SubmitError> {
-        self.submit_following(tenant, spec, idempotency, false)
-            .await
-            .map(|(run, _)| run)
-    }
-
-    /// [`Self::submit`], and with `follow`, a subscription to the run's live
-    /// events made before it starts, so that none of them goes by unseen
-    /// (`model_delta` ones included). A run queued in the database (on
-    /// PostgreSQL) has none: it is followed from storage.
-    pub async fn submit_following(
-        &self,
-        tenant: &Tenant,
-        spec: RunSpec,
-        idempotency: Option<(&str, &str)>,
-        follow: bool,
-    ) -> Result<(Run, Option<LiveEvents>), SubmitError> {
-        let (runner, tenant) = (self.clone(), tenant.clone());
-        let idempotency = idempotency.map(|(key, hash)| (key.to_owned(), hash.to_owned()));
-        detached(async move {
-            let idempotency = idempotency.as_ref().map(|(k, h)| (k.as_str(), h.as_str()));
-            runner.accept(&tenant, spec, idempotency, follow).await
-        })
-        .await
-    }
-
-    async fn accept(
-        &self,
-        tenant: &Tenant,
-        spec: RunSpec,
-        idempotency: Option<(&str, &str)>,
-        follow: bool,
-    ) -> Result<(Run, Option<LiveEvents>), SubmitError> {
-        if self.is_closing() {
-            return Err(SubmitError::ShuttingDown);
-        }
-        // Shutdown waits for this accept to finish: a run stored `running`
-        // always gets its task, and that task is waited for.
-        let _accepting = self.tasks.token();
-        if let Some(failing) = self.shared.store.writer().failing_for() {
-            return Err(SubmitError::StorageRefused(format!(
-                "for {} ms",
-                failing.as_millis()
-            )));
-        }
-        // A run that continues another: that one must have ended (it stays
-        // as it ended; a terminal run never goes live again).
-        let previous = match spec.previous_run_id {
-            None => None,
-            Some(previous) => {
-                let previous = self
-                    .shared
-                    .store
-                    .get_run(tenant, previous)
-                    .await?
-                    .ok_or(SubmitError::PreviousNotFound)?;
-                if !previous.status.is_terminal() {
-                    return Err(SubmitError::PreviousLive(previous.status));
-                }
-                Some(previous)
-            }
-        };
-        let metrics = &self.shared.metrics;
-        let cluster = self.shared.store.cluster();
-        // A free slot starts the run now; otherwise it waits, if there is
-        // room: here, or on PostgreSQL in the database, for any replica.
-        let slot = match self.free_slot(cluster.is_some()).await {
-            Some(permit) => Some(permit),
-            None => {
-                let waiting = self.shared.waiting.fetch_add(1, Ordering::AcqRel);
-                let queued = match cluster {
-                    // Those being admitted here count too.
-                    Some(cluster) => match cluster.queued().await {
-                        Ok(queued) => usize::try_from(queued)
-                            .unwrap_or(usize::MAX)
-                            .saturating_add(waiting),
-                        // The database cannot count: the server's failure.
-                        Err(error) => {
-                            self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
-                            return Err(SubmitError::StorageRefused(error.to_string()));
-                        }
-                    },
-                    None => waiting,
-                };
-                if queued >= self.max_queued {
-                    self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
-                    metrics.rejected_queue_full.fetch_add(1, Ordering::Relaxed);
-                    return Err(SubmitError::QueueFull);
-                }
-                None
-            }
-        };
-        let unqueue = || {
-            if slot.is_none() {
-                self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
-            }
-        };
-        let id = Uuid::now_v7();
-        let mut run = Run::queued(id, &spec, Utc::now());
-        if slot.is_some() {
-            // It starts at once: stored as running from the first write, so
-            // that a restart never runs it again (see `RunTask::execute`).
-            run.status = RunStatus::Running;
-            run.started_at = Some(run.created_at);
-        }
-        let directory = self.workspace_dir(id);
-        let mut prepared = Ok(());
-        if let Some(previous) = &previous {
-            run.thread_id = previous.thread_id;
-            prepared = copy_previous(&self.workspace_dir(previous.id), &directory).await;
-        }
-        if let Ok(()) = prepared {
-            prepared = seed_workspace(&directory, &spec).await;
-        }
-        if let Err(error) = prepared {
-            unqueue();
-            let _ = tokio::fs::remove_dir_all(&directory).await;
-            return Err(error);
-        }
-        let owner = cluster
-            .filter(|_| slot.is_some())
-            .map(|cluster| cluster.id());
-        let row = RunRow::new(NewRun {
-            run: &run,
-            tenant,
-            spec: &spec,
-            idempotency,
-            owner,
-        });
-        let inserted = match row {
-            Ok(row) => self.shared.store.writer().insert_run(row).await,
-            Err(error) => Err(error),
-        };
-        if let Err(error) = inserted {
-            unqueue();
-            let _ = tokio::fs::remove_dir_all(&directory).await;
-            return Err(match error {
-                StoreError::Refused(why) => SubmitError::StorageRefused(why),
-                // This replica stops: the client goes to another.
-                StoreError::Fenced => SubmitError::ShuttingDown,
-                error => error.into(),
-            });
-        }
-        metrics.runs_created.fetch_add(1, Ordering::Relaxed);
-        if cluster.is_some() && slot.is_none() {
-            // Stored queued: whichever replica has a slot first claims it.
-            unqueue();
-            self.shared.claims.notify_one();
-            return Ok((run, None));
-        }
-        let events = self.start(run.clone(), tenant.clone(), spec, slot, false, follow);
-        Ok((run, events))
-    }
-
-    /// A slot free now. On PostgreSQL, one the claimer holds while it
-    /// looks for a queued run is waited for a moment: it gives it back
-    /// when none is queued, and a run that could start at once should not
-    /// be queued, or refused for a full queue, for it.
-    async fn free_slot(&self, replicas: bool) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        if let Ok(permit) = Arc::clone(&self.slots).try_acquire_owned() {
-            return Some(permit);
-        }
-        if !replicas || !self.shared.claiming.load(Ordering::Acquire) {
-            return None;
-        }
-        tokio::time::timeout(CLAIM_GRACE, Arc::clone(&self.slots).acquire_owned())
-            .await
-            .ok()?
-            .ok()
-    }
-
     /// Starts again the runs a previous process left queued, oldest first;
     /// answered pauses resume from their checkpoints.
     pub fn resume(&self, unfinished: Vec<Unfinished>) {
@@ -572,21 +388,6 @@ impl Runner {
     }
 }
 
-/// Drives `work` in a task of its own, so that it finishes even if whoever
-/// awaits it (a request's handler) is dropped halfway.
-async fn detached<T: Send + 'static>(
-    work: impl Future<Output = Result<T, SubmitError>> + Send + 'static,
-) -> Result<T, SubmitError> {
-    tokio::spawn(work).await.unwrap_or_else(|error| {
-        Err(SubmitError::Store(StoreError::Corrupt(format!(
-            "the request's task failed: {error}"
-        ))))
-    })
-}
-
-/// How long a submit waits for the slot the claimer holds while it looks.
-const CLAIM_GRACE: Duration = Duration::from_millis(250);
-
 /// How often the storage watch looks.
 const STORAGE_WATCH: Duration = Duration::from_millis(100);
 
@@ -622,72 +423,6 @@ async fn watch_storage(shared: std::sync::Weak<Shared>, write_retry: Duration) {
                 tracing::error!(run_id = %run.id, "storage refuses the run's records; stopping it");
             }
         }
-    }
-}
-
-/// Starts a run's workspace as a copy of the one it continues, as it ended.
-async fn copy_previous(from: &std::path::Path, to: &std::path::Path) -> Result<(), SubmitError> {
-    let (from, to) = (from.to_owned(), to.to_owned());
-    let began = std::time::Instant::now();
-    let stats = tokio::task::spawn_blocking(move || crate::tools::copy::copy_workspace(&from, &to))
-        .await
-        .map_err(|e| SubmitError::Workspace(format!("copying the workspace failed: {e}")))?
-        .map_err(|error| match error {
-            CopyError::TooLarge => SubmitError::Workspace(format!("previous_run_id: {error}")),
-            CopyError::Write(e) | CopyError::Source(e) => {
-                server_side(&e, format!("copying the previous run's workspace: {e}"))
-            }
-        })?;
-    tracing::debug!(
-        files = stats.files,
-        cloned = stats.cloned,
-        bytes = stats.bytes,
-        skipped = stats.skipped,
-        ms = began.elapsed().as_millis() as u64,
-        "workspace copied"
-    );
-    Ok(())
-}
-
-/// Creates the run's workspace directory and the request's files in it.
-/// A run without files gets its directory on its first write instead (see
-/// [`Workspaces`]).
-async fn seed_workspace(directory: &std::path::Path, spec: &RunSpec) -> Result<(), SubmitError> {
-    if spec.files.is_empty() {
-        return Ok(());
-    }
-    tokio::fs::create_dir_all(directory)
-        .await
-        .map_err(|e| server_side(&e, format!("cannot create the workspace: {e}")))?;
-    let directory = directory.to_owned();
-    let files = spec.files.clone();
-    tokio::task::spawn_blocking(move || {
-        let workspace = Workspace::open(&directory)
-            .map_err(|e| server_side(&e, format!("cannot open the workspace: {e}")))?;
-        for (path, content) in &files {
-            workspace
-                .write_seed(path, content.as_bytes())
-                .map_err(|error| match &error {
-                    WorkspaceError::Io { source, .. } => {
-                        server_side(source, format!("seeding workspace.files.{path}: {error}"))
-                    }
-                    _ => SubmitError::Workspace(format!("workspace.files.{path}: {error}")),
-                })?;
-        }
-        Ok(())
-    })
-    .await
-    .map_err(|e| SubmitError::Workspace(format!("seeding the workspace failed: {e}")))?
-}
-
-/// An I/O failure of the server's own disk while accepting a run: a full
-/// disk (or quota) is `StorageFull`, anything else the store's failure.
-fn server_side(error: &std::io::Error, message: String) -> SubmitError {
-    match error.kind() {
-        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
-            SubmitError::StorageFull(message)
-        }
-        _ => SubmitError::StorageRefused(message),
     }
 }
 

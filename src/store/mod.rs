@@ -16,7 +16,9 @@
 //! migrations and what counts as storage refusing writes.
 
 pub mod cluster;
+mod connect;
 pub mod live;
+mod recover;
 pub(crate) mod rows;
 pub mod writer;
 
@@ -25,16 +27,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::AnyPool;
+use sqlx::Row;
 use sqlx::sqlite::SqliteConnectOptions;
-use sqlx::{AnyConnection, AnyPool};
-use sqlx::{ConnectOptions, Connection, Executor, Row};
 use uuid::Uuid;
 
 use crate::harness::{Message, Outcome, PendingAction};
-use crate::run::{ActionAnswer, ModelSpec, Run, RunSpec, RunStatus, Tenant, format_time};
+use crate::run::{ActionAnswer, ModelSpec, Run, RunSpec, RunStatus, Tenant};
 
+pub use connect::Engine;
+use connect::{STREAM_KEY, open_postgres, open_sqlite, server_key};
 pub use live::{Channels, Closing, LiveEvent};
+pub use recover::Recovered;
+use recover::{interrupt, recover};
 pub use writer::{Finish, NewEvent, Pause, Transition, Transitioned, Writer, WriterStats};
 
 #[derive(Debug, thiserror::Error)]
@@ -101,11 +106,6 @@ pub struct IdempotentRun {
     pub run: Run,
     pub request_hash: String,
 }
-
-/// Connections of the read pool.
-const READERS: u32 = 8;
-/// Page cache of each reader, in KiB.
-const READER_CACHE_KIB: u32 = 512;
 
 #[derive(Clone)]
 pub struct Store {
@@ -403,145 +403,6 @@ impl Store {
     }
 }
 
-/// The database engines a `database_url` may name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Engine {
-    Sqlite,
-    Postgres,
-}
-
-impl Engine {
-    /// The engine of `url`'s scheme: `sqlite:`, or `postgres:` /
-    /// `postgresql:`.
-    pub fn of_url(url: &str) -> Option<Self> {
-        match url.split_once(':').map(|(scheme, _)| scheme) {
-            Some("sqlite") => Some(Self::Sqlite),
-            Some("postgres" | "postgresql") => Some(Self::Postgres),
-            _ => None,
-        }
-    }
-
-    /// The engine a connection of sqlx's `Any` driver speaks to.
-    pub(crate) fn of_connection(connection: &AnyConnection) -> Self {
-        match connection.backend_name() {
-            "PostgreSQL" => Self::Postgres,
-            _ => Self::Sqlite,
-        }
-    }
-}
-
-/// The writer's connection and the read pool of a SQLite file (created, with
-/// its directory, if missing).
-async fn open_sqlite(url: &str) -> Result<(AnyConnection, AnyPool), StoreError> {
-    let options = SqliteConnectOptions::from_str(url)?.create_if_missing(true);
-    if let Some(dir) = options.get_filename().parent()
-        && !dir.as_os_str().is_empty()
-    {
-        std::fs::create_dir_all(dir).map_err(|e| StoreError::Database(e.into()))?;
-    }
-    // Through sqlx's `Any` driver, which takes a URL: the settings a URL
-    // cannot carry are set on each connection.
-    let any = |options: &SqliteConnectOptions| {
-        AnyConnectOptions::from_url(&options.to_url_lossy())
-            .map(ConnectOptions::disable_statement_logging)
-    };
-    let mut connection = AnyConnection::connect_with(&any(&options)?).await?;
-    for pragma in [
-        "PRAGMA journal_mode = WAL",
-        "PRAGMA synchronous = NORMAL",
-        "PRAGMA foreign_keys = ON",
-        "PRAGMA busy_timeout = 10000",
-    ] {
-        connection.execute(pragma).await?;
-    }
-    sqlx::migrate!("./migrations/sqlite")
-        .run(&mut connection)
-        .await?;
-    // Readers keep a small page cache: in WAL mode a reader's cache is
-    // dropped whenever the writer commits, which under load is all the
-    // time, so a large one mostly holds memory (2 MiB each by default).
-    let read = AnyPoolOptions::new()
-        .max_connections(READERS)
-        .min_connections(1)
-        .after_connect(|connection, _| {
-            Box::pin(async move {
-                connection
-                    .execute(
-                        format!(
-                            "PRAGMA cache_size = -{READER_CACHE_KIB}; PRAGMA busy_timeout = 10000"
-                        )
-                        .as_str(),
-                    )
-                    .await?;
-                Ok(())
-            })
-        })
-        // Not creating: a URL's mode would then be `rwc`, not `ro`.
-        .connect_with(any(&options.create_if_missing(false).read_only(true))?)
-        .await?;
-    Ok((connection, read))
-}
-
-/// The writer's connection and the read pool of a PostgreSQL database (which
-/// must exist), migrated (sqlx holds an advisory lock while it migrates, so
-/// replicas starting together migrate once), and how the writer opens its
-/// connection again.
-async fn open_postgres(
-    url: &str,
-    lease: Duration,
-) -> Result<(AnyConnection, AnyPool, writer::Reopen), StoreError> {
-    let options = AnyConnectOptions::from_str(url)?.disable_statement_logging();
-    let mut connection = AnyConnection::connect_with(&options).await?;
-    cluster::guard_session(&mut connection, lease).await?;
-    sqlx::migrate!("./migrations/postgres")
-        .run(&mut connection)
-        .await?;
-    let read = AnyPoolOptions::new()
-        .max_connections(READERS)
-        .min_connections(1)
-        .connect_with(options.clone())
-        .await?;
-    let reopen: writer::Reopen = Arc::new(move || {
-        let options = options.clone();
-        Box::pin(async move {
-            let mut connection = AnyConnection::connect_with(&options).await?;
-            cluster::guard_session(&mut connection, lease).await?;
-            Ok(connection)
-        })
-    });
-    Ok((connection, read, reopen))
-}
-
-/// The name of the key that signs stream tokens.
-const STREAM_KEY: &str = "stream_tokens";
-
-/// The server key `name`: made (32 random bytes) the first time, then read.
-/// Replicas starting together agree: the first insert wins.
-async fn server_key(
-    connection: &mut AnyConnection,
-    name: &str,
-) -> Result<Arc<[u8; 32]>, StoreError> {
-    let mut fresh = [0u8; 32];
-    getrandom::fill(&mut fresh)
-        .map_err(|e| StoreError::Corrupt(format!("no randomness for a server key: {e}")))?;
-    sqlx::query(
-        "INSERT INTO server_keys (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
-    )
-    .bind(name)
-    .bind(hex::encode(fresh))
-    .execute(&mut *connection)
-    .await?;
-    let stored: String = sqlx::query_scalar("SELECT value FROM server_keys WHERE name = $1")
-        .bind(name)
-        .fetch_one(&mut *connection)
-        .await?;
-    let key: [u8; 32] = hex::decode(&stored)
-        .ok()
-        .and_then(|bytes| bytes.try_into().ok())
-        .ok_or_else(|| StoreError::Corrupt(format!("the server key {name:?} is malformed")))?;
-    Ok(Arc::new(key))
-}
-
 /// The `run_end` event of a run the store itself ends (one a previous
 /// process left running, a paused one cancelled or timed out), as stored.
 pub(crate) fn run_end_body(
@@ -577,87 +438,4 @@ pub(crate) struct NewRun<'a> {
     /// The replica that executes it, when it is inserted `running` on
     /// PostgreSQL.
     pub owner: Option<&'a str>,
-}
-
-/// What [`recover`] found.
-#[derive(Debug, Default)]
-pub struct Recovered {
-    /// Runs that were running: now `interrupted`.
-    pub interrupted: Vec<Uuid>,
-    /// Runs that were waiting, oldest first: to be started again.
-    pub queued: Vec<Unfinished>,
-}
-
-/// Ends a running run whose server is gone `interrupted`: a `run_end` after
-/// its last event, its final state (its pause, if it resumed from one, is
-/// over too).
-async fn interrupt(
-    connection: &mut AnyConnection,
-    run: &Run,
-    now: DateTime<Utc>,
-) -> Result<(), StoreError> {
-    let sequence: i64 =
-        sqlx::query_scalar("SELECT COALESCE(MAX(sequence), 0) + 1 FROM events WHERE run_id = $1")
-            .bind(run.id.to_string())
-            .fetch_one(&mut *connection)
-            .await?;
-    let error = crate::run::INTERRUPTED.to_owned();
-    let body = run_end_body(
-        run,
-        sequence,
-        now,
-        Outcome::Interrupted,
-        Some(error.clone()),
-    )?;
-    sqlx::query("INSERT INTO events (run_id, sequence, type, body) VALUES ($1, $2, 'run_end', $3)")
-        .bind(run.id.to_string())
-        .bind(sequence)
-        .bind(body)
-        .execute(&mut *connection)
-        .await?;
-    sqlx::query(
-        "UPDATE runs SET status = $1, error = $2, finished_at = $3, owner = NULL, \
-         pending_actions = '[]', answers = '{}', action_deadline = NULL WHERE id = $4",
-    )
-    .bind(Outcome::Interrupted.as_str())
-    .bind(&error)
-    .bind(format_time(&now))
-    .bind(run.id.to_string())
-    .execute(&mut *connection)
-    .await?;
-    Ok(())
-}
-
-/// Brings the previous process's live runs to rest: `running` ones become
-/// `interrupted` with a `run_end` event after their last one; `queued` ones
-/// are returned, oldest first, to be started (or resumed) again. Paused runs
-/// stay paused: they hold nothing but their row.
-async fn recover(
-    connection: &mut AnyConnection,
-    now: DateTime<Utc>,
-) -> Result<Recovered, StoreError> {
-    let mut tx = connection.begin().await?;
-    let running = sqlx::query(rows::SELECT_LIVE_RUNS)
-        .bind(RunStatus::Running.as_str())
-        .fetch_all(&mut *tx)
-        .await?;
-    let mut interrupted = Vec::new();
-    for row in &running {
-        let run = rows::run_from_row(row)?;
-        interrupt(&mut tx, &run, now).await?;
-        interrupted.push(run.id);
-    }
-    let queued = sqlx::query(rows::SELECT_LIVE_RUNS)
-        .bind(RunStatus::Queued.as_str())
-        .fetch_all(&mut *tx)
-        .await?;
-    let queued = queued
-        .iter()
-        .map(rows::unfinished_from_row)
-        .collect::<Result<Vec<_>, _>>()?;
-    tx.commit().await?;
-    Ok(Recovered {
-        interrupted,
-        queued,
-    })
 }
