@@ -187,6 +187,10 @@ pub struct AuthConfig {
     pub tokens: Vec<TokenConfig>,
 }
 
+/// The longest tenant name (it travels between replicas in notifications,
+/// which PostgreSQL bounds).
+pub const MAX_TENANT_BYTES: usize = 256;
+
 /// One bearer token and the tenant it authenticates. Give the token itself or,
 /// better, its SHA-256 in hex so the file holds no secret.
 #[derive(Clone, Deserialize)]
@@ -357,6 +361,11 @@ impl Config {
         for (i, token) in self.auth.tokens.iter().enumerate() {
             if token.tenant.trim().is_empty() {
                 return invalid(format!("auth.tokens[{i}].tenant must not be empty"));
+            }
+            if token.tenant.len() > MAX_TENANT_BYTES {
+                return invalid(format!(
+                    "auth.tokens[{i}].tenant must be at most {MAX_TENANT_BYTES} bytes"
+                ));
             }
             match (&token.token, &token.token_sha256) {
                 (Some(t), None) if !t.is_empty() => {}

@@ -126,6 +126,15 @@ pub(super) fn events(
             }
         }
     };
+    sse_response(state, events)
+}
+
+/// `events` as an SSE response: keep-alive comments while idle, and no
+/// buffering by proxies.
+pub(super) fn sse_response(
+    state: &AppState,
+    events: impl futures_util::Stream<Item = Result<SseEvent, Infallible>> + Send + 'static,
+) -> Response {
     let mut response = Sse::new(events)
         .keep_alive(KeepAlive::new().interval(state.keep_alive))
         .into_response();

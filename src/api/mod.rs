@@ -13,6 +13,7 @@ pub mod routes;
 pub mod runs;
 pub mod serve;
 pub mod state;
+pub mod statuses;
 pub mod stream_tokens;
 pub mod system;
 pub mod tenant_run;

@@ -10,7 +10,7 @@ use axum::http::Method;
 use axum::routing::{MethodRouter, delete, get, post};
 
 use super::state::AppState;
-use super::{actions, events, runs, stream_tokens, system};
+use super::{actions, events, runs, statuses, stream_tokens, system};
 
 /// One path and what it answers.
 pub struct Route {
@@ -65,6 +65,11 @@ pub fn table() -> Vec<Route> {
                 ),
                 (M::POST, &["wait", "stream"][..], post(runs::create)),
             ],
+        ),
+        route(
+            "/v1/runs/events",
+            false,
+            [(M::GET, NONE, get(statuses::stream))],
         ),
         route(
             "/v1/runs/{id}",

@@ -188,6 +188,7 @@ impl Observer for RunObserver {
                     run.finished_at = Some(event.timestamp);
                 });
                 finish = Some(Box::new(Finish {
+                    tenant: self.live.tenant.0.clone(),
                     status: *status,
                     answer,
                     error,

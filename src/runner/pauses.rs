@@ -77,6 +77,7 @@ impl Runner {
                 run,
                 complete,
                 model,
+                ..
             } => {
                 // A server that is stopping leaves it queued: the next
                 // process resumes it. On PostgreSQL it waits in the
@@ -95,7 +96,7 @@ impl Runner {
             Transitioned::NotPaused(status) => Answered::NotPaused(status),
             Transitioned::Refused(why) => Answered::Refused(why),
             // Its pause had run out: it ended `timeout` instead.
-            Transitioned::Ended { run } => {
+            Transitioned::Ended { run, .. } => {
                 self.shared.metrics.finished(Outcome::Timeout);
                 Answered::NotPaused(run.status)
             }
@@ -127,7 +128,7 @@ impl Runner {
             at: Utc::now(),
         };
         match self.shared.store.writer().transition(transition).await? {
-            Transitioned::Ended { run } => {
+            Transitioned::Ended { run, .. } => {
                 self.shared.metrics.finished(Outcome::Aborted);
                 Ok(Some(run))
             }
@@ -202,7 +203,7 @@ async fn end_paused(
         due,
     };
     match shared.store.writer().transition(transition).await? {
-        Transitioned::Ended { run } => {
+        Transitioned::Ended { run, .. } => {
             shared.metrics.finished(status);
             Ok(Some(run))
         }

@@ -126,7 +126,7 @@ impl RunTask {
             shared
                 .store
                 .writer()
-                .started(self.live.id, format_time(&at))
+                .started(self.live.id, &self.live.tenant.0, format_time(&at))
                 .await
         };
         tokio::select! {
@@ -223,6 +223,8 @@ impl RunTask {
         // of its own.
         let closed = shared.store.live().ended(self.live.id);
         let handed = observer.pause(Pause {
+            tenant: self.live.tenant.0.clone(),
+            at: format_time(&Utc::now()),
             steps: checkpoint.steps,
             tool_calls: checkpoint.tool_calls,
             usage: checkpoint.usage,

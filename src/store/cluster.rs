@@ -24,8 +24,11 @@
 //! - **Notifications.** `LISTEN`/`NOTIFY`, sent inside the transaction that
 //!   wrote what they announce (so they arrive only once it is committed):
 //!   new events of runs ([`EVENTS`]), a run waiting to be claimed
-//!   ([`QUEUED`]), a cancel for the replica executing a run ([`CANCEL`]).
+//!   ([`QUEUED`]), a cancel for the replica executing a run ([`CANCEL`]),
+//!   runs' changes of status ([`STATUSES`]). What a replica commits
+//!   itself it publishes to its own [`Channels`] once committed.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -36,7 +39,8 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::rows;
-use super::{Engine, StoreError, Unfinished};
+use super::{Channels, Engine, StatusChange, StoreError, Unfinished};
+use crate::harness::Outcome;
 use crate::run::{RunStatus, format_time};
 
 /// New events of runs are stored: `"<replica> <id>,<id>,..."`.
@@ -45,6 +49,9 @@ pub const EVENTS: &str = "agent_runner_events";
 pub const QUEUED: &str = "agent_runner_queued";
 /// A client cancelled a run that executes elsewhere: its id.
 pub const CANCEL: &str = "agent_runner_cancel";
+/// Runs' statuses changed: `"<replica> "` then a JSON array of
+/// `[run_id, tenant, status, at]`.
+pub const STATUSES: &str = "agent_runner_statuses";
 
 /// Room for ids in one notification (PostgreSQL takes 8000 bytes).
 const NOTIFY_PAYLOAD: usize = 7_800;
@@ -52,6 +59,8 @@ const NOTIFY_PAYLOAD: usize = 7_800;
 /// This replica, as the database knows it.
 pub struct Cluster {
     pool: AnyPool,
+    /// Where what it commits of runs' statuses is published here.
+    channels: Arc<Channels>,
     url: String,
     id: String,
     lease: Duration,
@@ -81,6 +90,8 @@ pub struct Claimed {
 pub enum Notice {
     /// Runs whose new events another replica stored.
     Events(Vec<Uuid>),
+    /// Changes of status another replica committed.
+    Statuses(Vec<StatusChange>),
     /// Runs wait to be claimed.
     Queued,
     /// A run a client cancelled, wherever it executes.
@@ -92,7 +103,11 @@ pub enum Notice {
 
 impl Cluster {
     /// Registers a new replica on the database at `url`, with a fresh lease.
-    pub(super) async fn join(url: &str, lease: Duration) -> Result<Self, StoreError> {
+    pub(super) async fn join(
+        url: &str,
+        lease: Duration,
+        channels: Arc<Channels>,
+    ) -> Result<Self, StoreError> {
         let pool = AnyPoolOptions::new()
             .max_connections(CLUSTER_CONNECTIONS)
             .acquire_timeout(lease / 3)
@@ -128,6 +143,7 @@ impl Cluster {
         tracing::info!(replica = %id, lease_ms = lease.as_millis() as u64, "joined the database's replicas");
         Ok(Self {
             pool,
+            channels,
             url: url.to_owned(),
             id,
             lease,
@@ -223,14 +239,20 @@ impl Cluster {
         if !self.hold_lease(&mut tx).await? {
             return Err(StoreError::Fenced);
         }
+        // The unreadable runs it failed on the way, then the one it claimed.
+        let mut changes = Vec::new();
         loop {
             let Some(row) = sqlx::query(rows::SELECT_NEXT_QUEUED)
                 .fetch_optional(&mut *tx)
                 .await?
             else {
+                if !changes.is_empty() {
+                    self.commit_statuses(tx, changes).await?;
+                }
                 return Ok(None);
             };
             let id: String = sqlx::Row::get(&row, "id");
+            let tenant: String = sqlx::Row::get(&row, "tenant");
             let mut unfinished = match rows::unfinished_from_row(&row) {
                 Ok(unfinished) => unfinished,
                 Err(error) => {
@@ -244,6 +266,14 @@ impl Cluster {
                     .bind(&id)
                     .execute(&mut *tx)
                     .await?;
+                    if let Ok(run_id) = rows::parse_uuid(&id) {
+                        changes.push(change(
+                            run_id,
+                            tenant,
+                            RunStatus::Ended(Outcome::Failed),
+                            at,
+                        ));
+                    }
                     continue;
                 }
             };
@@ -256,7 +286,8 @@ impl Cluster {
             .bind(&id)
             .fetch_one(&mut *tx)
             .await?;
-            tx.commit().await?;
+            changes.push(change(unfinished.run.id, tenant, RunStatus::Running, at));
+            self.commit_statuses(tx, changes).await?;
             let run = &mut unfinished.run;
             run.status = RunStatus::Running;
             run.started_at.get_or_insert(at);
@@ -274,19 +305,21 @@ impl Cluster {
         if !self.hold_lease(&mut tx).await? {
             return Err(StoreError::Fenced);
         }
-        let released = sqlx::query(
+        let released: Option<String> = sqlx::query_scalar(
             "UPDATE runs SET status = 'queued', owner = NULL \
-             WHERE id = $1 AND owner = $2 AND status = 'running'",
+             WHERE id = $1 AND owner = $2 AND status = 'running' RETURNING tenant",
         )
         .bind(run_id.to_string())
         .bind(&self.id)
-        .execute(&mut *tx)
+        .fetch_optional(&mut *tx)
         .await?;
-        if released.rows_affected() > 0 {
-            notify(&mut tx, QUEUED, "").await?;
-        }
-        tx.commit().await?;
-        Ok(())
+        let Some(tenant) = released else {
+            tx.commit().await?;
+            return Ok(());
+        };
+        notify(&mut tx, QUEUED, "").await?;
+        let queued = change(run_id, tenant, RunStatus::Queued, Utc::now());
+        self.commit_statuses(tx, vec![queued]).await
     }
 
     /// Ends `interrupted` runs stored running and owned here that do not
@@ -309,16 +342,10 @@ impl Cluster {
                 .fetch_optional(&mut *tx)
                 .await?;
             if let Some(row) = row {
-                let run = rows::run_from_row(&row)?;
-                super::interrupt(&mut tx, &run, at).await?;
-                ended.push(run.id);
+                ended.push(self.interrupt(&mut tx, &row, at).await?);
             }
         }
-        if !ended.is_empty() {
-            notify_events(&mut tx, &self.id, ended.iter().map(Uuid::to_string)).await?;
-        }
-        tx.commit().await?;
-        Ok(ended)
+        self.commit_ended(tx, ended).await
     }
 
     /// Takes a share lock on this replica's row for the transaction: while
@@ -330,6 +357,53 @@ impl Cluster {
             self.lose("another replica took this one's lease for dead");
         }
         Ok(held)
+    }
+
+    /// Ends the run of `row` `interrupted` (see [`super::interrupt`]): its
+    /// change of status.
+    async fn interrupt(
+        &self,
+        connection: &mut AnyConnection,
+        row: &sqlx::any::AnyRow,
+        at: DateTime<Utc>,
+    ) -> Result<StatusChange, StoreError> {
+        let run = rows::run_from_row(row)?;
+        super::interrupt(connection, &run, at).await?;
+        let tenant = sqlx::Row::get(row, "tenant");
+        Ok(change(
+            run.id,
+            tenant,
+            RunStatus::Ended(Outcome::Interrupted),
+            at,
+        ))
+    }
+
+    /// Commits the end of the runs that `ended`, telling every replica
+    /// (this one too) of them; their ids.
+    async fn commit_ended(
+        &self,
+        mut tx: sqlx::Transaction<'_, sqlx::Any>,
+        ended: Vec<StatusChange>,
+    ) -> Result<Vec<Uuid>, StoreError> {
+        let ids: Vec<Uuid> = ended.iter().map(|change| change.run_id).collect();
+        if !ids.is_empty() {
+            notify_events(&mut tx, &self.id, ids.iter().map(Uuid::to_string)).await?;
+        }
+        self.commit_statuses(tx, ended).await?;
+        Ok(ids)
+    }
+
+    /// Commits `tx` with its `changes` of status, told to the other
+    /// replicas with it and published here once it is committed.
+    async fn commit_statuses(
+        &self,
+        mut tx: sqlx::Transaction<'_, sqlx::Any>,
+        changes: Vec<StatusChange>,
+    ) -> Result<(), StoreError> {
+        notify_statuses(&mut tx, &self.id, &changes).await?;
+        tx.commit().await?;
+        self.channels.publish_statuses(changes);
+        Ok(())
     }
 
     /// Runs waiting to be claimed, on the whole database.
@@ -360,14 +434,9 @@ impl Cluster {
             .await?;
         let mut ended = Vec::with_capacity(orphans.len());
         for row in &orphans {
-            let run = rows::run_from_row(row)?;
-            super::interrupt(&mut tx, &run, at).await?;
-            ended.push(run.id);
+            ended.push(self.interrupt(&mut tx, row, at).await?);
         }
-        if !ended.is_empty() {
-            notify_events(&mut tx, &self.id, ended.iter().map(Uuid::to_string)).await?;
-        }
-        tx.commit().await?;
+        let ended = self.commit_ended(tx, ended).await?;
         for replica in &dead {
             tracing::warn!(%replica, "a replica's lease ran out; it is taken for dead");
         }
@@ -435,7 +504,9 @@ impl Cluster {
 
     async fn listener(&self) -> Result<PgListener, StoreError> {
         let mut listener = PgListener::connect(&self.url).await?;
-        listener.listen_all([EVENTS, QUEUED, CANCEL]).await?;
+        listener
+            .listen_all([EVENTS, QUEUED, CANCEL, STATUSES])
+            .await?;
         Ok(listener)
     }
 
@@ -455,8 +526,38 @@ impl Cluster {
             }
             QUEUED => Some(Notice::Queued),
             CANCEL => Uuid::parse_str(payload).ok().map(Notice::Cancel),
+            STATUSES => {
+                let (replica, changes) = payload.split_once(' ')?;
+                if replica == self.id {
+                    return None;
+                }
+                let changes: Vec<(Uuid, String, String, String)> =
+                    serde_json::from_str(changes).ok()?;
+                Some(Notice::Statuses(
+                    changes
+                        .into_iter()
+                        .filter_map(|(run_id, tenant, status, at)| {
+                            Some(StatusChange {
+                                run_id,
+                                tenant,
+                                status: RunStatus::parse(&status)?,
+                                at,
+                            })
+                        })
+                        .collect(),
+                ))
+            }
             _ => None,
         }
+    }
+}
+
+fn change(run_id: Uuid, tenant: String, status: RunStatus, at: DateTime<Utc>) -> StatusChange {
+    StatusChange {
+        run_id,
+        tenant,
+        status,
+        at: format_time(&at),
     }
 }
 
@@ -519,6 +620,47 @@ pub(super) async fn notify_events(
         notify(connection, EVENTS, &payload).await?;
     }
     Ok(())
+}
+
+/// Tells the other replicas, once the transaction commits, of `changes`
+/// of status (`from`: this replica). A no-op on SQLite.
+pub(super) async fn notify_statuses(
+    connection: &mut AnyConnection,
+    from: &str,
+    changes: &[StatusChange],
+) -> Result<(), StoreError> {
+    if changes.is_empty() || Engine::of_connection(connection) != Engine::Postgres {
+        return Ok(());
+    }
+    let mut batch: Vec<(Uuid, &str, &str, &str)> = Vec::new();
+    let mut size = 0;
+    for change in changes {
+        // Its id, status and time, quotes and commas: under 100 bytes.
+        let length = change.tenant.len() + change.at.len() + 100;
+        if size + length > NOTIFY_PAYLOAD && !batch.is_empty() {
+            send_statuses(connection, from, &batch).await?;
+            batch.clear();
+            size = 0;
+        }
+        batch.push((
+            change.run_id,
+            &change.tenant,
+            change.status.as_str(),
+            &change.at,
+        ));
+        size += length;
+    }
+    send_statuses(connection, from, &batch).await
+}
+
+async fn send_statuses(
+    connection: &mut AnyConnection,
+    from: &str,
+    batch: &[(Uuid, &str, &str, &str)],
+) -> Result<(), StoreError> {
+    let json = serde_json::to_string(batch)
+        .map_err(|error| StoreError::Corrupt(format!("cannot serialise statuses: {error}")))?;
+    notify(connection, STATUSES, &format!("{from} {json}")).await
 }
 
 /// Sends `payload` on `channel` once the transaction commits (a no-op on

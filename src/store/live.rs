@@ -11,6 +11,11 @@
 //! it to go live again ([`Channels::until_reopened`]). So does whoever
 //! follows a run that executes on another replica: news of its events
 //! arrives from the database ([`super::cluster`]) as a wake.
+//!
+//! Beside the runs' channels, one channel carries every run's changes of
+//! status ([`StatusChange`]), published by whatever commits them (the
+//! writer, a replica's claim or takeover) or heard from other replicas:
+//! what the tenant-wide stream follows.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -20,9 +25,25 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::run::RunStatus;
+
 /// Events buffered per live run for subscribers; one that falls further
 /// behind catches up from storage.
 pub const LIVE_BUFFER: usize = 32;
+
+/// Changes of status buffered for the tenant-wide streams; one that falls
+/// further behind ends (its client reads the runs again).
+pub const STATUS_BUFFER: usize = 1024;
+
+/// A run's status changed, and that change is committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusChange {
+    pub run_id: Uuid,
+    pub tenant: String,
+    pub status: RunStatus,
+    /// When it changed (RFC 3339).
+    pub at: String,
+}
 
 /// An event on its way to live subscribers. Sequenced events are already
 /// stored; `model_delta` ones (no sequence) are live only.
@@ -88,10 +109,10 @@ struct Ended {
     how: Arc<AtomicU8>,
 }
 
-/// The channels of the live runs.
-#[derive(Default)]
+/// The channels of the live runs, and the one of every run's status.
 pub struct Channels {
     runs: Mutex<HashMap<Uuid, Channel>>,
+    statuses: broadcast::Sender<Arc<StatusChange>>,
     /// Fired when a run that is not live here goes live again or ends:
     /// what followers of a paused run wait on. Made only for runs someone
     /// waits on.
@@ -137,7 +158,30 @@ impl Drop for Reopened<'_> {
     }
 }
 
+impl Default for Channels {
+    fn default() -> Self {
+        Self {
+            runs: Mutex::default(),
+            statuses: broadcast::channel(STATUS_BUFFER).0,
+            reopened: Mutex::default(),
+        }
+    }
+}
+
 impl Channels {
+    /// Tells whoever follows the runs' statuses of committed changes.
+    pub fn publish_statuses(&self, changes: impl IntoIterator<Item = StatusChange>) {
+        for change in changes {
+            // No subscriber is not an error.
+            let _ = self.statuses.send(Arc::new(change));
+        }
+    }
+
+    /// Subscribes to every run's changes of status from now on.
+    pub fn subscribe_statuses(&self) -> broadcast::Receiver<Arc<StatusChange>> {
+        self.statuses.subscribe()
+    }
+
     /// Opens the channel of a run that goes live (a no-op if it is open).
     pub fn open(&self, run_id: Uuid) {
         if let Ok(mut runs) = self.runs.lock() {

@@ -37,7 +37,7 @@ use crate::run::{ActionAnswer, ModelSpec, Run, RunSpec, RunStatus, Tenant};
 
 pub use connect::Engine;
 use connect::{STREAM_KEY, open_postgres, open_sqlite, server_key};
-pub use live::{Channels, Closing, LiveEvent};
+pub use live::{Channels, Closing, LiveEvent, StatusChange};
 pub use recover::Recovered;
 use recover::{interrupt, recover};
 pub use writer::{Finish, NewEvent, Pause, Transition, Transitioned, Writer, WriterStats};
@@ -165,7 +165,8 @@ impl Store {
             Some(Engine::Postgres) => {
                 let (mut connection, read, reopen) = open_postgres(url, lease).await?;
                 let stream_key = server_key(&mut connection, STREAM_KEY).await?;
-                let cluster = Arc::new(cluster::Cluster::join(url, lease).await?);
+                let cluster =
+                    Arc::new(cluster::Cluster::join(url, lease, Arc::clone(&channels)).await?);
                 let writer = Writer::start(
                     connection,
                     Some(reopen),

@@ -24,5 +24,6 @@ mod sandbox;
 mod scenarios;
 mod secrets;
 mod sse;
+mod statuses;
 mod storage;
 mod tenants;

@@ -643,6 +643,12 @@ fn method(name: &str) -> Method {
     Method::from_bytes(name.to_uppercase().as_bytes()).unwrap()
 }
 
+/// Whether the operation answers a stream that goes on until the client
+/// leaves (the tenant-wide status stream).
+fn is_endless(method: &str, path: &str) -> bool {
+    method == "get" && path == "/v1/runs/events"
+}
+
 #[tokio::test]
 async fn every_documented_operation_is_served_and_every_other_method_is_refused() {
     let app = spawn_app().await;
@@ -664,6 +670,19 @@ async fn every_documented_operation_is_served_and_every_other_method_is_refused(
                     "prompt": "hi",
                     "model": {"scripted": [{"content": "done"}]}
                 }));
+            }
+            if methods.contains(name) && is_endless(name, path) {
+                // Its body never ends: its answer's head is what is checked
+                // (the events are, in `statuses`).
+                let response = request.send().await.expect("the server answers");
+                assert_eq!(response.status(), StatusCode::OK, "GET {path}");
+                assert!(
+                    response.headers()["content-type"]
+                        .to_str()
+                        .unwrap()
+                        .starts_with("text/event-stream")
+                );
+                continue;
             }
             let reply = app.send(request).await;
             if methods.contains(name) {

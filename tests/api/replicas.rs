@@ -15,6 +15,7 @@ use crate::helpers::{
     Remote, TEST_LEASE_MS, assert_gap_free, call, database_url, on_postgres, read_sse,
     start_binary_with, terminate, types,
 };
+use crate::statuses::Statuses;
 
 /// A replica: the real binary on the shared data directory, killed when
 /// dropped.
@@ -137,6 +138,7 @@ async fn a_run_made_on_one_replica_is_followed_live_on_another() {
     let dir = tempfile::tempdir().unwrap();
     let a = Replica::start(&dir, &[]);
     let b = Replica::start(&dir, &[]);
+    let mut statuses = Statuses::open(b.server.get("/v1/runs/events").await).await;
     let run = a.server.post_json("/v1/runs", &steps(4, 150)).await;
     let id = id_of(&run);
     // Followed on the other replica from its start: every event, in order,
@@ -155,6 +157,18 @@ async fn a_run_made_on_one_replica_is_followed_live_on_another() {
     let events = b.events(&id).await;
     assert_gap_free(&events);
     assert_eq!(events.last().unwrap().data["status"], "completed");
+    // Its changes of status too, wherever it ran.
+    let seen = statuses
+        .until(|seen| {
+            seen.get(&id)
+                .is_some_and(|s| s.last().is_some_and(|s| s == "completed"))
+        })
+        .await;
+    let changes = &seen[&id];
+    assert!(
+        *changes == ["running", "completed"] || *changes == ["queued", "running", "completed"],
+        "{changes:?}"
+    );
     // Resumed on the other replica from a point in the middle.
     let resumed = read_sse(
         a.server
@@ -298,6 +312,7 @@ async fn a_killed_replica_s_runs_are_taken_over_within_two_leases() {
                 .0
         })
     };
+    let mut statuses = Statuses::open(b.server.get("/v1/runs/events").await).await;
     a.kill();
     let killed = Instant::now();
     let interrupted = b.server.wait_status(&running, "interrupted").await;
@@ -319,6 +334,15 @@ async fn a_killed_replica_s_runs_are_taken_over_within_two_leases() {
     assert_eq!(followed.unwrap(), events, "the follower saw the end");
     // The queued one starts once B has a slot, once.
     frees_and_runs_once(&b, &busy, &queued, "done").await;
+    // B's stream told of the takeover it committed, and of the claim.
+    let seen = statuses
+        .until(|seen| {
+            seen.get(&queued)
+                .is_some_and(|s| s.last().is_some_and(|s| s == "completed"))
+        })
+        .await;
+    assert_eq!(seen[&running], ["interrupted"]);
+    assert_eq!(seen[&queued], ["running", "completed"]);
     assert_eq!(
         replica_ids(&dir).await.len(),
         1,

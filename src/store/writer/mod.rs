@@ -41,8 +41,9 @@ use uuid::Uuid;
 
 use super::StoreError;
 use super::cluster::Cluster;
-use super::live::{Channels, Closing, LiveEvent};
+use super::live::{Channels, Closing, LiveEvent, StatusChange};
 use crate::harness::{Outcome, UsageTotals};
+use crate::run::RunStatus;
 use health::Health;
 pub(crate) use sql::RunRow;
 use sql::apply_all;
@@ -59,6 +60,8 @@ const RETRY_MAX: Duration = Duration::from_secs(1);
 /// The end of a run, written with its `run_end` event in one transaction.
 #[derive(Debug)]
 pub struct Finish {
+    /// The run's tenant (told with its change of status).
+    pub tenant: String,
     pub status: Outcome,
     pub answer: Option<String>,
     pub error: Option<String>,
@@ -89,6 +92,10 @@ pub struct NewEvent {
 /// `requires_action` and can be answered.
 #[derive(Debug)]
 pub struct Pause {
+    /// The run's tenant (told with its change of status).
+    pub tenant: String,
+    /// When it paused (RFC 3339).
+    pub at: String,
     pub steps: u32,
     pub tool_calls: u32,
     pub usage: UsageTotals,
@@ -104,6 +111,7 @@ pub(super) enum Op {
     InsertRun(Box<RunRow>, oneshot::Sender<Result<(), StoreError>>),
     Started {
         run_id: Uuid,
+        tenant: String,
         at: String,
         done: oneshot::Sender<Result<(), StoreError>>,
     },
@@ -122,6 +130,40 @@ pub(super) enum Op {
         oneshot::Sender<Result<Transitioned, StoreError>>,
     ),
     Close(oneshot::Sender<()>),
+}
+
+impl Op {
+    /// The change of status this operation commits, if any.
+    fn status_change(&self) -> Option<StatusChange> {
+        let (run_id, tenant, status, at) = match self {
+            Self::InsertRun(row, _) => return Some(row.status_change().clone()),
+            Self::Started {
+                run_id, tenant, at, ..
+            } => (*run_id, tenant.as_str(), RunStatus::Running, at.as_str()),
+            Self::Event(event) => match (&event.finish, &event.pause) {
+                (Some(finish), _) => (
+                    event.run_id,
+                    finish.tenant.as_str(),
+                    RunStatus::Ended(finish.status),
+                    finish.finished_at.as_str(),
+                ),
+                (None, Some(pause)) => (
+                    event.run_id,
+                    pause.tenant.as_str(),
+                    RunStatus::RequiresAction,
+                    pause.at.as_str(),
+                ),
+                (None, None) => return None,
+            },
+            Self::Tools { .. } | Self::Transition(..) | Self::Close(_) => return None,
+        };
+        Some(StatusChange {
+            run_id,
+            tenant: tenant.to_owned(),
+            status,
+            at: at.to_owned(),
+        })
+    }
 }
 
 /// Counters of the writer's work, for metrics and benchmarks.
@@ -201,10 +243,16 @@ impl Writer {
 
     /// Marks a run `running`, and waits for the commit: a run executes only
     /// once its start is stored, so that a restart never runs it again.
-    pub async fn started(&self, run_id: Uuid, at: String) -> Result<(), StoreError> {
+    pub async fn started(&self, run_id: Uuid, tenant: &str, at: String) -> Result<(), StoreError> {
         let (done, wait) = oneshot::channel();
+        let tenant = tenant.to_owned();
         self.sender
-            .send(Op::Started { run_id, at, done })
+            .send(Op::Started {
+                run_id,
+                tenant,
+                at,
+                done,
+            })
             .map_err(|_| StoreError::Closed)?;
         wait.await.map_err(|_| StoreError::Closed)?
     }
@@ -449,9 +497,14 @@ impl Task {
             .unzip();
         let replica = self.cluster.as_ref().map(|cluster| cluster.id().to_owned());
         let replica = replica.as_deref();
+        // Published once committed, whichever way.
+        let mut changes = Vec::new();
         let outcomes =
             match transition::apply_all(&mut self.connection, replica, &transitions).await {
-                Ok(outcomes) => outcomes.into_iter().map(Ok).collect(),
+                Ok((outcomes, made)) => {
+                    changes = made;
+                    outcomes.into_iter().map(Ok).collect()
+                }
                 Err(error) if transitions.len() == 1 || is_refusal(&error) => {
                     let refused = is_refusal(&error);
                     let message = error.to_string();
@@ -468,19 +521,21 @@ impl Task {
                 Err(_) => {
                     let mut outcomes = Vec::with_capacity(transitions.len());
                     for transition in &transitions {
-                        outcomes.push(
-                            transition::apply_all(
-                                &mut self.connection,
-                                replica,
-                                std::slice::from_ref(transition),
-                            )
-                            .await
-                            .map(|mut one| one.remove(0)),
-                        );
+                        let one = transition::apply_all(
+                            &mut self.connection,
+                            replica,
+                            std::slice::from_ref(transition),
+                        )
+                        .await;
+                        outcomes.push(one.map(|(mut one, made)| {
+                            changes.extend(made);
+                            one.remove(0)
+                        }));
                     }
                     outcomes
                 }
             };
+        self.channels.publish_statuses(changes);
         let mut refused = false;
         for (outcome, done) in outcomes.into_iter().zip(waiters) {
             refused |= outcome.as_ref().err().is_some_and(is_refusal);
@@ -511,6 +566,9 @@ fn hold(batch: Vec<Op>, error: &StoreError) -> Vec<Op> {
 /// Tells an operation's waiters how it ended: a stored event is published to
 /// its run's subscribers; a run's end, stored or given up, closes its channel.
 fn finish(op: Op, stored: bool, channels: &Channels) {
+    if stored {
+        channels.publish_statuses(op.status_change());
+    }
     match op {
         Op::InsertRun(_, done) | Op::Started { done, .. } => {
             let _ = done.send(if stored {

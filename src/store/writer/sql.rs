@@ -6,7 +6,7 @@ use sqlx::Executor;
 use super::Op;
 use crate::run::format_time;
 use crate::store::cluster::{self, Cluster};
-use crate::store::{Engine, NewRun, StoreError};
+use crate::store::{Engine, NewRun, StatusChange, StoreError};
 
 /// Most rows one statement writes (the runs insert binds 22 values a row,
 /// well within SQLite's 32,766 variables).
@@ -36,6 +36,8 @@ pub(crate) struct RunRow {
     created_at: String,
     started_at: Option<String>,
     owner: Option<String>,
+    /// The change of status its insert commits.
+    change: StatusChange,
 }
 
 impl RunRow {
@@ -64,7 +66,18 @@ impl RunRow {
             created_at: format_time(&run.created_at),
             started_at: run.started_at.as_ref().map(format_time),
             owner: new.owner.map(str::to_owned),
+            change: StatusChange {
+                run_id: run.id,
+                tenant: new.tenant.0.clone(),
+                status: run.status,
+                at: format_time(run.started_at.as_ref().unwrap_or(&run.created_at)),
+            },
         })
+    }
+
+    /// The change of status its insert commits.
+    pub(super) fn status_change(&self) -> &StatusChange {
+        &self.change
     }
 }
 
@@ -341,8 +354,8 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
     Ok(())
 }
 
-/// Tells the other replicas of a batch: the runs it stored events of, and
-/// whether it queued a run.
+/// Tells the other replicas of a batch: the runs it stored events of, the
+/// changes of status it made, and whether it queued a run.
 async fn announce(
     connection: &mut AnyConnection,
     replica: &Cluster,
@@ -350,6 +363,8 @@ async fn announce(
 ) -> Result<(), StoreError> {
     let mut runs = std::collections::HashSet::new();
     let mut queued = false;
+    let changes: Vec<_> = ops.iter().filter_map(Op::status_change).collect();
+    cluster::notify_statuses(connection, replica.id(), &changes).await?;
     for op in ops {
         match op {
             Op::Event(event) => {

@@ -11,7 +11,7 @@ use uuid::Uuid;
 use crate::harness::{Outcome, PendingAction, check_answers};
 use crate::run::{ActionAnswer, ModelSpec, NO_ANSWER, Run, RunStatus, Tenant, format_time};
 use crate::store::rows::{self, Answers};
-use crate::store::{Engine, StoreError, cluster, run_end_body};
+use crate::store::{Engine, StatusChange, StoreError, cluster, run_end_body};
 
 /// A change to a paused run.
 #[derive(Debug)]
@@ -57,12 +57,14 @@ pub enum Transitioned {
         run: Run,
         complete: bool,
         model: ModelSpec,
+        tenant: String,
     },
     /// Its pause is not due yet (an answer came in meanwhile, or the clock).
     NotDue,
     /// It ended: its final state.
     Ended {
         run: Run,
+        tenant: String,
     },
     /// Its cancel is asked of the replica executing it: the run as it is.
     Forwarded {
@@ -79,11 +81,12 @@ pub(super) async fn apply_all(
     connection: &mut AnyConnection,
     replica: Option<&str>,
     transitions: &[Box<Transition>],
-) -> Result<Vec<Transitioned>, StoreError> {
+) -> Result<(Vec<Transitioned>, Vec<StatusChange>), StoreError> {
     super::sql::begin(connection).await?;
     let mut outcomes = Vec::with_capacity(transitions.len());
+    let mut changes = Vec::new();
     for transition in transitions {
-        match decide(connection, transition).await {
+        match decide(connection, transition, &mut changes).await {
             Ok(outcome) => outcomes.push(outcome),
             Err(error) => {
                 let _ = connection.execute("ROLLBACK").await;
@@ -92,7 +95,7 @@ pub(super) async fn apply_all(
         }
     }
     if let Some(replica) = replica
-        && let Err(error) = announce(connection, replica, &outcomes).await
+        && let Err(error) = announce(connection, replica, &outcomes, &changes).await
     {
         let _ = connection.execute("ROLLBACK").await;
         return Err(error);
@@ -101,7 +104,7 @@ pub(super) async fn apply_all(
         let _ = connection.execute("ROLLBACK").await;
         return Err(error.into());
     }
-    Ok(outcomes)
+    Ok((outcomes, changes))
 }
 
 /// Tells the other replicas what `outcomes` changed.
@@ -109,9 +112,11 @@ async fn announce(
     connection: &mut AnyConnection,
     replica: &str,
     outcomes: &[Transitioned],
+    changes: &[StatusChange],
 ) -> Result<(), StoreError> {
+    cluster::notify_statuses(connection, replica, changes).await?;
     let ended = outcomes.iter().filter_map(|outcome| match outcome {
-        Transitioned::Ended { run } => Some(run.id.to_string()),
+        Transitioned::Ended { run, .. } => Some(run.id.to_string()),
         _ => None,
     });
     cluster::notify_events(connection, replica, ended).await?;
@@ -129,7 +134,38 @@ async fn announce(
     Ok(())
 }
 
+/// Decides on `transition` and writes what it does, adding the change of
+/// status it makes (if any) to `changes`.
 async fn decide(
+    connection: &mut AnyConnection,
+    transition: &Transition,
+    changes: &mut Vec<StatusChange>,
+) -> Result<Transitioned, StoreError> {
+    let outcome = decide_one(connection, transition).await?;
+    let (run, tenant) = match &outcome {
+        Transitioned::Answered {
+            run,
+            complete: true,
+            tenant,
+            ..
+        }
+        | Transitioned::Ended { run, tenant } => (run, tenant),
+        _ => return Ok(outcome),
+    };
+    let at = match run.status {
+        RunStatus::Ended(_) => run.finished_at.unwrap_or_else(Utc::now),
+        _ => Utc::now(),
+    };
+    changes.push(StatusChange {
+        run_id: run.id,
+        tenant: tenant.clone(),
+        status: run.status,
+        at: format_time(&at),
+    });
+    Ok(outcome)
+}
+
+async fn decide_one(
     connection: &mut AnyConnection,
     transition: &Transition,
 ) -> Result<Transitioned, StoreError> {
@@ -150,10 +186,13 @@ async fn decide(
     else {
         return Ok(Transitioned::NotFound);
     };
-    if tenant.is_some_and(|tenant| tenant.0 != sqlx::Row::get::<String, _>(&row, "tenant")) {
+    let owner: String = sqlx::Row::get(&row, "tenant");
+    if tenant.is_some_and(|tenant| tenant.0 != owner) {
         return Ok(Transitioned::NotFound);
     }
     let mut run = rows::run_from_row(&row)?;
+    let end =
+        |connection, run, status, error, at| end(connection, run, owner.clone(), status, error, at);
     if let Transition::Cancel { at, .. } = transition {
         match run.status {
             RunStatus::Queued => return end(connection, run, Outcome::Aborted, None, *at).await,
@@ -227,6 +266,7 @@ async fn decide(
                 run,
                 complete,
                 model: rows::json(&row, "model_spec")?,
+                tenant: owner,
             })
         }
         Transition::Cancel { at, .. } => end(connection, run, Outcome::Aborted, None, *at).await,
@@ -249,6 +289,7 @@ async fn decide(
 async fn end(
     connection: &mut AnyConnection,
     mut run: Run,
+    tenant: String,
     status: Outcome,
     error: Option<String>,
     at: DateTime<Utc>,
@@ -280,7 +321,7 @@ async fn end(
     run.error = error;
     run.finished_at = Some(at);
     run.pending_actions.clear();
-    Ok(Transitioned::Ended { run })
+    Ok(Transitioned::Ended { run, tenant })
 }
 
 #[cfg(test)]
@@ -326,6 +367,8 @@ mod tests {
             message: None,
             finish: None,
             pause: Some(Box::new(Pause {
+                tenant: tenant.0.clone(),
+                at: format_time(&Utc::now()),
                 steps: 1,
                 tool_calls: 1,
                 usage: UsageTotals::default(),
@@ -419,7 +462,7 @@ mod tests {
 
         let late = paused(&store, TimeDelta::milliseconds(-1)).await;
         match store.writer().transition(approve(late)).await.unwrap() {
-            Transitioned::Ended { run } => {
+            Transitioned::Ended { run, .. } => {
                 assert_eq!(run.status, RunStatus::Ended(Outcome::Timeout));
                 assert_eq!(run.error.as_deref(), Some(NO_ANSWER));
             }
