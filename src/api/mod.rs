@@ -4,6 +4,7 @@
 
 pub mod actions;
 pub mod auth;
+pub mod console;
 pub mod create;
 pub mod error;
 pub mod events;

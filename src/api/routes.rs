@@ -10,7 +10,7 @@ use axum::http::Method;
 use axum::routing::{MethodRouter, delete, get, post};
 
 use super::state::AppState;
-use super::{actions, events, runs, statuses, stream_tokens, system};
+use super::{actions, console, events, runs, statuses, stream_tokens, system};
 
 /// One path and what it answers.
 pub struct Route {
@@ -111,6 +111,12 @@ pub fn table() -> Vec<Route> {
         ),
         route("/v1/models", false, [(M::GET, NONE, get(system::models))]),
         route("/v1/mcp", false, [(M::GET, NONE, get(system::mcp))]),
+        route("/", true, [(M::GET, NONE, get(console::index))]),
+        route(
+            "/console/{file}",
+            true,
+            [(M::GET, NONE, get(console::asset))],
+        ),
         route("/healthz", true, [(M::GET, NONE, get(system::healthz))]),
         route("/readyz", true, [(M::GET, NONE, get(system::readyz))]),
         route("/metrics", true, [(M::GET, NONE, get(system::metrics))]),

@@ -13,26 +13,11 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::helpers::*;
 
-/// Where the tests' `eventsource` is installed.
-fn install() -> String {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/eventsource/install.sh");
-    let output = std::process::Command::new("bash")
-        .arg(script)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "tests/eventsource/install.sh failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap().trim().to_owned()
-}
-
 /// Follows `url` with EventSource for at most `wait_ms`: what it saw.
 async fn follow(url: String, wait_ms: u64) -> Value {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/eventsource/follow.mjs");
     let output = tokio::task::spawn_blocking(move || {
-        let dir = install();
+        let dir = installed("tests/eventsource/install.sh");
         std::process::Command::new("node")
             .arg(script)
             .arg(dir)

@@ -477,3 +477,18 @@ pub fn start_binary_with(
         .to_owned();
     (child, address)
 }
+
+/// Runs the install script `script` (a path under the project's root) and
+/// returns the folder it prints: where it installed what a test drives.
+pub fn installed(script: &str) -> String {
+    let output = std::process::Command::new("bash")
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(script))
+        .output()
+        .expect("bash runs");
+    assert!(
+        output.status.success(),
+        "{script} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap().trim().to_owned()
+}

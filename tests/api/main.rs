@@ -9,6 +9,7 @@ mod browsers;
 mod cancel;
 mod cli;
 mod connections;
+mod console;
 mod conversations;
 mod errors;
 mod eventsource;

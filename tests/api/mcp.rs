@@ -24,18 +24,7 @@ const PYTHON: &str = "/usr/bin/python3";
 /// The reference server's install folder (installed on first use).
 fn everything_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let output = std::process::Command::new("bash")
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/install.sh"))
-            .output()
-            .expect("bash runs");
-        assert!(
-            output.status.success(),
-            "tests/mcp/install.sh failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        PathBuf::from(String::from_utf8(output.stdout).unwrap().trim())
-    })
+    DIR.get_or_init(|| PathBuf::from(installed("tests/mcp/install.sh")))
 }
 
 fn everything_entry() -> PathBuf {

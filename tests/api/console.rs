@@ -1,0 +1,159 @@
+//! The console in a real browser: headless Chromium (Debian's) driven by
+//! Playwright (`tests/browser/console.mjs`, its `playwright-core` installed
+//! by `tests/browser/install.sh`) against the real server. Each scenario
+//! saves screenshots under `target/console-screenshots/`.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::helpers::*;
+
+fn screenshots() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("target/console-screenshots")
+}
+
+/// Runs `scenario` of the browser driver against `app`: what it reports.
+async fn browse(app: &TestApp, scenario: &str) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/console.mjs");
+    let base = app.url("");
+    let token = app.token.clone();
+    let scenario = scenario.to_owned();
+    let output = tokio::task::spawn_blocking(move || {
+        let dir = installed("tests/browser/install.sh");
+        let mut command = std::process::Command::new("node");
+        command
+            .arg(script)
+            .arg(dir)
+            .arg(base)
+            .arg(&scenario)
+            .arg(screenshots());
+        if let Some(token) = token {
+            command.arg(token);
+        }
+        command.output().unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        output.status.success(),
+        "the browser scenario failed (screenshots in {}):\n{}",
+        screenshots().display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn the_console_lists_runs_live_and_filters_them() {
+    let app = spawn_app().await;
+    let seen = browse(&app, "list").await;
+    assert_eq!(seen["runs"].as_array().unwrap().len(), 3);
+    assert_eq!(seen["streams"], 1, "the list needs the status stream only");
+}
+
+#[tokio::test]
+async fn the_console_shows_a_run_s_events_as_they_happen_and_its_text_as_text() {
+    let app = spawn_app().await;
+    let seen = browse(&app, "run").await;
+    let id = seen["run"].as_str().unwrap();
+    let stored = app.events(id).await;
+    assert_eq!(seen["events"], stored.len(), "every stored event is shown");
+    assert_eq!(seen["streams"], 2, "the status stream and the run's");
+}
+
+#[tokio::test]
+async fn the_console_cancels_a_run() {
+    let app = spawn_app().await;
+    let seen = browse(&app, "cancel").await;
+    let run = app
+        .get(&format!("/v1/runs/{}", seen["run"].as_str().unwrap()))
+        .await;
+    assert_eq!(run.body["status"], "aborted");
+}
+
+#[tokio::test]
+async fn the_console_approves_a_pending_call() {
+    let app = spawn_app().await;
+    let seen = browse(&app, "approve").await;
+    let id = seen["run"].as_str().unwrap();
+    let file = app.get(&format!("/v1/runs/{id}/workspace/note.txt")).await;
+    assert_eq!(file.text, "approved in the browser");
+    let run = app.get(&format!("/v1/runs/{id}")).await;
+    assert_eq!(run.body["answer"], "written");
+}
+
+#[tokio::test]
+async fn the_console_creates_a_run_from_its_form() {
+    let app = spawn_app().await;
+    let seen = browse(&app, "create").await;
+    let run = app
+        .get(&format!("/v1/runs/{}", seen["run"].as_str().unwrap()))
+        .await;
+    assert_eq!(run.body["prompt"], "hello from the form");
+    assert_eq!(run.body["instructions"], "Be brief.");
+    assert_eq!(run.body["model"]["profile"], "demo");
+    assert_eq!(
+        run.body["tools"],
+        serde_json::json!(["list_dir", "read_file"])
+    );
+    assert_eq!(run.body["status"], "completed");
+    let all = app.get("/v1/runs").await;
+    assert_eq!(
+        all.body["runs"].as_array().unwrap().len(),
+        1,
+        "the refused one made nothing"
+    );
+}
+
+#[tokio::test]
+async fn the_console_asks_for_a_token_and_keeps_it_in_the_tab() {
+    let mut app = spawn_with(|config| {
+        config.auth.tokens =
+            vec![toml::from_str("tenant = \"team-a\"\ntoken = \"console-secret\"").unwrap()];
+    })
+    .await;
+    app.token = Some("console-secret".into());
+    let seen = browse(&app, "token").await;
+    assert!(seen["run"].is_string());
+}
+
+#[tokio::test]
+async fn the_console_is_served_with_a_policy_that_runs_its_own_code_only() {
+    let app = spawn_app().await;
+    let page = app.get("/").await;
+    assert_eq!(page.status, 200);
+    assert!(
+        page.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    let policy = page.headers["content-security-policy"].to_str().unwrap();
+    assert!(policy.contains("default-src 'none'") && policy.contains("script-src 'self'"));
+    assert_eq!(page.headers["x-content-type-options"], "nosniff");
+    for (path, kind) in [
+        ("/console/app.js", "text/javascript"),
+        ("/console/app.css", "text/css"),
+    ] {
+        let asset = app.get(path).await;
+        assert_eq!(asset.status, 200, "{path}");
+        assert!(
+            asset.headers["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with(kind)
+        );
+        assert!(page.text.contains(path), "the page loads {path}");
+    }
+    let missing = app.get("/console/other.js").await;
+    assert_eq!(missing.status, 404);
+    assert_eq!(missing.error_code(), "not_found");
+    // The page needs no token; the API it calls does.
+    let guarded = spawn_with(|config| {
+        config.auth.tokens = vec![toml::from_str("tenant = \"a\"\ntoken = \"t\"").unwrap()];
+    })
+    .await;
+    let page = guarded.client.get(guarded.url("/")).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+}

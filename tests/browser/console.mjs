@@ -1,0 +1,254 @@
+// Drives the console in headless Chromium (Debian's, through playwright-core)
+// against a real server, through one scenario, and saves a screenshot of
+// each page it looks at. Fails (exit 1, the reason on stderr) when the
+// console does not do what the scenario expects.
+//
+//   node console.mjs INSTALL_DIR BASE_URL SCENARIO SCREENSHOT_DIR [TOKEN]
+//
+// The scenario makes its own runs over the API (with TOKEN, if given) and
+// prints a JSON object of what the calling test checks on the server.
+import assert from "node:assert/strict";
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
+
+const [installDir, base, scenario, shots, token] = process.argv.slice(2);
+const module = join(installDir, "node_modules/playwright-core/index.mjs");
+const { chromium } = await import(pathToFileURL(module).href);
+mkdirSync(shots, { recursive: true });
+
+const WAIT = 15_000;
+
+async function api(method, path, body, withToken = token) {
+  const headers = {};
+  if (withToken) headers.Authorization = `Bearer ${withToken}`;
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const response = await fetch(base + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const text = await response.text();
+  assert.ok(response.ok, `${method} ${path}: ${response.status} ${text}`);
+  return text ? JSON.parse(text) : null;
+}
+
+const scripted = (steps) => ({ scripted: steps });
+const call = (id, name, args) => ({ id, name, arguments: args });
+
+/** A run that takes a few steps, `delay` ms each, and answers `answer`. */
+function slowRun(prompt, steps, delay, answer) {
+  const script = [];
+  for (let i = 1; i <= steps; i += 1) {
+    script.push({ content: "", delay_ms: delay, tool_calls: [call(`c${i}`, "list_dir", {})] });
+  }
+  script.push({ content: answer, delay_ms: delay });
+  return { prompt, tools: ["list_dir"], model: scripted(script) };
+}
+
+const browser = await chromium.launch({
+  executablePath: "/usr/bin/chromium",
+  args: [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+  ],
+});
+const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+const page = await context.newPage();
+const problems = [];
+page.on("pageerror", (error) => problems.push(`page error: ${error.message}`));
+page.on("console", (message) => {
+  // A refused request is logged by the browser itself; the scenarios check
+  // what the page makes of it.
+  if (message.type() === "error" && !message.text().startsWith("Failed to load resource")) {
+    problems.push(`console error: ${message.text()}`);
+  }
+});
+
+// The streams the page holds open at once, and the most it ever held.
+const streams = { open: 0, most: 0 };
+const isStream = (request) => /\/events(\?|$)/.test(request.url());
+page.on("request", (request) => {
+  if (isStream(request)) {
+    streams.open += 1;
+    streams.most = Math.max(streams.most, streams.open);
+  }
+});
+const closed = (request) => {
+  if (isStream(request)) streams.open -= 1;
+};
+page.on("requestfinished", closed);
+page.on("requestfailed", closed);
+
+const shot = (name) => page.screenshot({ path: join(shots, `${name}.png`), fullPage: true });
+const item = (id) => page.locator(`.run-item[data-run-id="${id}"]`);
+const statusOf = (id) => item(id).locator(".status");
+
+async function expectText(locator, text, what) {
+  await locator.filter({ hasText: text }).first().waitFor({ timeout: WAIT }).catch(async () => {
+    throw new Error(`${what}: expected ${JSON.stringify(text)}, saw ${JSON.stringify(await locator.allTextContents())}`);
+  });
+}
+
+const scenarios = {
+  // The list follows runs as they are made and change, without a reload.
+  async list() {
+    await page.goto(base + "/");
+    await page.locator("#connection[data-state=open]").waitFor({ timeout: WAIT });
+    const first = await api("POST", "/v1/runs", slowRun("first: look around", 3, 400, "looked"));
+    const second = await api("POST", "/v1/runs", slowRun("second: look again", 3, 300, "looked again"));
+    const third = await api("POST", "/v1/runs", { prompt: "third: wait for me", approval: { tools: ["write_file"] },
+      model: scripted([{ content: "", tool_calls: [call("w1", "write_file", { path: "a.txt", content: "x" })] }, { content: "ok" }]) });
+    for (const run of [first, second, third]) await item(run.id).waitFor({ timeout: WAIT });
+    // Running first: it is followed live, not read at the end.
+    await expectText(statusOf(first.id), "running", "the first run, live");
+    await expectText(statusOf(first.id), "completed", "the first run's end");
+    await expectText(statusOf(second.id), "completed", "the second run's end");
+    await expectText(statusOf(third.id), "requires_action", "the third run's pause");
+    const order = await page.locator(".run-item").evaluateAll((items) => items.map((item) => item.dataset.runId));
+    assert.deepEqual(order.slice(0, 3), [third.id, second.id, first.id], "newest first");
+    await shot("console-list");
+    // The filter shows the runs of one status.
+    await page.selectOption("#filter", "requires_action");
+    await page.waitForFunction(() => [...document.querySelectorAll(".run-item")].every((item) => item.dataset.status === "requires_action"), null, { timeout: WAIT });
+    assert.equal(await page.locator(".run-item").count(), 1);
+    await page.selectOption("#filter", "");
+    return { runs: [first.id, second.id, third.id] };
+  },
+
+  // Opening a run shows its events as they happen and its transcript; what
+  // a run produced is shown as text, never run as markup.
+  async run() {
+    const hostile = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>';
+    const run = await api("POST", "/v1/runs", slowRun(`look, ${hostile}`, 4, 400, `done ${hostile}`));
+    await page.goto(`${base}/#/runs/${run.id}`);
+    await page.locator("#run-status").filter({ hasText: "running" }).waitFor({ timeout: WAIT });
+    const during = await page.locator("#events .event").count();
+    await page.locator("#events .event.type-run_end").waitFor({ timeout: WAIT });
+    const after = await page.locator("#events .event").count();
+    assert.ok(during < after, `events arrived while it ran (${during} then ${after})`);
+    const sequences = await page.locator("#events .event").evaluateAll((items) => items.map((item) => Number(item.dataset.sequence)));
+    assert.deepEqual(sequences, sequences.map((_, i) => i + 1), "every event once, in order");
+    await expectText(page.locator("#run-status"), "completed", "the run's status");
+    await expectText(page.locator("#transcript .message.assistant .content"), `done ${hostile}`, "the answer, as text");
+    await expectText(page.locator("#transcript .message.user .content"), `look, ${hostile}`, "the prompt, as text");
+    assert.equal(await page.evaluate(() => window.__pwned), undefined, "nothing of the run ran as code");
+    assert.equal(await page.locator("#transcript img, #transcript script").count(), 0);
+    await shot("console-run");
+    return { run: run.id, events: after };
+  },
+
+  // Cancel ends a running run.
+  async cancel() {
+    const run = await api("POST", "/v1/runs", { prompt: "take your time", model: scripted([{ content: "late", delay_ms: 30_000 }]) });
+    await page.goto(`${base}/#/runs/${run.id}`);
+    await page.locator("#run-status").filter({ hasText: "running" }).waitFor({ timeout: WAIT });
+    await page.click("#cancel");
+    await expectText(page.locator("#run-status"), "aborted", "the run after its cancel");
+    assert.ok(await page.locator("#cancel").isHidden(), "no cancel for an ended run");
+    await expectText(statusOf(run.id), "aborted", "the list after the cancel");
+    await shot("console-cancelled");
+    return { run: run.id };
+  },
+
+  // A pending call is approved from the page, and the run goes on.
+  async approve() {
+    // Company in the list, for the screenshot.
+    await api("POST", "/v1/runs?wait=true", { prompt: "List the files in the workspace" });
+    const stopped = await api("POST", "/v1/runs", { prompt: "Refactor the parser", model: scripted([{ content: "", delay_ms: 30_000 }]) });
+    await api("DELETE", `/v1/runs/${stopped.id}`);
+    const run = await api("POST", "/v1/runs", {
+      prompt: "write it, with permission",
+      approval: { tools: ["write_file"] },
+      model: scripted([
+        { content: "", tool_calls: [call("w1", "write_file", { path: "note.txt", content: "approved in the browser" })] },
+        { content: "written" },
+      ]),
+    });
+    await page.goto(`${base}/#/runs/${run.id}`);
+    const pending = page.locator('.pending-item[data-call-id="w1"]');
+    await pending.waitFor({ timeout: WAIT });
+    await expectText(pending.locator(".arguments"), "approved in the browser", "the call's arguments");
+    await shot("console-approval");
+    await pending.locator("button.approve").click();
+    await expectText(page.locator("#run-status"), "completed", "the run after the approval");
+    assert.ok(await page.locator("#pending").isHidden(), "nothing pending any more");
+    return { run: run.id };
+  },
+
+  // The form makes a run, which opens.
+  async create() {
+    await page.goto(base + "/");
+    await page.locator("#connection[data-state=open]").waitFor({ timeout: WAIT });
+    await page.click("#new-run");
+    await page.fill('#create textarea[name="prompt"]', "hello from the form");
+    await page.fill('#create textarea[name="instructions"]', "Be brief.");
+    await page.locator('#create select[name="profile"] option[value="demo"]').waitFor({ state: "attached", timeout: WAIT });
+    await page.selectOption('#create select[name="profile"]', "demo");
+    await page.uncheck('#create input[name="tool"][value="write_file"]');
+    await shot("console-create");
+    await page.click("#create-submit");
+    await page.waitForURL(/#\/runs\/[0-9a-f-]{36}$/, { timeout: WAIT });
+    const id = page.url().split("/").pop();
+    await expectText(page.locator("#run-status"), "completed", "the new run");
+    await item(id).waitFor({ timeout: WAIT });
+    // A refusal is shown in the form, and nothing is made.
+    await page.click("#new-run");
+    await page.fill('#create textarea[name="prompt"]', "no tools at all");
+    await page.uncheck('#create input[name="tool"][value="list_dir"]');
+    await page.uncheck('#create input[name="tool"][value="read_file"]');
+    await page.check('#create input[name="approve"][value="write_file"]');
+    await page.selectOption('#create select[name="profile"]', "demo");
+    await page.evaluate(() => {
+      // A profile the server does not have: its refusal is what is shown.
+      const option = document.createElement("option");
+      option.value = "no-such-profile";
+      option.textContent = "no-such-profile";
+      document.querySelector('#create select[name="profile"]').append(option);
+    });
+    await page.selectOption('#create select[name="profile"]', "no-such-profile");
+    await page.click("#create-submit");
+    await page.locator("#create-error").filter({ hasText: "no-such-profile" }).waitFor({ timeout: WAIT });
+    return { run: id };
+  },
+
+  // A server with tokens: the page asks for one, refuses a wrong one, and
+  // keeps the right one in the tab's session storage only.
+  async token() {
+    const run = await api("POST", "/v1/runs", { prompt: "made with a token" });
+    await page.goto(base + "/");
+    const dialog = page.locator("#token-dialog");
+    await dialog.waitFor({ timeout: WAIT });
+    await shot("console-token");
+    await page.fill('#token-form input[name="token"]', "not-the-token");
+    await page.click('#token-form button[type="submit"]');
+    await page.locator("#token-error").filter({ hasText: "refused" }).waitFor({ timeout: WAIT });
+    await page.fill('#token-form input[name="token"]', token);
+    await page.click('#token-form button[type="submit"]');
+    await item(run.id).waitFor({ timeout: WAIT });
+    await page.locator("#connection[data-state=open]").waitFor({ timeout: WAIT });
+    const stored = await page.evaluate(() => ({ session: sessionStorage.getItem("agent-runner-token"), local: localStorage.length, cookies: document.cookie }));
+    assert.deepEqual(stored, { session: token, local: 0, cookies: "" });
+    // A reload in the same tab keeps it; the list is read again.
+    await page.reload();
+    await item(run.id).waitFor({ timeout: WAIT });
+    assert.ok(await dialog.isHidden(), "no second ask");
+    return { run: run.id };
+  },
+};
+
+let result;
+try {
+  assert.ok(scenarios[scenario], `no scenario ${scenario}`);
+  result = await scenarios[scenario]();
+  assert.ok(streams.most <= 2, `at most two streams at once (saw ${streams.most})`);
+  assert.deepEqual(problems, [], "the page raised no errors");
+} catch (error) {
+  await shot(`console-${scenario}-failed`).catch(() => {});
+  console.error(error.stack || String(error));
+  await browser.close();
+  process.exit(1);
+}
+await browser.close();
+console.log(JSON.stringify({ ...result, streams: streams.most }));

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Installs what the browser tests drive: Debian's chromium (with apt-get,
+# where it is missing; a browser download does not work everywhere) and npm's
+# playwright-core (pinned by package-lock.json, no install scripts run, into
+# a cache folder, once). Prints the folder of playwright-core. Safe to run
+# concurrently and again.
+set -euo pipefail
+cd "$(dirname "$0")"
+if [ ! -x /usr/bin/chromium ]; then
+  apt-get update -qq >&2 && apt-get install -y -qq chromium >&2
+fi
+exec bash ../npm/install.sh . playwright node_modules/playwright-core/package.json
