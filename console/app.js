@@ -216,20 +216,39 @@ function watchStatuses() {
   });
 }
 
+// Runs being read because the stream told of a change to a run not yet
+// known: one read each, with the latest change told meanwhile.
+const reading = new Map();
+
 async function statusChanged(change) {
   const known = state.runs.get(change.run_id);
   if (known) {
-    if (!goesBack(known.status, change.status)) known.status = change.status;
+    apply(known, change);
     renderList();
+  } else if (reading.has(change.run_id)) {
+    reading.set(change.run_id, change);
   } else {
+    reading.set(change.run_id, change);
     try {
-      remember(await api("GET", `/v1/runs/${change.run_id}`));
+      const run = await api("GET", `/v1/runs/${change.run_id}`);
+      remember(run);
+      apply(state.runs.get(run.id), reading.get(change.run_id));
       renderList();
     } catch {
       // Gone or not readable: the next read of the list says.
+    } finally {
+      reading.delete(change.run_id);
     }
   }
   if (state.open && state.open.id === change.run_id) refreshOpenRun();
+}
+
+/** A change the stream told of, unless what is shown is newer. */
+function apply(run, change) {
+  const at = Date.parse(change.at);
+  if (goesBack(run.status, change.status) || (run.status_at && at < run.status_at)) return;
+  run.status = change.status;
+  run.status_at = at;
 }
 
 /** Whether going from status `from` to `to` would be going back in time: a
@@ -242,9 +261,10 @@ function goesBack(from, to) {
  *  status the stream told of keeps the later status). */
 function remember(run) {
   const known = state.runs.get(run.id);
-  const kept = { ...run };
+  const kept = { ...run, status_at: known ? known.status_at : null };
   if (known && goesBack(known.status, run.status)) kept.status = known.status;
   state.runs.set(run.id, kept);
+  return kept;
 }
 
 async function loadRuns(more = false) {
@@ -324,7 +344,8 @@ async function openRun(id) {
   if (state.open && state.open.id === id) return;
   if (state.runStream) state.runStream.stop();
   state.runStream = null;
-  state.open = { id, run: null, delta: null, messages: 0 };
+  const open = { id, run: null, delta: null, refreshes: 0 };
+  state.open = open;
   $("detail-empty").hidden = true;
   $("run").hidden = false;
   $("transcript").replaceChildren();
@@ -337,13 +358,13 @@ async function openRun(id) {
   try {
     run = await api("GET", `/v1/runs/${id}`);
   } catch (error) {
-    showRunError(error.status === 404 ? "There is no such run." : error.message);
+    if (state.open === open) showRunError(error.status === 404 ? "There is no such run." : error.message);
     return;
   }
-  if (!state.open || state.open.id !== id) return;
-  remember(run);
-  renderRun(run);
-  const open = state.open;
+  // Another run was opened meanwhile.
+  if (state.open !== open) return;
+  renderRun(remember(run));
+  if (state.runStream) state.runStream.stop();
   state.runStream = new EventStream(`/v1/runs/${id}/events`, {
     onEvent: (type, event) => {
       if (state.open !== open) return true;
@@ -356,11 +377,13 @@ async function openRun(id) {
 async function refreshOpenRun() {
   const open = state.open;
   if (!open) return;
+  // Answers may come out of order: only the latest asked for is shown.
+  open.refreshes += 1;
+  const asked = open.refreshes;
   try {
     const run = await api("GET", `/v1/runs/${open.id}`);
-    if (state.open !== open) return;
-    remember(run);
-    renderRun(run);
+    if (state.open !== open || open.refreshes !== asked) return;
+    renderRun(remember(run));
     renderList();
   } catch {
     // The stream goes on; the next change tries again.
@@ -415,8 +438,12 @@ function pendingItem(run, action) {
     problem.hidden = true;
     try {
       const answered = await api("POST", `/v1/runs/${run.id}/actions`, { actions: [{ call_id: action.call_id, ...answer }] });
-      remember(answered);
-      if (state.open && state.open.id === run.id) renderRun(answered);
+      const kept = remember(answered);
+      if (state.open && state.open.id === run.id) {
+        // Newer than any read still on its way.
+        state.open.refreshes += 1;
+        renderRun(kept);
+      }
       renderList();
     } catch (error) {
       problem.textContent = error.message;

@@ -98,7 +98,7 @@ impl Application {
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| StartError::Bind { addr, source })?;
-        runner.join_replicas();
+        runner.join_replicas().await;
         let state = AppState::new(api::Services {
             runner: runner.clone(),
             auth: api::auth::Auth::new(&config.auth.tokens),

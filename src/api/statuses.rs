@@ -6,9 +6,10 @@
 //! it is subscribed (before its response begins, so a client that reads
 //! `GET /v1/runs` once the response began misses nothing), each as a
 //! `run_status` event without an id. Should a client fall so far behind
-//! that changes went by unsent, the stream ends: its client reconnects
-//! (after `retry`) and reads the runs again, as it does after any
-//! reconnection.
+//! that changes went by unsent, or this replica miss news from the others
+//! (its listening connection was lost), the stream ends: its client
+//! reconnects (after `retry`) and reads the runs again, as it does after
+//! any reconnection.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -34,7 +35,7 @@ pub async fn stream(
     Extension(tenant): Extension<Tenant>,
 ) -> Response {
     // Subscribed before the response is sent.
-    let mut changes = state.runner.store().live().subscribe_statuses();
+    let (mut changes, missed) = state.runner.store().live().subscribe_statuses();
     let closing = state.runner.closing();
     let events = stream! {
         // At once, so that a client reconnects a second after a drop even
@@ -44,6 +45,10 @@ pub async fn stream(
             let change = tokio::select! {
                 change = changes.recv() => change,
                 () = closing.cancelled() => break,
+                () = missed.cancelled() => {
+                    tracing::info!(tenant = %tenant.0, "news from other replicas was missed; a status stream ends, for its client to read the runs again");
+                    break;
+                }
             };
             match change {
                 Ok(change) if change.tenant == tenant.0 => yield Ok(event(&change)),

@@ -97,6 +97,29 @@ impl ApiClient {
         Err(refusal(response).await)
     }
 
+    /// A run's event stream after sequence `after` (a resumption): the
+    /// response, or `None` when the run has ended before anything more
+    /// (204).
+    pub async fn events_after(
+        &self,
+        run_id: &str,
+        after: u64,
+    ) -> Result<Option<reqwest::Response>, CliError> {
+        let path = format!("/v1/runs/{}/events", path_segment(run_id));
+        let response = self
+            .request(reqwest::Method::GET, &path)
+            .header("accept", "text/event-stream")
+            .header("last-event-id", after.to_string())
+            .send()
+            .await
+            .map_err(|e| unreachable_server(&self.server, &e))?;
+        match response.status() {
+            reqwest::StatusCode::NO_CONTENT => Ok(None),
+            status if status.is_success() => Ok(Some(response)),
+            _ => Err(refusal(response).await),
+        }
+    }
+
     fn post_json(&self, path: &str, body: &Value) -> reqwest::RequestBuilder {
         self.request(reqwest::Method::POST, path)
             .header("content-type", "application/json")

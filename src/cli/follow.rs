@@ -6,18 +6,73 @@ use std::io::Write;
 
 use serde_json::Value;
 
-use super::client::CliError;
+use super::client::{ApiClient, CliError};
 use crate::models::http::SseParser;
 
+/// How often a dropped stream is resumed before the client gives up.
+const RESUMES: u32 = 5;
+
 /// Prints the events of `response` until the run's end, and answers its
-/// final status (`None` if the stream ended before it did). With `json`,
-/// each event is printed as its JSON, one per line.
+/// final status. A stream that breaks off before the end is resumed after
+/// the last event printed (with `Last-Event-ID`), a few times, a second
+/// apart. With `json`, each event is printed as its JSON, one per line.
 pub async fn print_stream(
+    client: &ApiClient,
+    response: reqwest::Response,
+    json: bool,
+) -> Result<Option<String>, CliError> {
+    let mut printer = Printer::default();
+    let mut cursor = Cursor::default();
+    let mut response = Some(response);
+    let mut resumes = 0;
+    loop {
+        if let Some(current) = response.take() {
+            match read(current, &mut cursor, &mut printer, json).await {
+                Ok(Some(status)) => return Ok(Some(status)),
+                Ok(None) | Err(_) if resumes < RESUMES && cursor.run_id.is_some() => {}
+                Ok(None) => {
+                    return Err(CliError::Refused(
+                        "the event stream ended before the run did".into(),
+                    ));
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        // Resumed where it broke off.
+        resumes += 1;
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        let Some(run_id) = cursor.run_id.clone() else {
+            return Ok(None);
+        };
+        match client.events_after(&run_id, cursor.last).await {
+            Ok(Some(next)) => response = Some(next),
+            // It ended meanwhile, its end already printed.
+            Ok(None) => return Ok(cursor.status.take()),
+            Err(error) if resumes >= RESUMES => return Err(error),
+            Err(_) => {}
+        }
+    }
+}
+
+/// Where a followed stream stands.
+#[derive(Default)]
+struct Cursor {
+    run_id: Option<String>,
+    /// The last sequence printed.
+    last: u64,
+    /// The final status, once its `run_end` was printed.
+    status: Option<String>,
+}
+
+/// Prints the events of one response: the run's final status once its end
+/// came, `None` when the response ended before it.
+async fn read(
     mut response: reqwest::Response,
+    cursor: &mut Cursor,
+    printer: &mut Printer,
     json: bool,
 ) -> Result<Option<String>, CliError> {
     let mut parser = SseParser::new();
-    let mut printer = Printer::default();
     loop {
         let chunk = response
             .chunk()
@@ -30,13 +85,24 @@ pub async fn print_stream(
             let Ok(data) = serde_json::from_str::<Value>(&event.data) else {
                 continue;
             };
+            if let Some(sequence) = data["sequence"].as_u64() {
+                // Already printed before a resumption.
+                if sequence <= cursor.last {
+                    continue;
+                }
+                cursor.last = sequence;
+            }
+            if cursor.run_id.is_none() {
+                cursor.run_id = data["run_id"].as_str().map(str::to_owned);
+            }
             if json {
                 println!("{data}");
             } else {
                 printer.print(&data);
             }
             if data["type"] == "run_end" {
-                return Ok(data["status"].as_str().map(str::to_owned));
+                cursor.status = data["status"].as_str().map(str::to_owned);
+                return Ok(cursor.status.clone());
             }
         }
     }
@@ -48,6 +114,9 @@ struct Printer {
     /// Text of this model call was printed as it streamed (so its message
     /// is not printed again); the line is still open.
     streamed: bool,
+    /// That text, to print what of the message it lacks (deltas are live
+    /// only: a resumed stream has none of those it missed).
+    text: String,
 }
 
 impl Printer {
@@ -58,9 +127,13 @@ impl Printer {
             "model_delta" => {
                 print!("{}", text("text"));
                 let _ = std::io::stdout().flush();
+                self.text.push_str(text("text"));
                 self.streamed = true;
             }
-            "model_start" => self.streamed = false,
+            "model_start" => {
+                self.end_line();
+                self.text.clear();
+            }
             "model_error" => {
                 self.end_line();
                 println!("model error: {}", text("error"));
@@ -86,10 +159,20 @@ impl Printer {
                         action["arguments"]
                     );
                 }
-                println!(
-                    "  answer with: agent-runner runs approve|deny {}",
-                    text("run_id")
-                );
+                let actions = event["actions"].as_array().into_iter().flatten();
+                let kinds: Vec<&str> = actions.filter_map(|a| a["kind"].as_str()).collect();
+                if kinds.contains(&"approval") {
+                    println!(
+                        "  approvals: agent-runner runs approve|deny {}",
+                        text("run_id")
+                    );
+                }
+                if kinds.contains(&"client_tool") {
+                    println!(
+                        "  client tools: POST /v1/runs/{}/actions with their output",
+                        text("run_id")
+                    );
+                }
             }
             "run_end" => {
                 self.end_line();
@@ -116,10 +199,16 @@ impl Printer {
         }
         let content = message["content"].as_str().unwrap_or_default();
         if self.streamed {
+            // What the deltas printed, and whatever they missed.
+            match content.strip_prefix(self.text.as_str()) {
+                Some(rest) => print!("{rest}"),
+                None => print!("\n{content}"),
+            }
             self.end_line();
         } else if !content.is_empty() {
             println!("{content}");
         }
+        self.text.clear();
         for call in message["tool_calls"].as_array().into_iter().flatten() {
             println!(
                 "  -> {}({})",

@@ -113,9 +113,10 @@ fn cli() -> Command {
                     Arg::new("file")
                         .long("file")
                         .action(ArgAction::Append)
-                        .value_parser(clap::value_parser!(PathBuf))
+                        .value_name("LOCAL[=AT]")
                         .help(
-                            "A local file to seed the workspace with, under its own path (repeat)",
+                            "A local file to seed the workspace with, at AT or under its own \
+                             relative path (repeat)",
                         ),
                 )
                 .arg(
@@ -233,18 +234,19 @@ async fn create(client: &ApiClient, run: &ArgMatches, json: bool) -> Result<Exit
     if let Some(tools) = run.get_many::<String>("tool") {
         request["tools"] = json!(tools.collect::<Vec<_>>());
     }
-    if let Some(files) = run.get_many::<PathBuf>("file") {
+    if let Some(files) = run.get_many::<String>("file") {
         let mut seeded = serde_json::Map::new();
-        for path in files {
-            let content = std::fs::read_to_string(path)
-                .map_err(|e| CliError::Usage(format!("--file {}: {e}", path.display())))?;
-            seeded.insert(path.display().to_string(), Value::String(content));
+        for file in files {
+            let (local, at) = seed_file(file)?;
+            let content = std::fs::read_to_string(&local)
+                .map_err(|e| CliError::Usage(format!("--file {}: {e}", local.display())))?;
+            seeded.insert(at, Value::String(content));
         }
         request["workspace"] = json!({"files": seeded});
     }
     if run.get_flag("follow") {
         let response = client.post_stream("/v1/runs?stream=true", &request).await?;
-        let status = follow::print_stream(response, json).await?;
+        let status = follow::print_stream(client, response, json).await?;
         return Ok(if status.as_deref() == Some("completed") {
             ExitCode::SUCCESS
         } else {
@@ -254,6 +256,40 @@ async fn create(client: &ApiClient, run: &ArgMatches, json: bool) -> Result<Exit
     let created = client.post("/v1/runs", &request).await?;
     print_run(&created, json);
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--file LOCAL[=AT]`: the local file, and its path in the workspace: AT,
+/// or LOCAL itself (`./` and `.` components dropped) when that is a
+/// relative path inside the current directory.
+fn seed_file(argument: &str) -> Result<(PathBuf, String), CliError> {
+    let (local, at) = match argument.split_once('=') {
+        Some((local, at)) if !local.is_empty() && !at.is_empty() => (local, Some(at)),
+        _ => (argument, None),
+    };
+    let local = PathBuf::from(local);
+    let at = match at {
+        Some(at) => at.to_owned(),
+        None => {
+            use std::path::Component;
+            let mut parts = Vec::new();
+            for component in local.components() {
+                match component {
+                    Component::Normal(part) => parts.push(part.to_string_lossy().into_owned()),
+                    Component::CurDir => {}
+                    _ => {
+                        return Err(CliError::Usage(format!(
+                            "--file {}: a path outside the current directory needs its place in \
+                             the workspace: --file {}=PATH",
+                            local.display(),
+                            local.display()
+                        )));
+                    }
+                }
+            }
+            parts.join("/")
+        }
+    };
+    Ok((local, at))
 }
 
 /// `runs approve|deny ID [CALL...]`: answers the named pending approvals,
@@ -283,6 +319,18 @@ async fn decide(
         named.into_iter().cloned().collect()
     };
     if calls.is_empty() {
+        let client_tools: Vec<&str> = pending
+            .iter()
+            .filter(|action| action["kind"] == "client_tool")
+            .filter_map(|action| action["call_id"].as_str())
+            .collect();
+        if !client_tools.is_empty() {
+            return Err(CliError::Refused(format!(
+                "the run waits on client tools, not approvals (calls {}): answer them with \
+                 their output, POST /v1/runs/ID/actions",
+                client_tools.join(", ")
+            )));
+        }
         return Err(CliError::Refused(format!(
             "the run has no pending approval (status {})",
             run["status"].as_str().unwrap_or("unknown")

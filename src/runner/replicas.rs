@@ -26,8 +26,11 @@ const CLAIM_RETRY: Duration = Duration::from_millis(200);
 impl Runner {
     /// On PostgreSQL, starts this replica's share of the work of several:
     /// claims, the heartbeat, the sweep and the listening. Called once the
-    /// server is bound: a replica that cannot serve claims nothing.
-    pub fn join_replicas(&self) {
+    /// server is bound (a replica that cannot serve claims nothing) and
+    /// before it serves: it returns once the replica listens (or a lease
+    /// went by), so that no stream it serves begins before news from the
+    /// others can reach it.
+    pub async fn join_replicas(&self) {
         let Some(cluster) = self.shared.store.cluster() else {
             return;
         };
@@ -36,10 +39,19 @@ impl Runner {
         tokio::spawn(sweep(self.clone(), Arc::clone(cluster)));
         let runner = self.clone();
         let listening = Arc::clone(cluster);
+        let (ready, listens) = tokio::sync::oneshot::channel();
         tokio::spawn(async move {
             let stop = listening.left().clone();
-            listening.listen(stop, |notice| runner.heard(notice)).await;
+            listening
+                .listen(stop, ready, |notice| runner.heard(notice))
+                .await;
         });
+        if tokio::time::timeout(cluster.lease(), listens)
+            .await
+            .is_err()
+        {
+            tracing::warn!("not listening for the other replicas' news yet; serving anyway");
+        }
     }
 
     /// Fires once this replica's lease is lost: the server must stop. Never
@@ -64,6 +76,7 @@ impl Runner {
             Notice::Cancel(run) => self.cancel_here(run),
             Notice::Missed => {
                 channels.wake_all();
+                channels.statuses_missed();
                 self.shared.claims.notify_one();
             }
         }

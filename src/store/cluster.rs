@@ -463,9 +463,16 @@ impl Cluster {
     }
 
     /// Listens for the other replicas' news, calling `heard` with each, until
-    /// `stop` fires. The connection is opened again whenever it is lost
-    /// (then [`Notice::Missed`] is heard).
-    pub async fn listen(&self, stop: CancellationToken, heard: impl Fn(Notice)) {
+    /// `stop` fires; `ready` is told once it first listens. The connection
+    /// is opened again whenever it is lost (then [`Notice::Missed`] is
+    /// heard).
+    pub async fn listen(
+        &self,
+        stop: CancellationToken,
+        ready: tokio::sync::oneshot::Sender<()>,
+        heard: impl Fn(Notice),
+    ) {
+        let mut ready = Some(ready);
         let mut retry = Duration::from_millis(50);
         while !stop.is_cancelled() {
             let mut listener = match self.listener().await {
@@ -483,6 +490,9 @@ impl Cluster {
             retry = Duration::from_millis(50);
             // Whatever was sent before this listened is in storage.
             heard(Notice::Missed);
+            if let Some(ready) = ready.take() {
+                let _ = ready.send(());
+            }
             loop {
                 let received = tokio::select! {
                     received = listener.try_recv() => received,
@@ -635,19 +645,21 @@ pub(super) async fn notify_statuses(
     let mut batch: Vec<(Uuid, &str, &str, &str)> = Vec::new();
     let mut size = 0;
     for change in changes {
-        // Its id, status and time, quotes and commas: under 100 bytes.
-        let length = change.tenant.len() + change.at.len() + 100;
-        if size + length > NOTIFY_PAYLOAD && !batch.is_empty() {
+        let entry = (
+            change.run_id,
+            change.tenant.as_str(),
+            change.status.as_str(),
+            change.at.as_str(),
+        );
+        // As serialised (a tenant's quotes and controls are escaped), with
+        // its comma.
+        let length = serde_json::to_string(&entry).map_or(NOTIFY_PAYLOAD, |json| json.len() + 1);
+        if size + length > NOTIFY_PAYLOAD - from.len() - 3 && !batch.is_empty() {
             send_statuses(connection, from, &batch).await?;
             batch.clear();
             size = 0;
         }
-        batch.push((
-            change.run_id,
-            &change.tenant,
-            change.status.as_str(),
-            &change.at,
-        ));
+        batch.push(entry);
         size += length;
     }
     send_statuses(connection, from, &batch).await

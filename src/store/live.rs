@@ -31,9 +31,10 @@ use crate::run::RunStatus;
 /// behind catches up from storage.
 pub const LIVE_BUFFER: usize = 32;
 
-/// Changes of status buffered for the tenant-wide streams; one that falls
-/// further behind ends (its client reads the runs again).
-pub const STATUS_BUFFER: usize = 1024;
+/// Changes of status buffered for the tenant-wide streams (twice what one
+/// batch of the writer publishes at once); one that falls further behind
+/// ends (its client reads the runs again).
+pub const STATUS_BUFFER: usize = 2 * super::writer::MAX_BATCH;
 
 /// A run's status changed, and that change is committed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,6 +114,10 @@ struct Ended {
 pub struct Channels {
     runs: Mutex<HashMap<Uuid, Channel>>,
     statuses: broadcast::Sender<Arc<StatusChange>>,
+    /// Fired when changes of status may have gone by unheard (news from
+    /// other replicas was missed): the status streams then end, for their
+    /// clients to read the runs again. Replaced once fired.
+    statuses_missed: Mutex<CancellationToken>,
     /// Fired when a run that is not live here goes live again or ends:
     /// what followers of a paused run wait on. Made only for runs someone
     /// waits on.
@@ -163,6 +168,7 @@ impl Default for Channels {
         Self {
             runs: Mutex::default(),
             statuses: broadcast::channel(STATUS_BUFFER).0,
+            statuses_missed: Mutex::default(),
             reopened: Mutex::default(),
         }
     }
@@ -177,9 +183,24 @@ impl Channels {
         }
     }
 
-    /// Subscribes to every run's changes of status from now on.
-    pub fn subscribe_statuses(&self) -> broadcast::Receiver<Arc<StatusChange>> {
-        self.statuses.subscribe()
+    /// Subscribes to every run's changes of status from now on, with what
+    /// fires should some go by unheard.
+    pub fn subscribe_statuses(
+        &self,
+    ) -> (broadcast::Receiver<Arc<StatusChange>>, CancellationToken) {
+        let missed = self
+            .statuses_missed
+            .lock()
+            .map(|token| token.clone())
+            .unwrap_or_default();
+        (self.statuses.subscribe(), missed)
+    }
+
+    /// Tells the status subscribers that changes may have gone by unheard.
+    pub fn statuses_missed(&self) {
+        if let Ok(mut token) = self.statuses_missed.lock() {
+            std::mem::take(&mut *token).cancel();
+        }
     }
 
     /// Opens the channel of a run that goes live (a no-op if it is open).

@@ -210,3 +210,73 @@ async fn runs_commands_show_list_cancel_and_answer_runs() {
     );
     assert!(terminate(&mut server).success());
 }
+
+#[tokio::test]
+async fn run_follow_resumes_a_stream_that_breaks_off_with_no_gap() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut server, address) = start_binary_with(&dir, &[]);
+    // The answer to the POST is cut after its first events.
+    let (proxy, connections) = crate::eventsource::flaky_proxy(address, 1_200).await;
+    let raw = client(&proxy, None, &["--json", "run", "look around", "--follow"]).await;
+    assert_eq!(raw.status.code(), Some(0), "{raw:?}");
+    let events: Vec<Value> = stdout(&raw)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let sequences: Vec<u64> = events
+        .iter()
+        .filter_map(|event| event["sequence"].as_u64())
+        .collect();
+    assert_eq!(
+        sequences,
+        (1..=sequences.len() as u64).collect::<Vec<_>>(),
+        "every event once, in order"
+    );
+    assert_eq!(events.last().unwrap()["status"], "completed");
+    assert!(
+        connections.load(std::sync::atomic::Ordering::SeqCst) >= 2,
+        "it resumed"
+    );
+    assert!(terminate(&mut server).success());
+}
+
+#[tokio::test]
+async fn run_files_land_under_their_relative_path_or_where_they_are_told() {
+    let app = spawn_app().await;
+    let local = tempfile::tempdir().unwrap();
+    std::fs::write(local.path().join("notes.txt"), "mine").unwrap();
+    let elsewhere = local.path().join("notes.txt");
+    let elsewhere = format!("{}=docs/notes.md", elsewhere.display());
+    let mut command = Command::new(env!("CARGO_BIN_EXE_agent-runner"));
+    command
+        .current_dir(local.path())
+        .env("AGENT_RUNNER_URL", app.url(""))
+        .env_remove("AGENT_RUNNER_TOKEN")
+        .args([
+            "--json",
+            "run",
+            "read them",
+            "--file",
+            "./notes.txt",
+            "--file",
+        ])
+        .arg(&elsewhere);
+    let created = tokio::task::spawn_blocking(move || command.output().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(created.status.code(), Some(0), "{created:?}");
+    let run: Value = serde_json::from_slice(&created.stdout).unwrap();
+    let id = run["id"].as_str().unwrap();
+    app.wait_terminal(id).await;
+    for path in ["notes.txt", "docs/notes.md"] {
+        let file = app.get(&format!("/v1/runs/{id}/workspace/{path}")).await;
+        assert_eq!(file.text, "mine", "{path}");
+    }
+    // A path out of the current directory needs its place said.
+    let outside = client(&app.url(""), None, &["run", "x", "--file", "../notes.txt"]).await;
+    assert_eq!(outside.status.code(), Some(2), "{outside:?}");
+    assert!(
+        stderr(&outside).contains("--file ../notes.txt=PATH"),
+        "{outside:?}"
+    );
+}

@@ -19,22 +19,21 @@ async fn browse(app: &TestApp, scenario: &str) -> Value {
     let base = app.url("");
     let token = app.token.clone();
     let scenario = scenario.to_owned();
-    let output = tokio::task::spawn_blocking(move || {
-        let dir = installed("tests/browser/install.sh");
-        let mut command = std::process::Command::new("node");
-        command
-            .arg(script)
-            .arg(dir)
-            .arg(base)
-            .arg(&scenario)
-            .arg(screenshots());
-        if let Some(token) = token {
-            command.arg(token);
-        }
-        command.output().unwrap()
-    })
-    .await
-    .unwrap();
+    let mut command = tokio::process::Command::new("node");
+    command
+        .arg(script)
+        .arg(installed("tests/browser/install.sh"))
+        .arg(base)
+        .arg(&scenario)
+        .arg(screenshots())
+        .kill_on_drop(true);
+    if let Some(token) = token {
+        command.arg(token);
+    }
+    let output = tokio::time::timeout(std::time::Duration::from_secs(120), command.output())
+        .await
+        .unwrap_or_else(|_| panic!("the browser scenario {scenario} took over two minutes"))
+        .unwrap();
     assert!(
         output.status.success(),
         "the browser scenario failed (screenshots in {}):\n{}",

@@ -63,7 +63,7 @@ async fn an_event_source_stops_once_the_run_has_ended() {
 /// A proxy to `upstream` that cuts its first connection once it has passed
 /// `limit` bytes of the answer, as a flaky network would; later ones pass
 /// whole. Its address, and how many connections it took.
-async fn flaky_proxy(upstream: String, limit: u64) -> (String, Arc<AtomicUsize>) {
+pub async fn flaky_proxy(upstream: String, limit: u64) -> (String, Arc<AtomicUsize>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = format!("http://{}", listener.local_addr().unwrap());
     let connections = Arc::new(AtomicUsize::new(0));

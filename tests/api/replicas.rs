@@ -504,6 +504,11 @@ async fn the_queue_s_bound_and_idempotency_keys_hold_across_replicas() {
     // The keyed run takes a slot; the other replica's slot, then the one
     // place in the database's queue; then both replicas refuse.
     let other = id_of(&b.server.post_json("/v1/runs", &waits(60_000, "b")).await);
+    // Both slots taken (the second run may have waited for the other
+    // replica's claimer, had the keyed one gone to this one).
+    for id in [&keyed, &other] {
+        a.server.wait_status(id, "running").await;
+    }
     let waiting = a.server.post_json("/v1/runs", &waits(60_000, "q")).await;
     assert_eq!(waiting["status"], "queued", "{waiting}");
     for replica in [&a, &b] {
@@ -547,4 +552,39 @@ async fn a_replica_whose_lease_was_taken_stops_and_writes_nothing_more() {
     assert_eq!(events.last().unwrap().event, "run_end");
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(b.events(&run).await, events);
+}
+
+#[tokio::test]
+async fn status_streams_end_when_their_replica_may_have_missed_news() {
+    if !on_postgres() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let a = Replica::start(&dir, &[]);
+    let mut statuses = Statuses::open(a.server.get("/v1/runs/events").await).await;
+    // Its listening connection is lost (and opened again): changes of
+    // status may have gone by, so the stream ends for its client to read
+    // the runs again.
+    let mut db = database(&dir).await;
+    let ended: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE query ILIKE 'listen%' AND datname = current_database() \
+         AND pid <> pg_backend_pid()",
+    )
+    .fetch_all(&mut db)
+    .await
+    .unwrap();
+    assert!(!ended.is_empty(), "the replica listens");
+    let seen = statuses.until(|_| false).await;
+    assert!(seen.is_empty(), "{seen:?}");
+    // A new stream hears what comes next.
+    let mut again = Statuses::open(a.server.get("/v1/runs/events").await).await;
+    let run = id_of(&a.server.post_json("/v1/runs", &steps(1, 10)).await);
+    let seen = again
+        .until(|seen| {
+            seen.get(&run)
+                .is_some_and(|s| s.last().is_some_and(|s| s == "completed"))
+        })
+        .await;
+    assert!(seen[&run].contains(&"running".to_owned()));
 }

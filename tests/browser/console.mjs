@@ -96,16 +96,18 @@ const scenarios = {
   async list() {
     await page.goto(base + "/");
     await page.locator("#connection[data-state=open]").waitFor({ timeout: WAIT });
-    const first = await api("POST", "/v1/runs", slowRun("first: look around", 3, 400, "looked"));
-    const second = await api("POST", "/v1/runs", slowRun("second: look again", 3, 300, "looked again"));
-    const third = await api("POST", "/v1/runs", { prompt: "third: wait for me", approval: { tools: ["write_file"] },
+    const asks = (prompt) => ({ prompt, approval: { tools: ["write_file"] },
       model: scripted([{ content: "", tool_calls: [call("w1", "write_file", { path: "a.txt", content: "x" })] }, { content: "ok" }]) });
+    const first = await api("POST", "/v1/runs", asks("first: ask, then write"));
+    const second = await api("POST", "/v1/runs", slowRun("second: look around", 1, 10, "looked"));
+    const third = await api("POST", "/v1/runs", asks("third: wait for me"));
     for (const run of [first, second, third]) await item(run.id).waitFor({ timeout: WAIT });
-    // Running first: it is followed live, not read at the end.
-    await expectText(statusOf(first.id), "running", "the first run, live");
-    await expectText(statusOf(first.id), "completed", "the first run's end");
+    await expectText(statusOf(first.id), "requires_action", "the first run's pause");
     await expectText(statusOf(second.id), "completed", "the second run's end");
     await expectText(statusOf(third.id), "requires_action", "the third run's pause");
+    // Answered elsewhere: the list follows, without a reload.
+    await api("POST", `/v1/runs/${first.id}/actions`, { actions: [{ call_id: "w1", decision: "approve" }] });
+    await expectText(statusOf(first.id), "completed", "the first run, answered elsewhere");
     const order = await page.locator(".run-item").evaluateAll((items) => items.map((item) => item.dataset.runId));
     assert.deepEqual(order.slice(0, 3), [third.id, second.id, first.id], "newest first");
     await shot("console-list");
@@ -121,10 +123,18 @@ const scenarios = {
   // a run produced is shown as text, never run as markup.
   async run() {
     const hostile = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>';
-    const run = await api("POST", "/v1/runs", slowRun(`look, ${hostile}`, 4, 400, `done ${hostile}`));
+    // It waits for an approval (so the page is open while it is live),
+    // then takes a few steps more.
+    const script = [{ content: "", tool_calls: [call("w1", "write_file", { path: "a.txt", content: "x" })] }];
+    for (let i = 1; i <= 3; i += 1) {
+      script.push({ content: "", delay_ms: 100, tool_calls: [call(`c${i}`, "list_dir", {})] });
+    }
+    script.push({ content: `done ${hostile}` });
+    const run = await api("POST", "/v1/runs", { prompt: `look, ${hostile}`, approval: { tools: ["write_file"] }, model: scripted(script) });
     await page.goto(`${base}/#/runs/${run.id}`);
-    await page.locator("#run-status").filter({ hasText: "running" }).waitFor({ timeout: WAIT });
+    await page.locator("#events .event.type-actions_required").waitFor({ timeout: WAIT });
     const during = await page.locator("#events .event").count();
+    await api("POST", `/v1/runs/${run.id}/actions`, { actions: [{ call_id: "w1", decision: "approve" }] });
     await page.locator("#events .event.type-run_end").waitFor({ timeout: WAIT });
     const after = await page.locator("#events .event").count();
     assert.ok(during < after, `events arrived while it ran (${during} then ${after})`);
@@ -136,6 +146,16 @@ const scenarios = {
     assert.equal(await page.evaluate(() => window.__pwned), undefined, "nothing of the run ran as code");
     assert.equal(await page.locator("#transcript img, #transcript script").count(), 0);
     await shot("console-run");
+    // Opening another run and this one again, quickly: one stream each time.
+    const other = await api("POST", "/v1/runs?wait=true", { prompt: "another" });
+    for (const id of [other.id, run.id, other.id, run.id]) {
+      // Each opened before the last one's read came back.
+      await page.evaluate((to) => { location.hash = `#/runs/${to}`; }, id);
+    }
+    await page.locator("#events .event.type-run_end").waitFor({ timeout: WAIT });
+    await page.waitForTimeout(300);
+    const again = await page.locator("#events .event").count();
+    assert.equal(again, after, "its events once, after switching back and forth");
     return { run: run.id, events: after };
   },
 
