@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::mcp::McpServerConfig;
 use crate::models::ModelProfile;
@@ -16,7 +16,7 @@ use crate::tools::{CommandPreset, SandboxConfig};
 /// `AGENT_RUNNER_RUNS__MAX_CONCURRENT=8` sets `runs.max_concurrent`.
 pub const ENV_PREFIX: &str = "AGENT_RUNNER_";
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub server: ServerConfig,
@@ -35,7 +35,7 @@ pub struct Config {
     pub source: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
     pub bind: SocketAddr,
@@ -69,7 +69,7 @@ impl Default for ServerConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StorageConfig {
     pub database_url: String,
@@ -89,7 +89,7 @@ impl Default for StorageConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RunsConfig {
     /// Runs executing at once; more wait, FIFO, as `queued`.
@@ -156,7 +156,7 @@ pub const MAX_LEASE_MS: u64 = 3_600_000;
 pub const MAX_TIME_LIMIT_MS: u64 = 365 * 24 * 3_600_000;
 
 /// Ceilings a request may not exceed (422 if it does).
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsConfig {
     pub max_steps: u32,
@@ -181,7 +181,7 @@ impl Default for LimitsConfig {
     }
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthConfig {
     pub tokens: Vec<TokenConfig>,
@@ -193,14 +193,70 @@ pub const MAX_TENANT_BYTES: usize = 256;
 
 /// One bearer token and the tenant it authenticates. Give the token itself or,
 /// better, its SHA-256 in hex so the file holds no secret.
-#[derive(Clone, Deserialize)]
+#[derive(Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TokenConfig {
     pub tenant: String,
-    #[serde(default)]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "redacted"
+    )]
     pub token: Option<String>,
-    #[serde(default)]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "redacted"
+    )]
     pub token_sha256: Option<String>,
+}
+
+/// The effective configuration as TOML, secrets redacted: bearer tokens
+/// and their digests, a database URL's password, model profiles' header
+/// values, MCP servers' environment values.
+pub fn effective(config: &Config) -> Result<String, ConfigError> {
+    let mut shown = config.clone();
+    shown.storage.database_url = redact_password(&shown.storage.database_url);
+    toml::to_string(&shown).map_err(|e| ConfigError::Invalid(format!("cannot print it: {e}")))
+}
+
+/// `url` with the password of its user part replaced.
+fn redact_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, path) = rest
+        .split_once('/')
+        .map_or((rest, None), |(a, p)| (a, Some(p)));
+    let Some((user, host)) = authority.rsplit_once('@') else {
+        return url.to_owned();
+    };
+    let user = match user.split_once(':') {
+        Some((name, _)) => format!("{name}:{REDACTED}"),
+        None => user.to_owned(),
+    };
+    let path = path.map(|path| format!("/{path}")).unwrap_or_default();
+    format!("{scheme}://{user}@{host}{path}")
+}
+
+/// What a secret is printed as.
+pub const REDACTED: &str = "<redacted>";
+
+fn redacted<S: serde::Serializer>(_: &Option<String>, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(REDACTED)
+}
+
+/// A map with its values redacted (an environment's).
+pub fn redacted_values<S: serde::Serializer>(
+    map: &BTreeMap<String, String>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut out = serializer.serialize_map(Some(map.len()))?;
+    for key in map.keys() {
+        out.serialize_entry(key, REDACTED)?;
+    }
+    out.end()
 }
 
 impl std::fmt::Debug for TokenConfig {

@@ -1,22 +1,68 @@
-//! `agent-runner serve [--config FILE]`
+//! `agent-runner serve [--config FILE] [--bind ADDR]`, `agent-runner config`,
+//! `agent-runner hash-token`; the client commands (`run`, `runs`) are
+//! [`agent_runner::cli`]'s.
 
+use std::io::{IsTerminal, Read};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use agent_runner::app::Application;
 use agent_runner::config::Config;
+use clap::{Arg, ArgMatches, Command};
 use tracing_subscriber::EnvFilter;
 
-const USAGE: &str = "Usage: agent-runner serve [--config FILE]
-       agent-runner run PROMPT [--follow] ...     (see agent-runner run --help)
-       agent-runner runs list|show|messages|cancel|approve|deny ...
+const ABOUT: &str = "agent-runner: an HTTP service that runs AI-agent loops, and its client.
 
-`serve` runs the agent-runner HTTP service. With no config file it serves on
-127.0.0.1:8080 with SQLite under data/. Every config key can be overridden
-with an environment variable AGENT_RUNNER_SECTION__KEY (for example
-AGENT_RUNNER_SERVER__BIND=127.0.0.1:0). RUST_LOG sets the log level. The client commands talk to a server at
---server (or AGENT_RUNNER_URL, default http://127.0.0.1:8080) with --token
-(or AGENT_RUNNER_TOKEN).";
+With no config file `serve` serves on 127.0.0.1:8080 with SQLite under
+data/. Every config key can be overridden with an environment variable
+AGENT_RUNNER_SECTION__KEY (for example AGENT_RUNNER_SERVER__BIND=127.0.0.1:0).
+RUST_LOG sets the log level, RUST_LOG_FORMAT=json writes JSON lines.
+
+The client commands talk to a server at --server (or AGENT_RUNNER_URL,
+default http://127.0.0.1:8080) with --token (or AGENT_RUNNER_TOKEN):
+  agent-runner run PROMPT [--follow] ...        (agent-runner run --help)
+  agent-runner runs list|show|messages|cancel|approve|deny ...";
+
+fn config_arg() -> Arg {
+    Arg::new("config")
+        .long("config")
+        .short('c')
+        .value_name("FILE")
+        .value_parser(clap::value_parser!(PathBuf))
+        .help("The TOML configuration file (default: none, every key at its default)")
+}
+
+fn command() -> Command {
+    Command::new("agent-runner")
+        .version(env!("CARGO_PKG_VERSION"))
+        .about(ABOUT)
+        .subcommand_required(true)
+        .subcommand(
+            Command::new("serve")
+                .about("Runs the HTTP service until SIGTERM or SIGINT")
+                .arg(config_arg())
+                .arg(
+                    Arg::new("bind")
+                        .long("bind")
+                        .value_name("ADDR")
+                        .value_parser(clap::value_parser!(SocketAddr))
+                        .help("The address to serve on, as IP:PORT (overrides server.bind)"),
+                ),
+        )
+        .subcommand(
+            Command::new("config")
+                .about(
+                    "Prints the effective configuration (the file, the environment's \
+                     overrides and every default; secrets redacted) as TOML, and exits",
+                )
+                .arg(config_arg()),
+        )
+        .subcommand(Command::new("hash-token").about(
+            "Reads a bearer token on stdin and prints its token_sha256 for [[auth.tokens]] \
+             (one trailing newline is not part of the token)",
+        ))
+}
 
 fn main() -> ExitCode {
     let all: Vec<String> = std::env::args().collect();
@@ -26,31 +72,74 @@ fn main() -> ExitCode {
     {
         return agent_runner::cli::main(all);
     }
-    let args: Vec<String> = all.into_iter().skip(1).collect();
-    let config_path = match parse_args(&args) {
-        Ok(Some(path)) => path,
-        Ok(None) => return ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("{message}\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env()
-                // The MCP SDK logs every session's handshake (a server's
-                // whole instructions) and notifications at info.
-                .unwrap_or_else(|_| EnvFilter::new("info,rmcp=warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let config = match Config::load(config_path.as_deref(), std::env::vars()) {
-        Ok(config) => config,
+    let matches = match command().try_get_matches_from(all) {
+        Ok(matches) => matches,
         Err(error) => {
-            eprintln!("agent-runner: {error}");
-            return ExitCode::from(2);
+            let code = if error.use_stderr() { 2 } else { 0 };
+            let _ = error.print();
+            return ExitCode::from(code);
         }
     };
+    match matches.subcommand() {
+        Some(("serve", serve)) => serve_command(serve),
+        Some(("config", config)) => match load(config) {
+            Ok(config) => match agent_runner::config::effective(&config) {
+                Ok(text) => {
+                    print!("{text}");
+                    ExitCode::SUCCESS
+                }
+                Err(error) => {
+                    eprintln!("agent-runner: {error}");
+                    ExitCode::FAILURE
+                }
+            },
+            Err(code) => code,
+        },
+        Some(("hash-token", _)) => hash_token(),
+        _ => ExitCode::from(2),
+    }
+}
+
+/// The configuration `matches` names, or the exit code of its refusal.
+fn load(matches: &ArgMatches) -> Result<Config, ExitCode> {
+    let path = matches.get_one::<PathBuf>("config");
+    Config::load(path.map(PathBuf::as_path), std::env::vars()).map_err(|error| {
+        eprintln!("agent-runner: {error}");
+        ExitCode::from(2)
+    })
+}
+
+fn hash_token() -> ExitCode {
+    let mut input = String::new();
+    if let Err(error) = std::io::stdin().read_to_string(&mut input) {
+        eprintln!("agent-runner: cannot read the token from stdin: {error}");
+        return ExitCode::FAILURE;
+    }
+    let token = input
+        .strip_suffix("\r\n")
+        .or_else(|| input.strip_suffix('\n'))
+        .unwrap_or(&input);
+    if token.is_empty() {
+        eprintln!("agent-runner: no token on stdin");
+        return ExitCode::from(2);
+    }
+    if token.chars().any(char::is_whitespace) {
+        eprintln!("agent-runner: the token holds whitespace, which a bearer token cannot carry");
+        return ExitCode::from(2);
+    }
+    println!("{}", agent_runner::api::auth::token_sha256(token));
+    ExitCode::SUCCESS
+}
+
+fn serve_command(matches: &ArgMatches) -> ExitCode {
+    init_logs();
+    let mut config = match load(matches) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    if let Some(bind) = matches.get_one::<SocketAddr>("bind") {
+        config.server.bind = *bind;
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -77,25 +166,25 @@ fn main() -> ExitCode {
     })
 }
 
-/// `Ok(Some(path))` to serve, `Ok(None)` when help or version was printed.
-fn parse_args(args: &[String]) -> Result<Option<Option<PathBuf>>, String> {
-    match args.first().map(String::as_str) {
-        Some("-h" | "--help" | "help") => {
-            println!("{USAGE}");
-            Ok(None)
-        }
-        Some("-V" | "--version") => {
-            println!("agent-runner {}", env!("CARGO_PKG_VERSION"));
-            Ok(None)
-        }
-        Some("serve") => match &args[1..] {
-            [] => Ok(Some(None)),
-            [flag, path] if flag == "--config" => Ok(Some(Some(PathBuf::from(path)))),
-            [flag] if flag == "--config" => Err("--config needs a file".into()),
-            other => Err(format!("unexpected arguments: {}", other.join(" "))),
-        },
-        Some(other) => Err(format!("unknown command {other:?}")),
-        None => Err("a command is required".into()),
+/// Logs to stderr: text (coloured only on a terminal), or JSON lines with
+/// `RUST_LOG_FORMAT=json`; `RUST_LOG` sets the level.
+fn init_logs() {
+    let filter = EnvFilter::try_from_default_env()
+        // The MCP SDK logs every session's handshake (a server's whole
+        // instructions) and notifications at info.
+        .unwrap_or_else(|_| EnvFilter::new("info,rmcp=warn"));
+    let json = std::env::var("RUST_LOG_FORMAT").is_ok_and(|format| format == "json");
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .init();
+    } else {
+        builder.with_ansi(std::io::stderr().is_terminal()).init();
     }
 }
 

@@ -1,37 +1,26 @@
-//! Counters for `GET /metrics`, kept with atomics so that counting never
-//! slows a run, rendered in the Prometheus text format.
+//! What `GET /metrics` shows, in the OpenMetrics text format (which
+//! Prometheus scrapes), kept with the `prometheus-client` crate: counters
+//! and gauges are atomics, so counting never slows a run; durations are
+//! histograms, so that quantiles can be computed and alerted on.
+//!
+//! Labels are bounded: a run's terminal status, a model profile (the
+//! server's), a tool (one the run has; anything else a model names counts
+//! as `unknown`), a route (the route table's, `unmatched` otherwise) and an
+//! HTTP status.
 
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text::{encode_eof, encode_registry};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::{Metric, Registry};
+
 use crate::harness::Outcome;
-
-/// A sum and a count, for durations.
-#[derive(Debug, Default)]
-pub struct Timing {
-    micros: AtomicU64,
-    count: AtomicU64,
-}
-
-impl Timing {
-    pub fn record(&self, duration: Duration) {
-        let micros = u64::try_from(duration.as_micros()).unwrap_or(u64::MAX);
-        self.micros.fetch_add(micros, Ordering::Relaxed);
-        self.count.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub fn record_millis(&self, millis: f64) {
-        self.record(Duration::from_secs_f64((millis / 1000.0).max(0.0)));
-    }
-
-    fn render(&self, out: &mut String, name: &str, help: &str) {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} summary");
-        let seconds = self.micros.load(Ordering::Relaxed) as f64 / 1e6;
-        let _ = writeln!(out, "{name}_sum {seconds}");
-        let _ = writeln!(out, "{name}_count {}", self.count.load(Ordering::Relaxed));
-    }
-}
 
 /// What `/metrics` reads from the state that owns it.
 #[derive(Debug, Clone, Copy, Default)]
@@ -42,143 +31,372 @@ pub struct Gauges {
     pub writer_operations: u64,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StatusLabel {
+    status: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProfileLabel {
+    profile: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolLabel {
+    tool: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DirectionLabel {
+    direction: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HttpLabels {
+    route: String,
+    status: u16,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabel {
+    route: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabel {
+    version: &'static str,
+}
+
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Registers a handle on `metric` (metrics are shared handles).
+fn add<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: &M) {
+    registry.register(name, help, metric.clone());
+}
+
+/// Buckets of a run's duration: 50 ms to about 14 hours.
+fn run_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.05, 2.5, 14))
+}
+
+/// Buckets of a model or tool call's duration: 5 ms to about 20 minutes.
+fn call_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.005, 2.5, 14))
+}
+
+/// Buckets of an HTTP request's duration: 1 ms to about a minute.
+fn http_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.5, 13))
+}
+
 pub struct Metrics {
-    pub runs_created: AtomicU64,
-    /// Pauses stored: runs that stopped to wait for a client's decision.
-    pub runs_paused: AtomicU64,
-    finished: [AtomicU64; Outcome::ALL.len()],
-    pub model_calls: AtomicU64,
-    pub model_errors: AtomicU64,
-    pub tool_calls: AtomicU64,
-    pub tool_errors: AtomicU64,
-    pub run_duration: Timing,
-    pub model_duration: Timing,
-    pub tool_duration: Timing,
-    pub rejected_queue_full: AtomicU64,
+    registry: Registry,
+    runs_created: Counter,
+    runs_paused: Counter,
+    runs_rejected: Counter,
+    finished: Family<StatusLabel, Counter>,
+    model_calls: Family<ProfileLabel, Counter>,
+    model_errors: Family<ProfileLabel, Counter>,
+    tool_calls: Family<ToolLabel, Counter>,
+    tool_errors: Family<ToolLabel, Counter>,
+    tokens: Family<DirectionLabel, Counter>,
+    run_duration: Histogram,
+    model_duration: Histograms<ProfileLabel>,
+    tool_duration: Histograms<ToolLabel>,
+    http_requests: Family<HttpLabels, Counter>,
+    http_duration: Histograms<RouteLabel>,
+    /// One render at a time (the gauges of the moment join it).
+    rendering: Mutex<()>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl Metrics {
-    pub fn finished(&self, outcome: Outcome) {
-        if let Some(i) = Outcome::ALL.iter().position(|s| *s == outcome) {
-            self.finished[i].fetch_add(1, Ordering::Relaxed);
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("agent_runner");
+        registry.register(
+            "build",
+            "The running build.",
+            Info::new(VersionLabel {
+                version: env!("CARGO_PKG_VERSION"),
+            }),
+        );
+        let finished = Family::<StatusLabel, Counter>::default();
+        // Every status and direction is shown from the start, at zero.
+        for outcome in Outcome::ALL {
+            let _ = finished.get_or_create(&StatusLabel {
+                status: outcome.as_str(),
+            });
+        }
+        let tokens = Family::<DirectionLabel, Counter>::default();
+        for direction in ["input", "output"] {
+            let _ = tokens.get_or_create(&DirectionLabel { direction });
+        }
+        let metrics = Self {
+            runs_created: Counter::default(),
+            runs_paused: Counter::default(),
+            runs_rejected: Counter::default(),
+            finished,
+            model_calls: Family::default(),
+            model_errors: Family::default(),
+            tool_calls: Family::default(),
+            tool_errors: Family::default(),
+            tokens,
+            run_duration: run_buckets(),
+            model_duration: Family::new_with_constructor(call_buckets),
+            tool_duration: Family::new_with_constructor(call_buckets),
+            http_requests: Family::default(),
+            http_duration: Family::new_with_constructor(http_buckets),
+            rendering: Mutex::new(()),
+            registry: Registry::default(),
+        };
+        let r = &mut registry;
+        add(r, "runs_created", "Runs accepted.", &metrics.runs_created);
+        add(
+            r,
+            "runs_paused",
+            "Pauses for a client's decision (approvals, client tools).",
+            &metrics.runs_paused,
+        );
+        add(
+            r,
+            "runs_rejected",
+            "Runs refused because the queue was full.",
+            &metrics.runs_rejected,
+        );
+        add(
+            r,
+            "runs_finished",
+            "Runs ended, by terminal status.",
+            &metrics.finished,
+        );
+        add(
+            r,
+            "model_calls",
+            "Model calls that returned a response, by model profile.",
+            &metrics.model_calls,
+        );
+        add(
+            r,
+            "model_errors",
+            "Model calls that failed, by model profile.",
+            &metrics.model_errors,
+        );
+        add(
+            r,
+            "tool_calls",
+            "Tool calls dispatched, by tool.",
+            &metrics.tool_calls,
+        );
+        add(
+            r,
+            "tool_errors",
+            "Tool calls answered with an error, by tool.",
+            &metrics.tool_errors,
+        );
+        add(
+            r,
+            "tokens",
+            "Tokens the models reported, by direction (input, output).",
+            &metrics.tokens,
+        );
+        add(
+            r,
+            "run_duration_seconds",
+            "Time from a run's start to its end (or its pause).",
+            &metrics.run_duration,
+        );
+        add(
+            r,
+            "model_call_duration_seconds",
+            "Duration of model calls, by model profile.",
+            &metrics.model_duration,
+        );
+        add(
+            r,
+            "tool_call_duration_seconds",
+            "Duration of tool calls, by tool.",
+            &metrics.tool_duration,
+        );
+        add(
+            r,
+            "http_requests",
+            "HTTP requests answered, by route and status.",
+            &metrics.http_requests,
+        );
+        add(
+            r,
+            "http_request_duration_seconds",
+            "Time to the head of HTTP answers (of a stream: its start), by route.",
+            &metrics.http_duration,
+        );
+        Self {
+            registry,
+            ..metrics
         }
     }
 
-    /// The Prometheus text exposition of every counter, with the gauges of
-    /// state that lives elsewhere (the runner's queue, the store's writer).
-    pub fn render(&self, gauges: Gauges) -> String {
-        let Gauges {
-            active_runs,
-            queued_runs,
-            writer_batches,
-            writer_operations,
-        } = gauges;
-        let mut out = String::with_capacity(4096);
-        let counter = |out: &mut String, name: &str, help: &str, value: u64| {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
-            );
+    pub fn run_created(&self) {
+        self.runs_created.inc();
+    }
+
+    pub fn run_paused(&self) {
+        self.runs_paused.inc();
+    }
+
+    pub fn run_rejected(&self) {
+        self.runs_rejected.inc();
+    }
+
+    pub fn finished(&self, outcome: Outcome) {
+        self.finished
+            .get_or_create(&StatusLabel {
+                status: outcome.as_str(),
+            })
+            .inc();
+    }
+
+    pub fn run_duration(&self, duration: Duration) {
+        self.run_duration.observe(duration.as_secs_f64());
+    }
+
+    /// A model call of `profile` that answered in `millis`.
+    pub fn model_call(&self, profile: &str, millis: f64) {
+        let label = ProfileLabel {
+            profile: profile.to_owned(),
         };
-        let gauge = |out: &mut String, name: &str, help: &str, value: u64| {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
-            );
-        };
-        counter(
-            &mut out,
-            "agent_runner_runs_created_total",
-            "Runs accepted.",
-            self.runs_created.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut out,
-            "agent_runner_runs_paused_total",
-            "Pauses for a client's decision (approvals, client tools).",
-            self.runs_paused.load(Ordering::Relaxed),
-        );
-        let _ = writeln!(
-            out,
-            "# HELP agent_runner_runs_finished_total Runs ended, by terminal status.\n# TYPE agent_runner_runs_finished_total counter"
-        );
-        for (status, count) in Outcome::ALL.iter().zip(&self.finished) {
-            let _ = writeln!(
-                out,
-                "agent_runner_runs_finished_total{{status=\"{status}\"}} {}",
-                count.load(Ordering::Relaxed)
-            );
+        self.model_calls.get_or_create(&label).inc();
+        self.model_duration
+            .get_or_create(&label)
+            .observe(seconds(millis));
+    }
+
+    pub fn model_error(&self, profile: &str) {
+        self.model_errors
+            .get_or_create(&ProfileLabel {
+                profile: profile.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Tokens a model call reported.
+    pub fn tokens(&self, input: u64, output: u64) {
+        for (direction, count) in [("input", input), ("output", output)] {
+            self.tokens
+                .get_or_create(&DirectionLabel { direction })
+                .inc_by(count);
         }
-        gauge(
-            &mut out,
-            "agent_runner_active_runs",
+    }
+
+    /// A tool call that ended after `millis` (`tool`: a tool of the run's,
+    /// or `unknown`).
+    pub fn tool_call(&self, tool: &str, is_error: bool, millis: f64) {
+        let label = ToolLabel {
+            tool: tool.to_owned(),
+        };
+        self.tool_calls.get_or_create(&label).inc();
+        if is_error {
+            self.tool_errors.get_or_create(&label).inc();
+        }
+        self.tool_duration
+            .get_or_create(&label)
+            .observe(seconds(millis));
+    }
+
+    /// An HTTP request answered (`route`: the route table's path).
+    pub fn http_request(&self, route: &str, status: u16, duration: Duration) {
+        self.http_requests
+            .get_or_create(&HttpLabels {
+                route: route.to_owned(),
+                status,
+            })
+            .inc();
+        self.http_duration
+            .get_or_create(&RouteLabel {
+                route: route.to_owned(),
+            })
+            .observe(duration.as_secs_f64());
+    }
+
+    /// The text exposition of every metric, with the gauges of state that
+    /// lives elsewhere (the runner's queue, the store's writer).
+    pub fn render(&self, gauges: Gauges) -> String {
+        let _one = self.rendering.lock();
+        let mut now = Registry::with_prefix("agent_runner");
+        now.register(
+            "active_runs",
             "Runs running now.",
-            active_runs,
+            ConstGauge::new(saturate(gauges.active_runs)),
         );
-        gauge(
-            &mut out,
-            "agent_runner_queue_length",
+        now.register(
+            "queue_length",
             "Runs waiting for a slot (on PostgreSQL: in the whole database, as of the last sweep).",
-            queued_runs,
+            ConstGauge::new(saturate(gauges.queued_runs)),
         );
-        counter(
-            &mut out,
-            "agent_runner_runs_rejected_total",
-            "Runs refused because the queue was full.",
-            self.rejected_queue_full.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut out,
-            "agent_runner_model_calls_total",
-            "Model calls that returned a response.",
-            self.model_calls.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut out,
-            "agent_runner_model_errors_total",
-            "Model calls that failed.",
-            self.model_errors.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut out,
-            "agent_runner_tool_calls_total",
-            "Tool calls dispatched.",
-            self.tool_calls.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut out,
-            "agent_runner_tool_errors_total",
-            "Tool calls answered with an error.",
-            self.tool_errors.load(Ordering::Relaxed),
-        );
-        self.run_duration.render(
-            &mut out,
-            "agent_runner_run_duration_seconds",
-            "Time from a run's start to its end.",
-        );
-        self.model_duration.render(
-            &mut out,
-            "agent_runner_model_call_duration_seconds",
-            "Duration of model calls.",
-        );
-        self.tool_duration.render(
-            &mut out,
-            "agent_runner_tool_call_duration_seconds",
-            "Duration of tool calls.",
-        );
-        counter(
-            &mut out,
-            "agent_runner_store_batches_total",
+        now.register(
+            "store_batches",
             "Write transactions committed.",
-            writer_batches,
+            ConstCounter::new(gauges.writer_batches),
         );
-        counter(
-            &mut out,
-            "agent_runner_store_writes_total",
+        now.register(
+            "store_writes",
             "Write operations committed.",
-            writer_operations,
+            ConstCounter::new(gauges.writer_operations),
         );
+        let mut out = String::with_capacity(16 * 1024);
+        // Writing to a String cannot fail.
+        let _ = encode_registry(&mut out, &self.registry)
+            .and_then(|()| encode_registry(&mut out, &now))
+            .and_then(|()| encode_eof(&mut out));
         out
+    }
+}
+
+fn seconds(millis: f64) -> f64 {
+    (millis / 1000.0).max(0.0)
+}
+
+fn saturate(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// The content type of [`Metrics::render`]'s text.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_are_histograms_and_every_status_starts_at_zero() {
+        let metrics = Metrics::new();
+        metrics.run_duration(Duration::from_millis(120));
+        metrics.model_call("demo", 40.0);
+        metrics.tool_call("list_dir", true, 2.0);
+        metrics.tokens(12, 3);
+        let text = metrics.render(Gauges::default());
+        for line in [
+            "agent_runner_run_duration_seconds_count 1",
+            "agent_runner_run_duration_seconds_bucket{le=\"0.125\"} 1",
+            "agent_runner_model_call_duration_seconds_count{profile=\"demo\"} 1",
+            "agent_runner_tool_errors_total{tool=\"list_dir\"} 1",
+            "agent_runner_tokens_total{direction=\"input\"} 12",
+            "agent_runner_runs_finished_total{status=\"interrupted\"} 0",
+            "agent_runner_active_runs 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+        assert!(text.contains("agent_runner_build_info{version="));
+        assert!(text.ends_with("# EOF\n"));
     }
 }

@@ -19,6 +19,12 @@ pub struct Auth {
     tokens: Vec<(Tenant, [u8; 32])>,
 }
 
+/// The `token_sha256` of `token` (lower-case hex), as `[[auth.tokens]]`
+/// takes it.
+pub fn token_sha256(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}
+
 impl Auth {
     pub fn new(tokens: &[TokenConfig]) -> Self {
         let tokens = tokens
@@ -79,7 +85,8 @@ fn stream_tenant(state: &AppState, request: &Request) -> Option<Tenant> {
         .filter(|tenant| state.auth.knows(tenant))
 }
 
-/// Puts the request's [`Tenant`] in its extensions, or answers 401.
+/// Puts the request's [`Tenant`] in its extensions (and its response's),
+/// or answers 401.
 pub async fn authenticate(
     State(state): State<AppState>,
     mut request: Request,
@@ -103,6 +110,9 @@ pub async fn authenticate(
     } else {
         Tenant::anonymous()
     };
-    request.extensions_mut().insert(tenant);
-    Ok(next.run(request).await)
+    request.extensions_mut().insert(tenant.clone());
+    let mut response = next.run(request).await;
+    // For the access log.
+    response.extensions_mut().insert(tenant);
+    Ok(response)
 }

@@ -83,11 +83,50 @@ pub struct ClientToolRequest {
     pub parameters: Option<Value>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "snake_case")]
+/// `{"profile": NAME}`, `{"scripted": [...]}`, or `NAME` alone, short for
+/// the first.
+#[derive(Debug)]
 pub enum ModelChoice {
     Profile(String),
     Scripted(Vec<Value>),
+}
+
+impl<'de> Deserialize<'de> for ModelChoice {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields, rename_all = "snake_case")]
+        enum Tagged {
+            Profile(String),
+            Scripted(Vec<Value>),
+        }
+        struct Choice;
+        impl<'de> serde::de::Visitor<'de> for Choice {
+            type Value = ModelChoice;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a profile's name, {\"profile\": NAME} or {\"scripted\": [...]}")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<ModelChoice, E> {
+                Ok(ModelChoice::Profile(name.to_owned()))
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<ModelChoice, A::Error> {
+                // Read as the tagged table, through the same map, so that an
+                // error names its own field (`model.scripted`).
+                let tagged =
+                    Tagged::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(match tagged {
+                    Tagged::Profile(name) => ModelChoice::Profile(name),
+                    Tagged::Scripted(script) => ModelChoice::Scripted(script),
+                })
+            }
+        }
+        deserializer.deserialize_any(Choice)
+    }
 }
 
 #[derive(Debug, Deserialize)]

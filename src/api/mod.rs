@@ -2,6 +2,7 @@
 //! error is JSON. The API knows the runner and the store's read side, never
 //! SQL.
 
+pub mod access;
 pub mod actions;
 pub mod auth;
 pub mod console;
@@ -50,6 +51,7 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(state.max_body_bytes))
         .layer(map_response_with_state(state.clone(), json_errors))
         .layer(from_fn_with_state(state.clone(), limits::check))
+        .layer(from_fn_with_state(state.clone(), access::observe))
         .with_state(state);
     // Outermost: a preflight is answered before anything asks it for a
     // token or a route.

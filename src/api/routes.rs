@@ -80,6 +80,11 @@ pub fn table() -> Vec<Route> {
             ],
         ),
         route(
+            "/v1/runs/{id}/cancel",
+            false,
+            [(M::POST, NONE, post(runs::cancel_idempotent))],
+        ),
+        route(
             "/v1/runs/{id}/actions",
             false,
             [(M::POST, NONE, post(actions::answer))],

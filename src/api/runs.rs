@@ -280,22 +280,54 @@ pub async fn messages(
 /// (one answered and about to resume), a millisecond apart.
 const CANCEL_ATTEMPTS: usize = 10;
 
-/// `DELETE /v1/runs/{id}`
+/// `DELETE /v1/runs/{id}`: cancels a live run (202 with it); a run that
+/// has ended is a 409 `run_not_live`.
 pub async fn cancel(
     State(state): State<AppState>,
     TenantRun { tenant, run }: TenantRun,
 ) -> Result<Response, ApiError> {
+    match cancel_run(&state, &tenant, run).await? {
+        Cancel::Asked(run) => Ok((StatusCode::ACCEPTED, Json(run)).into_response()),
+        Cancel::Ended(run) => Err(ApiError::Conflict {
+            code: ErrorCode::RunNotLive,
+            message: format!("the run has already ended with status {}", run.status),
+        }),
+    }
+}
+
+/// `POST /v1/runs/{id}/cancel`: the same, idempotent: a run that has ended
+/// is answered 200 with its final state.
+pub async fn cancel_idempotent(
+    State(state): State<AppState>,
+    TenantRun { tenant, run }: TenantRun,
+) -> Result<Response, ApiError> {
+    Ok(match cancel_run(&state, &tenant, run).await? {
+        Cancel::Asked(run) => (StatusCode::ACCEPTED, Json(run)).into_response(),
+        Cancel::Ended(run) => (StatusCode::OK, Json(run)).into_response(),
+    })
+}
+
+/// What a cancel did.
+enum Cancel {
+    /// The run was live: it is told to stop (or ended at once, paused or
+    /// queued), as it stands now.
+    Asked(Run),
+    /// It had ended already: its final state.
+    Ended(Run),
+}
+
+async fn cancel_run(state: &AppState, tenant: &Tenant, run: Run) -> Result<Cancel, ApiError> {
     let id = run.id;
     if !run.status.is_terminal() {
         // Live here, or in storage alone: paused, or on PostgreSQL queued
         // or executing on another replica. A paused run answered meanwhile
         // is live again a moment later: tried a few times.
         for _ in 0..CANCEL_ATTEMPTS {
-            if state.runner.cancel(&tenant, id).is_some() {
-                return Ok((StatusCode::ACCEPTED, Json(run)).into_response());
+            if state.runner.cancel(tenant, id).is_some() {
+                return Ok(Cancel::Asked(run));
             }
             if let Some(ended) = state.runner.cancel_stored(id).await? {
-                return Ok((StatusCode::ACCEPTED, Json(ended)).into_response());
+                return Ok(Cancel::Asked(ended));
             }
             if state.runner.is_closing() {
                 break;
@@ -304,7 +336,7 @@ pub async fn cancel(
         }
     }
     // Terminal, or it ended between the read and the cancel.
-    let run = read(&state, &tenant, id).await?;
+    let run = read(state, tenant, id).await?;
     if !run.status.is_terminal() {
         // Live in storage but not here: the server is stopping, so the
         // next process (or another replica) has it.
@@ -314,10 +346,7 @@ pub async fn cancel(
             ApiError::Unavailable("the run is between two states; retry the cancel".into())
         });
     }
-    Err(ApiError::Conflict {
-        code: ErrorCode::RunNotLive,
-        message: format!("the run has already ended with status {}", run.status),
-    })
+    Ok(Cancel::Ended(run))
 }
 
 /// `GET /v1/runs/{id}/workspace`

@@ -36,13 +36,7 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiErr
 
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let text = state.runner.metrics().render(state.runner.gauges());
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        text,
-    )
+    ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text)
 }
 
 /// The configured model profiles: names and kinds, never a key.

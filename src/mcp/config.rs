@@ -7,7 +7,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::config::{MAX_TIME_LIMIT_MS, is_valid_env_name};
 use crate::models::Secret;
@@ -32,16 +32,17 @@ fn default_tool_timeout_ms() -> u64 {
 
 /// One `[mcp.NAME]` table as written: a stdio server (`command`) or a
 /// streamable HTTP one (`url`).
-#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct McpServerConfig {
     /// Stdio: the program, looked up in `PATH`, or a path.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
     #[serde(default)]
     pub args: Vec<String>,
-    /// Stdio: added to the cleared environment commands get.
-    #[serde(default)]
+    /// Stdio: added to the cleared environment commands get (its values
+    /// are redacted when the configuration is printed).
+    #[serde(default, serialize_with = "crate::config::redacted_values")]
     pub env: BTreeMap<String, String>,
     /// Stdio: where the server may also read and execute (its own code).
     #[serde(default)]
@@ -50,16 +51,16 @@ pub struct McpServerConfig {
     #[serde(default)]
     pub network: bool,
     /// Stdio: overrides `[sandbox] memory_max_bytes`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_max_bytes: Option<u64>,
     /// Stdio: overrides `[sandbox] pids_max`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pids_max: Option<u64>,
     /// Streamable HTTP: the endpoint.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
     /// Streamable HTTP: the variable holding the bearer token.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bearer_token_env: Option<String>,
     /// Starting and listing its tools must take no longer.
     #[serde(default = "default_startup_timeout_ms")]

@@ -59,6 +59,11 @@ impl LiveRun {
         }
     }
 
+    /// Reads the run as stored so far, without a copy.
+    fn peek<R>(&self, read: impl FnOnce(&Run) -> R) -> Option<R> {
+        self.state.lock().ok().map(|run| read(&run))
+    }
+
     fn snapshot(&self) -> Option<Run> {
         self.state.lock().ok().map(|run| run.clone())
     }

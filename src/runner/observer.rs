@@ -123,29 +123,64 @@ impl RunObserver {
         let _ = self.on_event(&event);
     }
 
+    /// A `run_start` event with what the run starts with: its model, its
+    /// limits and its tools (from its start: with its MCP servers').
+    fn run_start_json(&self, event: &Event) -> Result<String, serde_json::Error> {
+        let mut body = serde_json::to_value(event)?;
+        if let (Some(run), Some(object)) = (self.live.snapshot(), body.as_object_mut()) {
+            object.insert("model".into(), serde_json::to_value(&run.model)?);
+            object.insert("limits".into(), serde_json::to_value(run.limits)?);
+            object.insert("tools".into(), serde_json::to_value(&run.tools)?);
+        }
+        serde_json::to_string(&body)
+    }
+
     fn count(&self, kind: &EventKind) {
         let metrics = &self.metrics;
         match kind {
-            EventKind::ModelEnd { duration_ms, .. } => {
-                metrics.model_calls.fetch_add(1, Ordering::Relaxed);
-                metrics.model_duration.record_millis(*duration_ms);
+            EventKind::ModelEnd {
+                duration_ms, usage, ..
+            } => {
+                metrics.model_call(&self.profile(), *duration_ms);
+                if let Some(usage) = usage {
+                    metrics.tokens(
+                        usage.input_tokens.unwrap_or(0),
+                        usage.output_tokens.unwrap_or(0),
+                    );
+                }
             }
-            EventKind::ModelError { .. } => {
-                metrics.model_errors.fetch_add(1, Ordering::Relaxed);
-            }
+            EventKind::ModelError { .. } => metrics.model_error(&self.profile()),
             EventKind::ToolEnd {
+                name,
                 duration_ms,
                 is_error,
                 ..
             } => {
-                metrics.tool_calls.fetch_add(1, Ordering::Relaxed);
-                if *is_error {
-                    metrics.tool_errors.fetch_add(1, Ordering::Relaxed);
-                }
-                metrics.tool_duration.record_millis(*duration_ms);
+                // A model may name any tool: only the run's own are labels.
+                let known = self
+                    .live
+                    .peek(|run| {
+                        run.tools.iter().any(|tool| tool == name)
+                            || run.client_tools.iter().any(|tool| &tool.name == name)
+                    })
+                    .unwrap_or(false);
+                let tool = if known { name.as_str() } else { "unknown" };
+                metrics.tool_call(tool, *is_error, *duration_ms);
             }
             _ => {}
         }
+    }
+
+    /// The run's model profile, or its provider for an inline model.
+    fn profile(&self) -> String {
+        self.live
+            .peek(|run| {
+                run.model
+                    .profile
+                    .clone()
+                    .unwrap_or_else(|| run.model.provider.clone())
+            })
+            .unwrap_or_default()
     }
 }
 
@@ -205,7 +240,11 @@ impl Observer for RunObserver {
             run_id: self.live.id,
             sequence: event.sequence,
             kind: event.kind.type_name(),
-            body: event_json(event)?.into(),
+            body: match event.kind {
+                EventKind::RunStart => self.run_start_json(event)?,
+                _ => event_json(event)?,
+            }
+            .into(),
             message,
             finish,
             pause: None,

@@ -114,7 +114,7 @@ impl Runner {
                 };
                 if queued >= self.max_queued {
                     self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
-                    metrics.rejected_queue_full.fetch_add(1, Ordering::Relaxed);
+                    metrics.run_rejected();
                     return Err(SubmitError::QueueFull);
                 }
                 None
@@ -171,7 +171,7 @@ impl Runner {
                 error => error.into(),
             });
         }
-        metrics.runs_created.fetch_add(1, Ordering::Relaxed);
+        metrics.run_created();
         if cluster.is_some() && slot.is_none() {
             // Stored queued: whichever replica has a slot first claims it.
             unqueue();

@@ -168,7 +168,7 @@ impl RunTask {
             tracing::error!(%error, "run failed");
             observer.end_without_harness(Outcome::Failed, Some(error));
         }
-        shared.metrics.run_duration.record(began.elapsed());
+        shared.metrics.run_duration(began.elapsed());
         shared.running.fetch_sub(1, Ordering::AcqRel);
         drop(slot);
         match paused {
@@ -251,7 +251,7 @@ impl RunTask {
                     steps = checkpoint.steps,
                     "run paused for a decision"
                 );
-                shared.metrics.runs_paused.fetch_add(1, Ordering::Relaxed);
+                shared.metrics.run_paused();
                 shared.pauses.notify_one();
             }
             Some(_) => tracing::error!("the run's pause could not be stored"),

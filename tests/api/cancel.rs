@@ -140,3 +140,39 @@ async fn cancelling_an_unknown_run_is_404() {
     assert_eq!(reply.error_code(), "not_found");
     assert_eq!(app.delete("/v1/runs/not-a-uuid").await.status, 404);
 }
+
+#[tokio::test]
+async fn post_cancel_is_idempotent_where_delete_is_a_conflict() {
+    let app = spawn_app().await;
+    let run = app.create_run(slow(30_000)).await;
+    let id = run["id"].as_str().unwrap();
+    app.wait_status(id, "running").await;
+    let cancel = || app.send(app.request(reqwest::Method::POST, &format!("/v1/runs/{id}/cancel")));
+    let first = cancel().await;
+    assert_eq!(first.status, 202, "{}", first.text);
+    assert_eq!(first.body["id"], id);
+    let done = app.wait_terminal(id).await;
+    assert_eq!(done["status"], "aborted");
+    // Again, and again: its final state, 200, nothing changed.
+    for _ in 0..2 {
+        let again = cancel().await;
+        assert_eq!(again.status, 200, "{}", again.text);
+        assert_eq!(again.body, done);
+    }
+    assert_eq!(app.delete(&format!("/v1/runs/{id}")).await.status, 409);
+    // A completed run is answered as it ended, not aborted.
+    let completed = app.run_to_end(json!({"prompt": "hi"})).await;
+    let other = completed["id"].as_str().unwrap();
+    let answered = app
+        .send(app.request(reqwest::Method::POST, &format!("/v1/runs/{other}/cancel")))
+        .await;
+    assert_eq!(answered.status, 200);
+    assert_eq!(answered.body["status"], "completed");
+    let missing = app
+        .send(app.request(
+            reqwest::Method::POST,
+            &format!("/v1/runs/{}/cancel", uuid::Uuid::now_v7()),
+        ))
+        .await;
+    assert_eq!(missing.status, 404);
+}

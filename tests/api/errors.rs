@@ -234,8 +234,8 @@ async fn probes_metrics_and_models_answer() {
         "agent_runner_runs_finished_total{status=\"completed\"} 1",
         "agent_runner_active_runs 0",
         "agent_runner_queue_length 0",
-        "agent_runner_model_calls_total 2",
-        "agent_runner_tool_calls_total 1",
+        "agent_runner_model_calls_total{profile=\"demo\"} 2",
+        "agent_runner_tool_calls_total{tool=\"list_dir\"} 1",
         "agent_runner_run_duration_seconds_count 1",
     ] {
         assert!(

@@ -17,6 +17,39 @@ async fn a_bare_prompt_runs_end_to_end_with_the_demo_model() {
     let messages = app.messages(run["id"].as_str().unwrap()).await;
     assert_eq!(messages[0], json!({"role": "user", "content": "hi"}));
     assert_eq!(messages.len(), 4);
+    // Its run_start says what it started with.
+    let events = app.events(run["id"].as_str().unwrap()).await;
+    let start = &events[0].data;
+    assert_eq!(start["type"], "run_start");
+    assert_eq!(start["model"], run["model"]);
+    assert_eq!(start["limits"], run["limits"]);
+    assert_eq!(start["tools"], run["tools"]);
+}
+
+#[tokio::test]
+async fn a_model_named_alone_is_its_profile() {
+    let app = spawn_app().await;
+    let run = app
+        .run_to_end(json!({"prompt": "hi", "model": "demo"}))
+        .await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["model"]["profile"], "demo");
+    let unknown = app.post_run(json!({"prompt": "hi", "model": "nope"})).await;
+    assert_eq!(unknown.status, 422, "{}", unknown.text);
+    let message = unknown.body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("unknown model profile \"nope\""),
+        "{message}"
+    );
+    for wrong in [json!(7), json!(["demo"]), json!({"name": "demo"})] {
+        let refused = app.post_run(json!({"prompt": "hi", "model": wrong})).await;
+        assert!(
+            refused.status == 400 || refused.status == 422,
+            "{wrong}: {}",
+            refused.text
+        );
+        assert!(refused.text.contains("model"), "{}", refused.text);
+    }
 }
 
 #[tokio::test]

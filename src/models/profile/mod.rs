@@ -46,8 +46,8 @@ pub fn process_env(name: &str) -> Option<String> {
 ///
 /// Read through a flat table rather than serde's internally tagged enums, so
 /// that a value of the wrong type is reported at its own key.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(try_from = "RawProfile")]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(try_from = "RawProfile", into = "RawProfile")]
 pub enum ModelProfile {
     /// An OpenAI Chat Completions compatible server.
     OpenAi(HttpProfile),
@@ -57,24 +57,88 @@ pub enum ModelProfile {
     Scripted(ScriptedProfile),
 }
 
-/// A `[models.NAME]` table as written: every field of every kind.
-#[derive(Deserialize)]
+/// A `[models.NAME]` table as written: every field of every kind. Written
+/// back (for `agent-runner config`) with its header values redacted.
+#[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct RawProfile {
     kind: ProfileKind,
+    #[serde(skip_serializing_if = "Option::is_none")]
     base_url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     model: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     api_key_env: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     headers: Option<BTreeMap<String, String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     timeout_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     max_attempts: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     retry_base_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     retry_max_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     stream: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     script: Option<Vec<Value>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     instructions: Option<String>,
+}
+
+impl From<ModelProfile> for RawProfile {
+    fn from(profile: ModelProfile) -> Self {
+        let kind = profile.kind();
+        let mut raw = Self {
+            kind,
+            base_url: None,
+            model: None,
+            api_key_env: None,
+            headers: None,
+            timeout_ms: None,
+            max_tokens: None,
+            temperature: None,
+            max_attempts: None,
+            retry_base_ms: None,
+            retry_max_ms: None,
+            stream: None,
+            script: None,
+            instructions: None,
+        };
+        match profile {
+            ModelProfile::Scripted(scripted) => {
+                raw.script = Some(scripted.script);
+                raw.instructions = scripted.instructions;
+            }
+            ModelProfile::OpenAi(http) | ModelProfile::Anthropic(http) => {
+                raw.base_url = http.base_url;
+                raw.model = http.model;
+                raw.api_key_env = http.api_key_env;
+                // Header values may be sensitive even when they are not the
+                // key.
+                raw.headers = (!http.headers.is_empty()).then(|| {
+                    http.headers
+                        .into_keys()
+                        .map(|name| (name, crate::config::REDACTED.to_owned()))
+                        .collect()
+                });
+                raw.timeout_ms = http.timeout_ms;
+                raw.max_tokens = http.max_tokens;
+                raw.temperature = http.temperature;
+                raw.max_attempts = http.max_attempts;
+                raw.retry_base_ms = http.retry_base_ms;
+                raw.retry_max_ms = http.retry_max_ms;
+                raw.stream = Some(http.stream);
+                raw.instructions = http.instructions;
+            }
+        }
+        raw
+    }
 }
 
 impl TryFrom<RawProfile> for ModelProfile {

@@ -66,7 +66,7 @@ pub enum SandboxMode {
 }
 
 /// The `[sandbox]` table of the configuration.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SandboxConfig {
     pub mode: SandboxMode,
