@@ -94,6 +94,7 @@ impl Application {
             Arc::new(mcp),
         );
         runner.resume(recovered.queued);
+        runner.keep(config.retention);
         let addr = config.server.bind;
         let listener = TcpListener::bind(addr)
             .await

@@ -29,6 +29,7 @@ pub struct Config {
     /// MCP servers whose tools runs may use.
     pub mcp: BTreeMap<String, McpServerConfig>,
     pub auth: AuthConfig,
+    pub retention: RetentionConfig,
     /// The file this was read from, if any: the sandbox keeps commands away
     /// from it.
     #[serde(skip)]
@@ -114,6 +115,27 @@ impl Default for RunsConfig {
             default_model: "demo".into(),
             shutdown_grace_ms: 10_000,
             lease_ms: 10_000,
+        }
+    }
+}
+
+/// How long runs that have ended are kept.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    /// Runs that ended this many days ago are removed, with their events,
+    /// messages and workspace. None: kept forever.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keep_days: Option<u32>,
+    /// How often the removal looks for runs past `keep_days`.
+    pub sweep_interval_ms: u64,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        Self {
+            keep_days: None,
+            sweep_interval_ms: 3_600_000,
         }
     }
 }
@@ -414,6 +436,16 @@ impl Config {
             Some(self.sandbox.memory_max_bytes),
             Some(self.sandbox.pids_max),
         )?;
+        if self
+            .retention
+            .keep_days
+            .is_some_and(|days| !(1..=36_500).contains(&days))
+        {
+            return invalid("retention.keep_days must be between 1 and 36500".into());
+        }
+        if !(100..=86_400_000).contains(&self.retention.sweep_interval_ms) {
+            return invalid("retention.sweep_interval_ms must be between 100 and 86400000".into());
+        }
         for (i, token) in self.auth.tokens.iter().enumerate() {
             if token.tenant.trim().is_empty() {
                 return invalid(format!("auth.tokens[{i}].tenant must not be empty"));

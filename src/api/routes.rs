@@ -85,6 +85,11 @@ pub fn table() -> Vec<Route> {
             [(M::POST, NONE, post(runs::cancel_idempotent))],
         ),
         route(
+            "/v1/runs/{id}/purge",
+            false,
+            [(M::POST, NONE, post(runs::purge))],
+        ),
+        route(
             "/v1/runs/{id}/actions",
             false,
             [(M::POST, NONE, post(actions::answer))],

@@ -17,7 +17,7 @@ use super::json::ApiJson;
 use super::state::AppState;
 use super::tenant_run::{TenantRun, read};
 use crate::run::{Run, RunStatus, Tenant};
-use crate::runner::SubmitError;
+use crate::runner::{Purged, SubmitError};
 use crate::store::RunFilter;
 use crate::tools::{Workspace, WorkspaceError, WorkspaceOptions};
 
@@ -305,6 +305,22 @@ pub async fn cancel_idempotent(
         Cancel::Asked(run) => (StatusCode::ACCEPTED, Json(run)).into_response(),
         Cancel::Ended(run) => (StatusCode::OK, Json(run)).into_response(),
     })
+}
+
+/// `POST /v1/runs/{id}/purge`: removes a run that has ended, with its
+/// events, messages and workspace (204); a live one is a 409 `run_live`.
+pub async fn purge(
+    State(state): State<AppState>,
+    TenantRun { tenant, run }: TenantRun,
+) -> Result<Response, ApiError> {
+    match state.runner.purge(&tenant, run.id).await? {
+        Purged::Removed => Ok(StatusCode::NO_CONTENT.into_response()),
+        Purged::NotFound => Err(ApiError::NotFound("run")),
+        Purged::Live(status) => Err(ApiError::Conflict {
+            code: ErrorCode::RunLive,
+            message: format!("the run is {status}: cancel it, and purge it once it has ended"),
+        }),
+    }
 }
 
 /// What a cancel did.

@@ -5,6 +5,7 @@
 mod observer;
 mod pauses;
 mod replicas;
+mod retention;
 mod submit;
 mod task;
 mod tools;
@@ -35,6 +36,7 @@ pub use crate::run::INTERRUPTED;
 /// A subscription to a live run's events.
 pub type LiveEvents = tokio::sync::broadcast::Receiver<Arc<crate::store::LiveEvent>>;
 pub use pauses::{Answered, NO_ANSWER};
+pub use retention::Purged;
 use submit::detached;
 
 /// A run that is queued or running.

@@ -100,7 +100,11 @@ impl Runner {
                 self.shared.metrics.finished(Outcome::Timeout);
                 Answered::NotPaused(run.status)
             }
-            Transitioned::NotDue | Transitioned::Forwarded { .. } => {
+            Transitioned::NotDue
+            | Transitioned::Forwarded { .. }
+            | Transitioned::Purged
+            | Transitioned::Live(_)
+            | Transitioned::Expired(_) => {
                 return Err(SubmitError::Store(StoreError::Corrupt(
                     "an answer was taken for another transition".into(),
                 )));

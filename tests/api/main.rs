@@ -22,6 +22,7 @@ mod pauses;
 mod postgres;
 mod providers;
 mod replicas;
+mod retention;
 mod runs;
 mod sandbox;
 mod scenarios;

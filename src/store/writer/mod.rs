@@ -23,9 +23,12 @@
 //!
 //! - this module: the handle, the operations, the task and its holding;
 //! - [`health`]: since when storage refuses writes;
-//! - [`sql`]: the rows and the statements that write a batch.
+//! - [`sql`]: the rows and the statements that write a batch;
+//! - [`transition`]: checked changes to paused runs, and [`retention`]:
+//!   removing runs that have ended.
 
 mod health;
+mod retention;
 mod sql;
 mod transition;
 

@@ -41,6 +41,12 @@ pub enum Transition {
     /// which another replica executes, is marked, and that replica told
     /// (see [`crate::store::cluster::CANCEL`]).
     Cancel { run_id: Uuid, at: DateTime<Utc> },
+    /// Removes a run that has ended, its events and messages (a client's
+    /// purge): a live one is left as it is.
+    Purge { run_id: Uuid, tenant: Tenant },
+    /// Removes up to `limit` runs that ended before `before` (RFC 3339),
+    /// oldest first (the retention sweep).
+    Expire { before: String, limit: u32 },
 }
 
 /// What a transition found and did.
@@ -70,6 +76,12 @@ pub enum Transitioned {
     Forwarded {
         run: Run,
     },
+    /// It is removed.
+    Purged,
+    /// Not removed: it is live.
+    Live(RunStatus),
+    /// The runs removed.
+    Expired(Vec<Uuid>),
 }
 
 /// Applies `transitions` in order in one transaction, each deciding on
@@ -172,6 +184,12 @@ async fn decide_one(
     let (run_id, tenant) = match transition {
         Transition::Answer { run_id, tenant, .. } => (*run_id, Some(tenant)),
         Transition::End { run_id, .. } | Transition::Cancel { run_id, .. } => (*run_id, None),
+        Transition::Purge { run_id, tenant } => {
+            return super::retention::purge(connection, *run_id, tenant).await;
+        }
+        Transition::Expire { before, limit } => {
+            return super::retention::expire(connection, before, *limit).await;
+        }
     };
     // SQLite's writer holds the database's write lock already; PostgreSQL
     // locks the row, against another replica's claim or transition.
@@ -270,6 +288,8 @@ async fn decide_one(
             })
         }
         Transition::Cancel { at, .. } => end(connection, run, Outcome::Aborted, None, *at).await,
+        // Decided before the run is read.
+        Transition::Purge { .. } | Transition::Expire { .. } => Ok(Transitioned::NotDue),
         Transition::End {
             status,
             error,
