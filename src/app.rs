@@ -85,6 +85,10 @@ impl Application {
             );
         }
         let metrics = Arc::new(Metrics::default());
+        let webhooks = crate::runner::webhooks::Webhooks::new(&config.webhooks, |name| {
+            std::env::var(name).ok()
+        })
+        .map_err(StartError::Config)?;
         let runner = Runner::new(
             &config,
             store,
@@ -92,6 +96,7 @@ impl Application {
             Arc::new(profiles),
             sandbox,
             Arc::new(mcp),
+            Arc::new(webhooks),
         );
         runner.resume(recovered.queued);
         runner.keep(config.retention);

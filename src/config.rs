@@ -30,6 +30,7 @@ pub struct Config {
     pub mcp: BTreeMap<String, McpServerConfig>,
     pub auth: AuthConfig,
     pub retention: RetentionConfig,
+    pub webhooks: WebhooksConfig,
     /// The file this was read from, if any: the sandbox keeps commands away
     /// from it.
     #[serde(skip)]
@@ -115,6 +116,36 @@ impl Default for RunsConfig {
             default_model: "demo".into(),
             shutdown_grace_ms: 10_000,
             lease_ms: 10_000,
+        }
+    }
+}
+
+/// Where runs may post their ends and pauses, and how.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebhooksConfig {
+    /// Hosts a run's `webhook.url` may name (lower case, no port): none,
+    /// no webhooks.
+    pub allowed_hosts: Vec<String>,
+    /// The variable holding the signing secret (`whsec_` and base64, as
+    /// Standard Webhooks gives it, or any other text, used as it is).
+    /// Required with `allowed_hosts`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret_env: Option<String>,
+    /// How long a delivery is tried again (with backoff) before it is
+    /// given up.
+    pub retry_for_ms: u64,
+    /// Longest wait for one attempt's answer.
+    pub timeout_ms: u64,
+}
+
+impl Default for WebhooksConfig {
+    fn default() -> Self {
+        Self {
+            allowed_hosts: Vec::new(),
+            secret_env: None,
+            retry_for_ms: 3_600_000,
+            timeout_ms: 10_000,
         }
     }
 }
@@ -446,6 +477,26 @@ impl Config {
         if !(100..=86_400_000).contains(&self.retention.sweep_interval_ms) {
             return invalid("retention.sweep_interval_ms must be between 100 and 86400000".into());
         }
+        let webhooks = &self.webhooks;
+        for host in &webhooks.allowed_hosts {
+            if host.is_empty()
+                || host.contains(['/', ':', '@', '?', '#', ' '])
+                || host.bytes().any(|byte| byte.is_ascii_uppercase())
+            {
+                return invalid(format!(
+                    "webhooks.allowed_hosts: {host:?} is not a lower-case host name (no scheme, \
+                     port or path)"
+                ));
+            }
+        }
+        if !webhooks.allowed_hosts.is_empty() && webhooks.secret_env.is_none() {
+            return invalid("webhooks.secret_env is required with webhooks.allowed_hosts".into());
+        }
+        if webhooks.retry_for_ms > MAX_TIME_LIMIT_MS || webhooks.timeout_ms == 0 {
+            return invalid(
+                "webhooks.retry_for_ms must be at most a year, and timeout_ms at least 1".into(),
+            );
+        }
         for (i, token) in self.auth.tokens.iter().enumerate() {
             if token.tenant.trim().is_empty() {
                 return invalid(format!("auth.tokens[{i}].tenant must not be empty"));
@@ -580,7 +631,7 @@ mod tests {
             timeout_ms = 60000
             [[auth.tokens]]
             tenant = "team-a"
-            token = "secret"
+            token = "hunter2-token"
             "#,
             env(&[]),
         )
@@ -589,7 +640,7 @@ mod tests {
         assert_eq!(config.runs.max_concurrent, 2);
         assert_eq!(config.commands["test"].args, ["test", "--quiet"]);
         assert_eq!(config.auth.tokens[0].tenant, "team-a");
-        assert!(!format!("{config:?}").contains("secret"));
+        assert!(!format!("{config:?}").contains("hunter2"));
     }
 
     #[test]

@@ -188,6 +188,16 @@ pub struct RunSpec {
     pub previous_run_id: Option<Uuid>,
     /// The MCP servers whose tools it uses.
     pub mcp_servers: Vec<String>,
+    /// Where its ends and pauses are posted.
+    pub webhook: Option<Webhook>,
+}
+
+/// Where a run's ends and pauses are posted (signed; see
+/// [`crate::runner::webhooks`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Webhook {
+    pub url: String,
 }
 
 impl RunSpec {
@@ -209,6 +219,7 @@ impl RunSpec {
             instructions: run.instructions.clone(),
             previous_run_id: run.previous_run_id,
             mcp_servers: run.mcp_servers.clone(),
+            webhook: run.webhook.clone(),
         }
     }
 }
@@ -293,6 +304,10 @@ pub struct Run {
     /// another.
     pub thread_id: Uuid,
     pub previous_run_id: Option<Uuid>,
+    /// Where its ends and pauses are posted (absent from the run object
+    /// when nowhere).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook: Option<Webhook>,
     #[serde(serialize_with = "rfc3339")]
     pub created_at: DateTime<Utc>,
     #[serde(serialize_with = "rfc3339_opt")]
@@ -327,6 +342,7 @@ impl Run {
             instructions: spec.instructions.clone(),
             thread_id: id,
             previous_run_id: spec.previous_run_id,
+            webhook: spec.webhook.clone(),
             created_at,
             started_at: None,
             finished_at: None,
@@ -385,6 +401,7 @@ impl RunSpec {
             instructions: None,
             previous_run_id: None,
             mcp_servers: Vec::new(),
+            webhook: None,
         }
     }
 }

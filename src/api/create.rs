@@ -65,6 +65,8 @@ pub struct CreateRunRequest {
     pub previous_run_id: Option<String>,
     #[serde(default)]
     pub mcp_servers: Option<Vec<String>>,
+    #[serde(default)]
+    pub webhook: Option<crate::run::Webhook>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -159,6 +161,7 @@ pub struct Ceilings<'a> {
     pub presets: &'a CommandPresets,
     pub mcp: &'a McpServers,
     pub default_model: &'a str,
+    pub webhooks: &'a crate::runner::webhooks::Webhooks,
 }
 
 impl CreateRunRequest {
@@ -343,6 +346,12 @@ impl CreateRunRequest {
             .transpose()?;
         let client_tools = client_tools(self.client_tools.unwrap_or_default(), &tools)?;
         let approval = approval(self.approval, &tools, &client_tools, &mcp_servers)?;
+        if let Some(webhook) = &self.webhook {
+            server
+                .webhooks
+                .check(&webhook.url)
+                .map_err(|why| ApiError::Validation(format!("webhook.url: {why}")))?;
+        }
 
         Ok(RunSpec {
             prompt: self.prompt,
@@ -359,6 +368,7 @@ impl CreateRunRequest {
             instructions,
             previous_run_id,
             mcp_servers,
+            webhook: self.webhook,
         })
     }
 }

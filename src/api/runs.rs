@@ -48,6 +48,7 @@ pub async fn create(
         presets: state.runner.presets(),
         mcp: state.runner.mcp(),
         default_model: &state.default_model,
+        webhooks: state.runner.webhooks(),
     })?;
 
     if let (Some(key), Some(hash)) = (&key, &hash)

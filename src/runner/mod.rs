@@ -9,6 +9,7 @@ mod retention;
 mod submit;
 mod task;
 mod tools;
+pub mod webhooks;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -122,6 +123,8 @@ pub(crate) struct Shared {
     /// On PostgreSQL: the claimer holds a slot while it looks for a queued
     /// run (a submit that finds no slot then waits for it a moment).
     claiming: AtomicBool,
+    /// Where runs' ends and pauses are posted.
+    webhooks: Arc<webhooks::Webhooks>,
 }
 
 impl Shared {
@@ -181,6 +184,7 @@ impl Runner {
         profiles: Arc<ModelProfiles>,
         sandbox: Arc<Sandbox>,
         mcp: Arc<McpServers>,
+        webhooks: Arc<webhooks::Webhooks>,
     ) -> Self {
         let runner = Self {
             shared: Arc::new(Shared {
@@ -204,6 +208,7 @@ impl Runner {
                 pauses: Arc::default(),
                 claims: tokio::sync::Notify::new(),
                 claiming: AtomicBool::new(false),
+                webhooks: Arc::clone(&webhooks),
             }),
             slots: Arc::new(Semaphore::new(config.runs.max_concurrent)),
             max_queued: config.runs.max_queued,
@@ -217,7 +222,13 @@ impl Runner {
             Duration::from_millis(config.storage.write_retry_ms),
         ));
         runner.watch_pauses();
+        runner.deliver_webhooks(webhooks);
         runner
+    }
+
+    /// Where runs' ends and pauses are posted.
+    pub fn webhooks(&self) -> &webhooks::Webhooks {
+        &self.shared.webhooks
     }
 
     pub fn store(&self) -> &Store {
@@ -457,6 +468,7 @@ mod tests {
             Arc::new(ModelProfiles::default()),
             Arc::new(Sandbox::unconfined()),
             Arc::default(),
+            Arc::new(webhooks::Webhooks::new(&config.webhooks, |_| None).unwrap()),
         );
         let spec = RunSpec::scripted(vec![json!({"delay_ms": 100, "content": "done"})]);
         let tenant = Tenant::anonymous();

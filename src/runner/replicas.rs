@@ -71,7 +71,7 @@ impl Runner {
                     channels.wake(run);
                 }
             }
-            Notice::Statuses(changes) => channels.publish_statuses(changes),
+            Notice::Statuses(changes) => channels.publish_heard_statuses(changes),
             Notice::Queued => self.shared.claims.notify_one(),
             Notice::Cancel(run) => self.cancel_here(run),
             Notice::Missed => {

@@ -118,6 +118,8 @@ pub struct Channels {
     /// other replicas was missed): the status streams then end, for their
     /// clients to read the runs again. Replaced once fired.
     statuses_missed: Mutex<CancellationToken>,
+    /// Where ends and pauses committed here are also sent, if anywhere.
+    outbox: Mutex<Option<tokio::sync::mpsc::UnboundedSender<StatusChange>>>,
     /// Fired when a run that is not live here goes live again or ends:
     /// what followers of a paused run wait on. Made only for runs someone
     /// waits on.
@@ -169,17 +171,41 @@ impl Default for Channels {
             runs: Mutex::default(),
             statuses: broadcast::channel(STATUS_BUFFER).0,
             statuses_missed: Mutex::default(),
+            outbox: Mutex::default(),
             reopened: Mutex::default(),
         }
     }
 }
 
 impl Channels {
-    /// Tells whoever follows the runs' statuses of committed changes.
+    /// Tells whoever follows the runs' statuses of changes committed here;
+    /// the ends and pauses among them go to the outbox too, if there is one.
     pub fn publish_statuses(&self, changes: impl IntoIterator<Item = StatusChange>) {
+        let outbox = self.outbox.lock().ok().and_then(|outbox| outbox.clone());
         for change in changes {
+            if let Some(outbox) = &outbox
+                && (change.status.is_terminal() || change.status == RunStatus::RequiresAction)
+            {
+                let _ = outbox.send(change.clone());
+            }
             // No subscriber is not an error.
             let _ = self.statuses.send(Arc::new(change));
+        }
+    }
+
+    /// Tells whoever follows the runs' statuses of changes another replica
+    /// committed (that replica's outbox has them).
+    pub fn publish_heard_statuses(&self, changes: impl IntoIterator<Item = StatusChange>) {
+        for change in changes {
+            let _ = self.statuses.send(Arc::new(change));
+        }
+    }
+
+    /// Where the ends and pauses committed here go from now on (the
+    /// webhooks' deliveries).
+    pub fn set_outbox(&self, outbox: tokio::sync::mpsc::UnboundedSender<StatusChange>) {
+        if let Ok(mut slot) = self.outbox.lock() {
+            *slot = Some(outbox);
         }
     }
 

@@ -19,7 +19,7 @@ macro_rules! select_runs {
             "input_tokens, output_tokens, model_calls_with_usage, limits, context, tools, ",
             "commands, model, metadata, model_spec, request_hash, created_at, started_at, ",
             "finished_at, approval, client_tools, pending_actions, answers, running_ms, ",
-            "action_deadline, instructions, thread_id, previous_run_id, mcp_servers ",
+            "action_deadline, instructions, thread_id, previous_run_id, mcp_servers, webhook ",
             "FROM runs ",
             $filter
         )
@@ -94,6 +94,11 @@ pub(super) fn run_from_row(row: &AnyRow) -> Result<Run, StoreError> {
             .as_deref()
             .map(parse_uuid)
             .transpose()?,
+        webhook: row
+            .get::<Option<String>, _>("webhook")
+            .map(|text| serde_json::from_str(&text))
+            .transpose()
+            .map_err(|e| StoreError::Corrupt(format!("webhook: {e}")))?,
         created_at: time(&row.get::<String, _>("created_at"))?,
         started_at: row
             .get::<Option<String>, _>("started_at")

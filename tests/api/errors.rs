@@ -206,6 +206,23 @@ async fn unknown_routes_wrong_methods_and_bad_queries_are_json_errors() {
             "invalid_query",
         ),
         (app.get("/v1/runs?cursor=abc").await, 400, "invalid_query"),
+        // Unknown and repeated parameters are not silently ignored.
+        (app.get("/v1/runs?colour=red").await, 400, "invalid_query"),
+        (
+            app.get("/v1/runs?limit=5&limit=6").await,
+            400,
+            "invalid_query",
+        ),
+        (app.get("/v1/models?verbose=1").await, 400, "invalid_query"),
+        (
+            app.send(
+                app.request(Method::POST, "/v1/runs?wait=true&wait=false")
+                    .json(&json!({"prompt": "x"})),
+            )
+            .await,
+            400,
+            "invalid_query",
+        ),
         (
             app.send(
                 app.request(Method::POST, "/v1/runs?wait=maybe")

@@ -31,3 +31,4 @@ mod sse;
 mod statuses;
 mod storage;
 mod tenants;
+mod webhooks;

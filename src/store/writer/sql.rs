@@ -8,7 +8,7 @@ use crate::run::format_time;
 use crate::store::cluster::{self, Cluster};
 use crate::store::{Engine, NewRun, StatusChange, StoreError};
 
-/// Most rows one statement writes (the runs insert binds 22 values a row,
+/// Most rows one statement writes (the runs insert binds 23 values a row,
 /// well within SQLite's 32,766 variables).
 const MAX_ROWS_PER_STATEMENT: usize = 256;
 
@@ -36,6 +36,7 @@ pub(crate) struct RunRow {
     created_at: String,
     started_at: Option<String>,
     owner: Option<String>,
+    webhook: Option<String>,
     /// The change of status its insert commits.
     change: StatusChange,
 }
@@ -66,6 +67,7 @@ impl RunRow {
             created_at: format_time(&run.created_at),
             started_at: run.started_at.as_ref().map(format_time),
             owner: new.owner.map(str::to_owned),
+            webhook: run.webhook.as_ref().map(json).transpose()?,
             change: StatusChange {
                 run_id: run.id,
                 tenant: new.tenant.0.clone(),
@@ -190,9 +192,9 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
             "INSERT INTO runs (id, tenant, status, prompt, limits, context, tools, commands, \
              model, metadata, approval, client_tools, mcp_servers, instructions, thread_id, \
              previous_run_id, model_spec, idempotency_key, request_hash, created_at, started_at, \
-             owner) ",
+             owner, webhook) ",
             chunk.len(),
-            22,
+            23,
             "",
         );
         let mut query = sqlx::query(&sql);
@@ -219,7 +221,8 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
                 .bind(row.request_hash.as_deref())
                 .bind(row.created_at.as_str())
                 .bind(row.started_at.as_deref())
-                .bind(row.owner.as_deref());
+                .bind(row.owner.as_deref())
+                .bind(row.webhook.as_deref());
         }
         query.execute(&mut *connection).await?;
     }
