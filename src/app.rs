@@ -98,6 +98,7 @@ impl Application {
             Arc::new(mcp),
             Arc::new(webhooks),
         );
+        runner.post_ended(recovered.interrupted);
         runner.resume(recovered.queued);
         runner.keep(config.retention);
         let addr = config.server.bind;

@@ -265,12 +265,31 @@ pub struct TokenConfig {
 }
 
 /// The effective configuration as TOML, secrets redacted: bearer tokens
-/// and their digests, a database URL's password, model profiles' header
-/// values, MCP servers' environment values.
+/// and their digests, URLs' passwords and queries (the database's, model
+/// profiles', MCP servers'), model profiles' header values, MCP servers'
+/// environment values. It is for reading: a redacted token is refused.
 pub fn effective(config: &Config) -> Result<String, ConfigError> {
     let mut shown = config.clone();
-    shown.storage.database_url = redact_password(&shown.storage.database_url);
+    shown.storage.database_url = redact_url(&shown.storage.database_url);
+    for server in shown.mcp.values_mut() {
+        if let Some(url) = &server.url {
+            server.url = Some(redact_url(url));
+        }
+    }
+    for profile in shown.models.values_mut() {
+        profile.redact_base_url(redact_url);
+    }
     toml::to_string(&shown).map_err(|e| ConfigError::Invalid(format!("cannot print it: {e}")))
+}
+
+/// `url` with the password of its user part and its query replaced (a
+/// query may carry a password, `?password=`, or a key).
+fn redact_url(url: &str) -> String {
+    let (url, query) = match url.split_once('?') {
+        Some((url, _)) => (url, format!("?{REDACTED}")),
+        None => (url, String::new()),
+    };
+    redact_password(url) + &query
 }
 
 /// `url` with the password of its user part replaced.
@@ -500,6 +519,12 @@ impl Config {
         for (i, token) in self.auth.tokens.iter().enumerate() {
             if token.tenant.trim().is_empty() {
                 return invalid(format!("auth.tokens[{i}].tenant must not be empty"));
+            }
+            if token.token.as_deref() == Some(REDACTED) {
+                return invalid(format!(
+                    "auth.tokens[{i}].token is {REDACTED:?}, as `agent-runner config` prints it: \
+                     give the real token (or its token_sha256)"
+                ));
             }
             if token.tenant.len() > MAX_TENANT_BYTES {
                 return invalid(format!(

@@ -101,9 +101,25 @@ fn main() -> ExitCode {
 }
 
 /// The configuration `matches` names, or the exit code of its refusal.
+/// `--bind` is one more override, checked with the rest (a server without
+/// tokens binds loopback only, whichever way its address is given).
 fn load(matches: &ArgMatches) -> Result<Config, ExitCode> {
     let path = matches.get_one::<PathBuf>("config");
-    Config::load(path.map(PathBuf::as_path), std::env::vars()).map_err(|error| {
+    let bind = matches
+        .try_get_one::<SocketAddr>("bind")
+        .ok()
+        .flatten()
+        .map(|bind| {
+            (
+                format!("{}SERVER__BIND", agent_runner::config::ENV_PREFIX),
+                format!("\"{bind}\""),
+            )
+        });
+    // It wins over the variable.
+    let env = std::env::vars()
+        .filter(|(name, _)| bind.as_ref().is_none_or(|(bound, _)| name != bound))
+        .chain(bind.clone());
+    Config::load(path.map(PathBuf::as_path), env).map_err(|error| {
         eprintln!("agent-runner: {error}");
         ExitCode::from(2)
     })
@@ -133,13 +149,10 @@ fn hash_token() -> ExitCode {
 
 fn serve_command(matches: &ArgMatches) -> ExitCode {
     init_logs();
-    let mut config = match load(matches) {
+    let config = match load(matches) {
         Ok(config) => config,
         Err(code) => return code,
     };
-    if let Some(bind) = matches.get_one::<SocketAddr>("bind") {
-        config.server.bind = *bind;
-    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {

@@ -138,5 +138,9 @@ async fn json_errors(State(state): State<AppState>, response: Response) -> Respo
             rewritten.headers_mut().insert(name, value.clone());
         }
     }
+    // The tenant, for the access log.
+    if let Some(tenant) = parts.extensions.get::<crate::run::Tenant>() {
+        rewritten.extensions_mut().insert(tenant.clone());
+    }
     rewritten
 }

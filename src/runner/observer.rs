@@ -156,15 +156,15 @@ impl RunObserver {
                 is_error,
                 ..
             } => {
-                // A model may name any tool: only the run's own are labels.
-                let known = self
+                // Labels are bounded by the server's configuration: a
+                // built-in tool by name, an MCP tool by its server, a
+                // client's tool as `client`, anything else a model names
+                // as `unknown`.
+                let label = self
                     .live
-                    .peek(|run| {
-                        run.tools.iter().any(|tool| tool == name)
-                            || run.client_tools.iter().any(|tool| &tool.name == name)
-                    })
-                    .unwrap_or(false);
-                let tool = if known { name.as_str() } else { "unknown" };
+                    .peek(|run| tool_label(run, name))
+                    .unwrap_or_else(|| "unknown".into());
+                let tool = label.as_str();
                 metrics.tool_call(tool, *is_error, *duration_ms);
             }
             _ => {}
@@ -309,6 +309,21 @@ fn storable_text(text: &str) -> String {
 
 /// The event's JSON. A `message` event reuses the JSON the harness made of
 /// its message rather than serialising the message again.
+/// The metrics label of a call of tool `name` in `run`.
+fn tool_label(run: &crate::run::Run, name: &str) -> String {
+    if !run.tools.iter().any(|tool| tool == name) {
+        let client = run.client_tools.iter().any(|tool| tool.name == name);
+        return if client { "client" } else { "unknown" }.into();
+    }
+    match name
+        .strip_prefix("mcp__")
+        .and_then(|rest| rest.split_once("__"))
+    {
+        Some((server, _)) => format!("mcp__{server}"),
+        None => name.to_owned(),
+    }
+}
+
 fn event_json(event: &Event) -> Result<String, serde_json::Error> {
     let EventKind::Message { json, .. } = &event.kind else {
         return serde_json::to_string(event);

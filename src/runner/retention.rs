@@ -1,8 +1,10 @@
 //! Removing runs that have ended: a client's purge of one, and the sweep
 //! of those past `[retention] keep_days`. Storage removes the run whole in
-//! one transaction; its workspace goes once that is committed (a workspace
-//! left by a failure is removed by the next sweep of the same run, or by
-//! hand: nothing refers to it).
+//! one transaction; its workspace goes once that is committed (one that
+//! cannot be deleted, which is logged, is left for a person to remove:
+//! nothing refers to it any more). The sweep removes small batches with a
+//! pause between them, so that live runs' writes are never held back
+//! long.
 
 use std::time::Duration;
 
@@ -14,8 +16,9 @@ use crate::config::RetentionConfig;
 use crate::run::{RunStatus, Tenant, format_time};
 use crate::store::{StoreError, Transition, Transitioned};
 
-/// Runs removed per transaction by the sweep.
-const EXPIRE_BATCH: u32 = 200;
+/// Runs removed per transaction by the sweep, and the pause between two.
+const EXPIRE_BATCH: u32 = 50;
+const EXPIRE_PAUSE: Duration = Duration::from_millis(50);
 
 /// What a purge did.
 #[derive(Debug)]
@@ -47,8 +50,8 @@ impl Runner {
         )
     }
 
-    /// Sweeps runs past `retention.keep_days` every `sweep_interval_ms`
-    /// (the first sweep at once), until the server stops. Without
+    /// Sweeps runs past `retention.keep_days` every `sweep_interval_ms`,
+    /// until the server stops. Without
     /// `keep_days`, nothing.
     pub fn keep(&self, retention: RetentionConfig) {
         let Some(days) = retention.keep_days else {
@@ -59,11 +62,12 @@ impl Runner {
         tokio::spawn(async move {
             let keep = chrono::TimeDelta::days(i64::from(days));
             loop {
-                runner.expire(keep).await;
+                // Not at once: a server starting has better to do.
                 tokio::select! {
                     () = tokio::time::sleep(every) => {}
                     () = runner.closing.cancelled() => return,
                 }
+                runner.expire(keep).await;
             }
         });
     }
@@ -87,6 +91,7 @@ impl Runner {
                     if !full || self.closing.is_cancelled() {
                         return;
                     }
+                    tokio::time::sleep(EXPIRE_PAUSE).await;
                 }
                 Ok(_) => return,
                 Err(error) => {
@@ -101,7 +106,17 @@ impl Runner {
         let dirs: Vec<_> = ids.iter().map(|id| self.workspace_dir(*id)).collect();
         let removed = tokio::task::spawn_blocking(move || {
             for dir in dirs {
-                match std::fs::remove_dir_all(&dir) {
+                let removed = std::fs::remove_dir_all(&dir).or_else(|error| {
+                    // A command may have taken its own write permission
+                    // away from a directory: given back, then tried again.
+                    if error.kind() == std::io::ErrorKind::PermissionDenied {
+                        writable(&dir);
+                        std::fs::remove_dir_all(&dir)
+                    } else {
+                        Err(error)
+                    }
+                });
+                match removed {
                     Ok(()) => {}
                     Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
                     Err(error) => {
@@ -113,6 +128,26 @@ impl Runner {
         .await;
         if let Err(error) = removed {
             tracing::warn!(%error, "removing workspaces failed");
+        }
+    }
+}
+
+/// Makes every directory under `dir` (itself included) writable by its
+/// owner again, never following a link.
+fn writable(dir: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(meta) = std::fs::symlink_metadata(dir) else {
+        return;
+    };
+    if !meta.is_dir() {
+        return;
+    }
+    let mut permissions = meta.permissions();
+    permissions.set_mode(permissions.mode() | 0o700);
+    let _ = std::fs::set_permissions(dir, permissions);
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            writable(&entry.path());
         }
     }
 }

@@ -168,6 +168,8 @@ impl Runner {
                 StoreError::Refused(why) => SubmitError::StorageRefused(why),
                 // This replica stops: the client goes to another.
                 StoreError::Fenced => SubmitError::ShuttingDown,
+                // Purged between its acceptance and its insert.
+                StoreError::PreviousGone => SubmitError::PreviousNotFound,
                 error => error.into(),
             });
         }

@@ -19,9 +19,8 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use hmac::{Hmac, Mac};
-use sha2::Sha256;
+use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
-use uuid::Uuid;
 
 use super::Runner;
 use crate::config::WebhooksConfig;
@@ -118,49 +117,77 @@ impl Webhooks {
         format!("v1,{}", BASE64.encode(mac.finalize().into_bytes()))
     }
 
-    /// Posts `run` to `url` until it is taken (2xx) or the retries run out;
-    /// whether it was taken.
-    async fn deliver(&self, url: &str, run: &Run) -> bool {
-        let Ok(body) = serde_json::to_string(run) else {
-            return false;
-        };
-        // One id for the message, whatever the attempts: receivers dedupe on it.
-        let id = format!("msg_{}", Uuid::now_v7().simple());
+    /// Posts the run of `change` to its webhook until it is taken (2xx) or
+    /// the retries run out: the run as stored, read before each attempt. A
+    /// pause that was answered meanwhile is no longer posted (its run goes
+    /// on, and its end will be). Whether it was taken.
+    async fn deliver(&self, runner: &Runner, change: &StatusChange) -> bool {
+        // One id for the message, whatever the attempts (receivers dedupe
+        // on it), and the same should it be sent again.
+        let digest = Sha256::digest(format!("{}.{}", change.status, change.at));
+        let id = format!(
+            "msg_{}_{}",
+            change.run_id.simple(),
+            hex::encode(&digest[..8])
+        );
+        let tenant = Tenant(change.tenant.clone());
         let began = Instant::now();
         let mut pause = RETRY_FIRST;
         let mut attempt = 0u32;
         loop {
             attempt += 1;
-            if let Err(why) = self.check(url) {
-                tracing::warn!(run_id = %run.id, %why, "a webhook is no longer allowed; not delivered");
-                return false;
-            }
-            let timestamp = chrono::Utc::now().timestamp();
-            let sent = self
-                .http
-                .post(url)
-                .header("content-type", "application/json")
-                .header("webhook-id", &id)
-                .header("webhook-timestamp", timestamp.to_string())
-                .header("webhook-signature", self.sign(&id, timestamp, &body))
-                .body(body.clone())
-                .send()
-                .await;
-            let why = match sent {
-                Ok(response) if response.status().is_success() => {
-                    tracing::info!(run_id = %run.id, status = %run.status, attempt, "webhook delivered");
-                    return true;
+            let why = match runner.shared.store.get_run(&tenant, change.run_id).await {
+                // Purged, or no webhook: nothing to post.
+                Ok(None) => return false,
+                Ok(Some(run)) if run.webhook.is_none() => return false,
+                Ok(Some(run)) if run.status != change.status => {
+                    tracing::info!(run_id = %run.id, was = %change.status, now = %run.status, "a run moved on before its webhook was taken; not posted");
+                    return false;
                 }
-                Ok(response) => format!("answered {}", response.status()),
-                Err(error) => format!("failed: {error}"),
+                Ok(Some(run)) => match self.post(&id, &run).await {
+                    Ok(()) => {
+                        tracing::info!(run_id = %run.id, status = %run.status, attempt, "webhook delivered");
+                        return true;
+                    }
+                    Err(why) => why,
+                },
+                Err(error) => format!("the run could not be read: {error}"),
             };
             if began.elapsed() + pause > self.retry_for {
-                tracing::warn!(run_id = %run.id, attempt, %why, "a webhook was not taken in time; given up");
+                tracing::warn!(run_id = %change.run_id, attempt, %why, "a webhook was not taken in time; given up");
                 return false;
             }
-            tracing::info!(run_id = %run.id, attempt, %why, "a webhook was not taken; tried again later");
+            tracing::info!(run_id = %change.run_id, attempt, %why, "a webhook was not taken; tried again later");
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(RETRY_MAX);
+        }
+    }
+
+    /// One attempt: `Err` says why it was not taken (never with the URL,
+    /// which may hold a secret of the receiver's).
+    async fn post(&self, id: &str, run: &Run) -> Result<(), String> {
+        let Some(webhook) = &run.webhook else {
+            return Ok(());
+        };
+        self.check(&webhook.url)
+            .map_err(|why| format!("no longer allowed: {why}"))?;
+        let body = serde_json::to_string(run).map_err(|e| format!("cannot serialise: {e}"))?;
+        let timestamp = chrono::Utc::now().timestamp();
+        let response = self
+            .http
+            .post(&webhook.url)
+            .header("content-type", "application/json")
+            .header("webhook-id", id)
+            .header("webhook-timestamp", timestamp.to_string())
+            .header("webhook-signature", self.sign(id, timestamp, &body))
+            .body(body)
+            .send()
+            .await
+            .map_err(|error| format!("failed: {}", error.without_url()))?;
+        if response.status().is_success() {
+            Ok(())
+        } else {
+            Err(format!("answered {}", response.status()))
         }
     }
 }
@@ -184,7 +211,8 @@ impl Runner {
             return;
         }
         let (outbox, mut changes) = mpsc::unbounded_channel::<StatusChange>();
-        self.shared.store.live().set_outbox(outbox);
+        self.shared.store.live().set_outbox(outbox.clone());
+        let _ = self.shared.outbox.set(outbox);
         let runner = self.clone();
         tokio::spawn(async move {
             loop {
@@ -199,21 +227,18 @@ impl Runner {
         });
     }
 
-    async fn deliver_one(&self, webhooks: &Webhooks, change: StatusChange) {
-        let tenant = Tenant(change.tenant);
-        // The run as stored once the change is: its final state, or its
-        // pending actions.
-        let run = match self.shared.store.get_run(&tenant, change.run_id).await {
-            Ok(Some(run)) => run,
-            Ok(None) => return,
-            Err(error) => {
-                tracing::warn!(run_id = %change.run_id, %error, "a webhook's run could not be read; not delivered");
-                return;
+    /// Ends committed before the outbox was there (a previous process's
+    /// runs, brought to rest at start) go to it now.
+    pub fn post_ended(&self, changes: Vec<StatusChange>) {
+        if let Some(outbox) = self.shared.outbox.get() {
+            for change in changes {
+                let _ = outbox.send(change);
             }
-        };
-        if let Some(webhook) = &run.webhook {
-            webhooks.deliver(&webhook.url, &run).await;
         }
+    }
+
+    async fn deliver_one(&self, webhooks: &Webhooks, change: StatusChange) {
+        webhooks.deliver(self, &change).await;
     }
 }
 

@@ -60,6 +60,9 @@ pub enum StoreError {
     /// [`cluster`]), and it may write nothing more of its runs.
     #[error("this replica's lease is lost")]
     Fenced,
+    /// A new run continues one that was removed (purged) meanwhile.
+    #[error("the run it continues was removed")]
+    PreviousGone,
 }
 
 /// A stored event, as served on the event stream.

@@ -4,17 +4,17 @@
 
 use chrono::{DateTime, Utc};
 use sqlx::{AnyConnection, Connection};
-use uuid::Uuid;
 
-use super::{StoreError, Unfinished, rows, run_end_body};
+use super::{StatusChange, StoreError, Unfinished, rows, run_end_body};
 use crate::harness::Outcome;
 use crate::run::{Run, RunStatus, format_time};
 
 /// What [`recover`] found.
 #[derive(Debug, Default)]
 pub struct Recovered {
-    /// Runs that were running: now `interrupted`.
-    pub interrupted: Vec<Uuid>,
+    /// Runs that were running: now `interrupted` (their changes of
+    /// status, for the webhooks' outbox).
+    pub interrupted: Vec<StatusChange>,
     /// Runs that were waiting, oldest first: to be started again.
     pub queued: Vec<Unfinished>,
 }
@@ -76,7 +76,12 @@ pub(super) async fn recover(
     for row in &running {
         let run = rows::run_from_row(row)?;
         interrupt(&mut tx, &run, now).await?;
-        interrupted.push(run.id);
+        interrupted.push(StatusChange {
+            run_id: run.id,
+            tenant: sqlx::Row::get(row, "tenant"),
+            status: RunStatus::Ended(Outcome::Interrupted),
+            at: format_time(&now),
+        });
     }
     let queued = sqlx::query(rows::SELECT_LIVE_RUNS)
         .bind(RunStatus::Queued.as_str())

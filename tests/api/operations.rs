@@ -142,6 +142,13 @@ fn serve_help_describes_its_flags() {
     for flag in ["--config", "--bind"] {
         assert!(text.contains(flag), "{text}");
     }
+    // Without tokens, only loopback, however the address is given.
+    let open = binary(&["serve", "--bind", "0.0.0.0:0"], None);
+    assert_eq!(open.status.code(), Some(2), "{open:?}");
+    assert!(
+        String::from_utf8_lossy(&open.stderr).contains("loopback"),
+        "{open:?}"
+    );
     let wrong = binary(&["serve", "--bind", "not-an-address"], None);
     assert_eq!(wrong.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&wrong.stderr).contains("--bind"));
@@ -199,6 +206,18 @@ env = { API_TOKEN = "env-secret" }
     assert_eq!(
         effective["models"]["local"]["headers"]["x-team-key"].as_str(),
         Some("<redacted>")
+    );
+    // What it prints is for reading: a redacted token is not taken.
+    let printed_file = dir.path().join("printed.toml");
+    std::fs::write(&printed_file, &text).unwrap();
+    let reloaded = binary(
+        &["config", "--config", printed_file.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(reloaded.status.code(), Some(2), "{reloaded:?}");
+    assert!(
+        String::from_utf8_lossy(&reloaded.stderr).contains("auth.tokens[0].token"),
+        "{reloaded:?}"
     );
     let broken = binary(
         &["config", "--config", "/nonexistent/agent-runner.toml"],

@@ -91,6 +91,17 @@ struct RawProfile {
     instructions: Option<String>,
 }
 
+impl ModelProfile {
+    /// Replaces its `base_url` by what `redact` makes of it (for printing).
+    pub fn redact_base_url(&mut self, redact: impl Fn(&str) -> String) {
+        if let Self::OpenAi(http) | Self::Anthropic(http) = self
+            && let Some(url) = &http.base_url
+        {
+            http.base_url = Some(redact(url));
+        }
+    }
+}
+
 impl From<ModelProfile> for RawProfile {
     fn from(profile: ModelProfile) -> Self {
         let kind = profile.kind();

@@ -42,6 +42,7 @@ pub(super) async fn expire(
 ) -> Result<Transitioned, StoreError> {
     let ids: Vec<String> = sqlx::query_scalar(
         "SELECT id FROM runs WHERE finished_at IS NOT NULL AND finished_at < $1 \
+         AND status NOT IN ('queued', 'running', 'requires_action') \
          ORDER BY finished_at LIMIT $2",
     )
     .bind(before)

@@ -226,9 +226,17 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
         }
         query.execute(&mut *connection).await?;
     }
-    // A run that continues another starts with its transcript.
+    // A run that continues another starts with its transcript (and is not
+    // stored if that run was removed since it was accepted).
     for row in &runs {
         if let Some(previous) = &row.previous_run_id {
+            let there: Option<i32> = sqlx::query_scalar("SELECT 1 FROM runs WHERE id = $1")
+                .bind(previous.as_str())
+                .fetch_optional(&mut *connection)
+                .await?;
+            if there.is_none() {
+                return Err(StoreError::PreviousGone);
+            }
             sqlx::query(
                 "INSERT INTO messages (run_id, position, body) \
                  SELECT $1, position, body FROM messages WHERE run_id = $2",
