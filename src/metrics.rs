@@ -53,13 +53,13 @@ struct DirectionLabel {
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct HttpLabels {
-    route: String,
+    route: &'static str,
     status: u16,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RouteLabel {
-    route: String,
+    route: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -314,17 +314,12 @@ impl Metrics {
     }
 
     /// An HTTP request answered (`route`: the route table's path).
-    pub fn http_request(&self, route: &str, status: u16, duration: Duration) {
+    pub fn http_request(&self, route: &'static str, status: u16, duration: Duration) {
         self.http_requests
-            .get_or_create(&HttpLabels {
-                route: route.to_owned(),
-                status,
-            })
+            .get_or_create(&HttpLabels { route, status })
             .inc();
         self.http_duration
-            .get_or_create(&RouteLabel {
-                route: route.to_owned(),
-            })
+            .get_or_create(&RouteLabel { route })
             .observe(duration.as_secs_f64());
     }
 

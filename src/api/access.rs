@@ -17,11 +17,11 @@ pub async fn observe(State(state): State<AppState>, request: Request, next: Next
     let route = request
         .extensions()
         .get::<MatchedPath>()
-        .map(|path| path.as_str().to_owned());
+        .and_then(|path| super::routes::static_path(path.as_str()));
     let response = next.run(request).await;
     let elapsed = started.elapsed();
     let status = response.status().as_u16();
-    let route = route.as_deref().unwrap_or("unmatched");
+    let route = route.unwrap_or("unmatched");
     let tenant = response.extensions().get::<Tenant>();
     state.runner.metrics().http_request(route, status, elapsed);
     tracing::info!(

@@ -161,3 +161,11 @@ pub fn query_parameters(method: &Method, route: &str) -> Option<&'static [&'stat
     };
     TABLE.get(&(method, route)).copied()
 }
+
+/// The route table's own copy of `route` (axum's matched path), for labels
+/// that must not be allocated per request.
+pub fn static_path(route: &str) -> Option<&'static str> {
+    static PATHS: LazyLock<std::collections::HashSet<&'static str>> =
+        LazyLock::new(|| table().into_iter().map(|route| route.path).collect());
+    PATHS.get(route).copied()
+}

@@ -15,6 +15,11 @@ fn screenshots() -> PathBuf {
 
 /// Runs `scenario` of the browser driver against `app`: what it reports.
 async fn browse(app: &TestApp, scenario: &str) -> Value {
+    browse_with(app, scenario, &[]).await
+}
+
+/// The same, with more variables for the driver.
+async fn browse_with(app: &TestApp, scenario: &str, env: &[(&str, &str)]) -> Value {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/console.mjs");
     let base = app.url("");
     let token = app.token.clone();
@@ -26,6 +31,7 @@ async fn browse(app: &TestApp, scenario: &str) -> Value {
         .arg(base)
         .arg(&scenario)
         .arg(screenshots())
+        .envs(env.iter().copied())
         .kill_on_drop(true);
     if let Some(token) = token {
         command.arg(token);
@@ -155,4 +161,83 @@ async fn the_console_is_served_with_a_policy_that_runs_its_own_code_only() {
     .await;
     let page = guarded.client.get(guarded.url("/")).send().await.unwrap();
     assert_eq!(page.status(), 200);
+}
+
+/// An OpenAI-compatible provider that streams `Once upon` once released
+/// (`GET /release`), then the rest of its answer once released again: its
+/// address. (Deltas are live only: a page that subscribes after the first
+/// was sent never sees it, so the test releases it once the page follows.)
+async fn gated_provider() -> String {
+    use std::sync::Arc;
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let chunk = |delta: Value, finish: Value| {
+        let event = serde_json::json!({
+            "id": "chatcmpl-1", "object": "chat.completion.chunk",
+            "created": 1694268190, "model": "m",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]
+        });
+        format!("data: {event}\n\n")
+    };
+    let answer = {
+        let gate = Arc::clone(&gate);
+        move || {
+            let gate = Arc::clone(&gate);
+            async move {
+                let first = chunk(
+                    serde_json::json!({"role": "assistant", "content": "Once upon"}),
+                    Value::Null,
+                );
+                let rest = [
+                    chunk(
+                        serde_json::json!({"content": " a time, a run ended well."}),
+                        Value::Null,
+                    ),
+                    chunk(serde_json::json!({}), serde_json::json!("stop")),
+                    "data: [DONE]\n\n".to_owned(),
+                ]
+                .concat();
+                let body = async_stream::stream! {
+                    gate.notified().await;
+                    yield Ok::<_, std::convert::Infallible>(first);
+                    gate.notified().await;
+                    yield Ok(rest);
+                };
+                axum::response::Response::builder()
+                    .header("content-type", "text/event-stream")
+                    .body(axum::body::Body::from_stream(body))
+                    .unwrap()
+            }
+        }
+    };
+    let release = move || {
+        let gate = Arc::clone(&gate);
+        async move {
+            gate.notify_one();
+            "released"
+        }
+    };
+    let router = axum::Router::new()
+        .route("/v1/chat/completions", axum::routing::post(answer))
+        .route("/release", axum::routing::get(release));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    address
+}
+
+#[tokio::test]
+async fn the_console_shows_a_streaming_model_s_text_as_it_comes() {
+    let provider = gated_provider().await;
+    let profile = toml::from_str(&format!(
+        "kind = \"openai\"\nbase_url = \"{provider}/v1\"\nmodel = \"m\"\nstream = true\nmax_attempts = 1"
+    ))
+    .unwrap();
+    let app = spawn_with(|config| {
+        config.models.insert("gated".into(), profile);
+    })
+    .await;
+    let seen = browse_with(&app, "streaming", &[("PROVIDER", &provider)]).await;
+    let id = seen["run"].as_str().unwrap();
+    let run = app.get(&format!("/v1/runs/{id}")).await;
+    assert_eq!(run.body["answer"], "Once upon a time, a run ended well.");
 }

@@ -233,6 +233,26 @@ const scenarios = {
     return { run: id };
   },
 
+  // A streaming model's text shows as it comes, then as its message.
+  // PROVIDER holds the model back after its first words until released.
+  async streaming() {
+    const run = await api("POST", "/v1/runs", { prompt: "tell me a story", model: "gated", tools: [] });
+    await page.goto(`${base}/#/runs/${run.id}`);
+    // Followed live from its model call on.
+    await page.locator("#events .event.type-model_start").waitFor({ timeout: WAIT });
+    const release = async () => assert.ok((await fetch(`${process.env.PROVIDER}/release`)).ok);
+    await release();
+    const streaming = page.locator("#transcript .message.streaming .content");
+    await streaming.filter({ hasText: "Once upon" }).waitFor({ timeout: WAIT });
+    assert.equal(await page.locator("#run-status").textContent(), "running");
+    await shot("console-streaming");
+    await release();
+    await page.locator("#events .event.type-run_end").waitFor({ timeout: WAIT });
+    await expectText(page.locator("#transcript .message.assistant .content"), "Once upon a time, a run ended well.", "the whole message");
+    assert.equal(await page.locator("#transcript .message.streaming").count(), 0, "the streamed text gave way to its message");
+    return { run: run.id };
+  },
+
   // A server with tokens: the page asks for one, refuses a wrong one, and
   // keeps the right one in the tab's session storage only.
   async token() {
