@@ -3,15 +3,18 @@
 //! (`webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64 of
 //! HMAC-SHA256 over "id.timestamp.body">`), and retried with backoff until
 //! it is answered 2xx or `[webhooks] retry_for_ms` has gone by. Deliveries
-//! run on tasks of their own: a slow or failing receiver never holds a run
-//! back.
+//! run on tasks of their own, a few hundred at most at once (more wait
+//! their turn): a slow or failing receiver never holds a run back. A pause
+//! answered before its delivery was taken is no longer posted: the run
+//! moved on, and its end will be.
 //!
 //! Only hosts of `[webhooks] allowed_hosts` are posted to (checked when the
 //! run is accepted, and again before each delivery), and redirects are not
 //! followed, so a run cannot make the server call anywhere else. The ends
 //! and pauses come from the store's outbox, once committed, on the replica
 //! that committed them: each is delivered once (at least once while this
-//! process lives; one pending when it dies is not delivered).
+//! process lives; one pending when it dies is not delivered: there is no
+//! durable outbox yet).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,6 +29,10 @@ use super::Runner;
 use crate::config::WebhooksConfig;
 use crate::run::{Run, Tenant};
 use crate::store::StatusChange;
+
+/// Deliveries under way at once (each may be waiting between attempts);
+/// more wait their turn, in order.
+const IN_FLIGHT: usize = 256;
 
 /// First pause before a delivery is tried again; it doubles up to
 /// [`RETRY_MAX`].
@@ -214,6 +221,7 @@ impl Runner {
         self.shared.store.live().set_outbox(outbox.clone());
         let _ = self.shared.outbox.set(outbox);
         let runner = self.clone();
+        let slots = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
         tokio::spawn(async move {
             loop {
                 let change = tokio::select! {
@@ -221,8 +229,16 @@ impl Runner {
                     () = runner.closing.cancelled() => None,
                 };
                 let Some(change) = change else { return };
+                let slot = tokio::select! {
+                    slot = Arc::clone(&slots).acquire_owned() => slot,
+                    () = runner.closing.cancelled() => return,
+                };
+                let Ok(slot) = slot else { return };
                 let (runner, webhooks) = (runner.clone(), Arc::clone(&webhooks));
-                tokio::spawn(async move { runner.deliver_one(&webhooks, change).await });
+                tokio::spawn(async move {
+                    runner.deliver_one(&webhooks, change).await;
+                    drop(slot);
+                });
             }
         });
     }
