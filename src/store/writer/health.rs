@@ -3,6 +3,8 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::store::StoreError;
+
 /// How long a refused insert alone (nothing held) keeps storage reported
 /// as failing: long enough that a burst of new runs is refused at once,
 /// short enough that the next insert, a probe of its own, comes soon.
@@ -54,5 +56,35 @@ impl Health {
                 .last
                 .is_none_or(|last| last.elapsed() > REFUSAL_MEMORY);
         (!stale).then(|| since.elapsed())
+    }
+}
+
+/// Whether `error` is storage refusing writes (the disk full, an I/O error,
+/// a read-only or locked file, a server going away), rather than this write
+/// being wrong: an I/O error of the driver; SQLite's primary result codes
+/// BUSY, LOCKED, NOMEM, READONLY, IOERR, FULL, CANTOPEN and PROTOCOL;
+/// PostgreSQL's SQLSTATE classes 08 (connection), 53 (insufficient
+/// resources: disk full, out of memory), 57 (operator intervention: a
+/// shutdown) and 58 (system errors), a read-only transaction, and the
+/// conflicts that a retry resolves (serialization failure, deadlock).
+pub(super) fn is_refusal(error: &StoreError) -> bool {
+    match error {
+        StoreError::Refused(_) | StoreError::Database(sqlx::Error::Io(_)) => true,
+        StoreError::Database(sqlx::Error::Database(error)) => {
+            let code = error.code().unwrap_or_default();
+            if error
+                .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+                .is_some()
+            {
+                ["08", "53", "57", "58"]
+                    .iter()
+                    .any(|class| code.starts_with(class))
+                    || matches!(&*code, "25006" | "40001" | "40P01")
+            } else {
+                code.parse::<i64>()
+                    .is_ok_and(|code| matches!(code & 0xff, 5 | 6 | 7 | 8 | 10 | 13 | 14 | 15))
+            }
+        }
+        _ => false,
     }
 }

@@ -21,13 +21,16 @@
 //! exception is on PostgreSQL, a replica another one took for dead: its
 //! writes are dropped (they are no longer its to write), and it stops.
 //!
-//! - this module: the handle, the operations, the task and its holding;
-//! - [`health`]: since when storage refuses writes;
+//! - this module: the handle, the task and its holding;
+//! - [`ops`]: the operations, and what each tells once committed or given
+//!   up (its waiters, its run's subscribers, the runs' statuses);
+//! - [`health`]: since when storage refuses writes, and what a refusal is;
 //! - [`sql`]: the rows and the statements that write a batch;
 //! - [`transition`]: checked changes to paused runs, and [`retention`]:
 //!   removing runs that have ended.
 
 mod health;
+mod ops;
 mod retention;
 mod sql;
 mod transition;
@@ -44,10 +47,10 @@ use uuid::Uuid;
 
 use super::StoreError;
 use super::cluster::Cluster;
-use super::live::{Channels, Closing, LiveEvent, StatusChange};
-use crate::harness::{Outcome, UsageTotals};
-use crate::run::RunStatus;
-use health::Health;
+use super::live::{Channels, Closing};
+use health::{Health, is_refusal};
+pub use ops::{Finish, NewEvent, Pause};
+use ops::{Op, fail, finish, hold};
 pub(crate) use sql::RunRow;
 use sql::apply_all;
 pub use transition::{Transition, Transitioned};
@@ -59,115 +62,6 @@ pub const MAX_BATCH: usize = 2048;
 /// doubles up to [`RETRY_MAX`].
 const RETRY_FIRST: Duration = Duration::from_millis(25);
 const RETRY_MAX: Duration = Duration::from_secs(1);
-
-/// The end of a run, written with its `run_end` event in one transaction.
-#[derive(Debug)]
-pub struct Finish {
-    /// The run's tenant (told with its change of status).
-    pub tenant: String,
-    pub status: Outcome,
-    pub answer: Option<String>,
-    pub error: Option<String>,
-    pub steps: u32,
-    pub tool_calls: u32,
-    pub usage: UsageTotals,
-    pub finished_at: String,
-}
-
-/// One event of a run, ready to store: its JSON made once, shared by the row
-/// and what live subscribers are sent.
-#[derive(Debug)]
-pub struct NewEvent {
-    pub run_id: Uuid,
-    pub sequence: u64,
-    pub kind: &'static str,
-    pub body: Arc<str>,
-    /// The transcript message the event announces: its position and JSON.
-    pub message: Option<(u32, Arc<str>)>,
-    /// For `run_end`: the run's final state.
-    pub finish: Option<Box<Finish>>,
-    /// For `actions_required`: where the run pauses, written with it.
-    pub pause: Option<Box<Pause>>,
-}
-
-/// A run pausing for a decision, written with its `actions_required` event
-/// in one transaction: once a client can see the event, the run is
-/// `requires_action` and can be answered.
-#[derive(Debug)]
-pub struct Pause {
-    /// The run's tenant (told with its change of status).
-    pub tenant: String,
-    /// When it paused (RFC 3339).
-    pub at: String,
-    pub steps: u32,
-    pub tool_calls: u32,
-    pub usage: UsageTotals,
-    /// JSON of the pending actions.
-    pub pending: String,
-    /// Running time used so far.
-    pub running_ms: u64,
-    /// When the pause ends `timeout` unless answered (RFC 3339).
-    pub action_deadline: String,
-}
-
-pub(super) enum Op {
-    InsertRun(Box<RunRow>, oneshot::Sender<Result<(), StoreError>>),
-    Started {
-        run_id: Uuid,
-        tenant: String,
-        at: String,
-        done: oneshot::Sender<Result<(), StoreError>>,
-    },
-    Event(NewEvent),
-    /// The tools a run may call, once its MCP servers have listed theirs (a
-    /// JSON array of names).
-    Tools {
-        run_id: Uuid,
-        tools: String,
-    },
-    /// A change that depends on what is stored (answering or ending a paused
-    /// run): written apart from other writes, with the transitions waiting
-    /// beside it (see `Task::transitions`).
-    Transition(
-        Box<Transition>,
-        oneshot::Sender<Result<Transitioned, StoreError>>,
-    ),
-    Close(oneshot::Sender<()>),
-}
-
-impl Op {
-    /// The change of status this operation commits, if any.
-    fn status_change(&self) -> Option<StatusChange> {
-        let (run_id, tenant, status, at) = match self {
-            Self::InsertRun(row, _) => return Some(row.status_change().clone()),
-            Self::Started {
-                run_id, tenant, at, ..
-            } => (*run_id, tenant.as_str(), RunStatus::Running, at.as_str()),
-            Self::Event(event) => match (&event.finish, &event.pause) {
-                (Some(finish), _) => (
-                    event.run_id,
-                    finish.tenant.as_str(),
-                    RunStatus::Ended(finish.status),
-                    finish.finished_at.as_str(),
-                ),
-                (None, Some(pause)) => (
-                    event.run_id,
-                    pause.tenant.as_str(),
-                    RunStatus::RequiresAction,
-                    pause.at.as_str(),
-                ),
-                (None, None) => return None,
-            },
-            Self::Tools { .. } | Self::Transition(..) | Self::Close(_) => return None,
-        };
-        Some(StatusChange {
-            run_id,
-            tenant: tenant.to_owned(),
-            status,
-            at: at.to_owned(),
-        })
-    }
-}
 
 /// Counters of the writer's work, for metrics and benchmarks.
 #[derive(Debug, Default)]
@@ -548,107 +442,6 @@ impl Task {
             let _ = done.send(outcome);
         }
         refused
-    }
-}
-
-/// The operations of a batch that storage refused: inserts are answered with
-/// the error; the rest is returned, to be held.
-fn hold(batch: Vec<Op>, error: &StoreError) -> Vec<Op> {
-    let mut held = Vec::with_capacity(batch.len());
-    for op in batch {
-        match op {
-            Op::InsertRun(_, done) => {
-                let _ = done.send(Err(StoreError::Refused(error.to_string())));
-            }
-            op => held.push(op),
-        }
-    }
-    held
-}
-
-/// Tells an operation's waiters how it ended: a stored event is published to
-/// its run's subscribers; a run's end, stored or given up, closes its channel.
-fn finish(op: Op, stored: bool, channels: &Channels) {
-    if stored {
-        channels.publish_statuses(op.status_change());
-    }
-    match op {
-        Op::InsertRun(_, done) | Op::Started { done, .. } => {
-            let _ = done.send(if stored {
-                Ok(())
-            } else {
-                Err(StoreError::Refused("the write was given up".into()))
-            });
-        }
-        Op::Event(event) => {
-            if stored {
-                channels.publish(
-                    event.run_id,
-                    Arc::new(LiveEvent {
-                        sequence: Some(event.sequence),
-                        after: event.sequence.saturating_sub(1),
-                        kind: event.kind,
-                        body: event.body,
-                    }),
-                );
-            }
-            let closing = match (stored, event.finish.is_some(), event.pause.is_some()) {
-                (true, true, _) => Some(Closing::Ended),
-                (true, _, true) => Some(Closing::Paused),
-                (false, true, _) | (false, _, true) => Some(Closing::GivenUp),
-                _ => None,
-            };
-            if let Some(closing) = closing {
-                channels.close(event.run_id, closing);
-            }
-        }
-        Op::Transition(_, done) => {
-            let _ = done.send(Err(StoreError::Refused("the write was given up".into())));
-        }
-        Op::Tools { .. } | Op::Close(_) => {}
-    }
-}
-
-/// Tells an operation's waiters that it failed alone, with `error`.
-fn fail(op: Op, error: StoreError, channels: &Channels) {
-    match op {
-        Op::InsertRun(_, done) | Op::Started { done, .. } => {
-            let _ = done.send(Err(error));
-        }
-        Op::Transition(_, done) => {
-            let _ = done.send(Err(error));
-        }
-        op => finish(op, false, channels),
-    }
-}
-
-/// Whether `error` is storage refusing writes (the disk full, an I/O error,
-/// a read-only or locked file, a server going away), rather than this write
-/// being wrong: an I/O error of the driver; SQLite's primary result codes
-/// BUSY, LOCKED, NOMEM, READONLY, IOERR, FULL, CANTOPEN and PROTOCOL;
-/// PostgreSQL's SQLSTATE classes 08 (connection), 53 (insufficient
-/// resources: disk full, out of memory), 57 (operator intervention: a
-/// shutdown) and 58 (system errors), a read-only transaction, and the
-/// conflicts that a retry resolves (serialization failure, deadlock).
-fn is_refusal(error: &StoreError) -> bool {
-    match error {
-        StoreError::Refused(_) | StoreError::Database(sqlx::Error::Io(_)) => true,
-        StoreError::Database(sqlx::Error::Database(error)) => {
-            let code = error.code().unwrap_or_default();
-            if error
-                .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
-                .is_some()
-            {
-                ["08", "53", "57", "58"]
-                    .iter()
-                    .any(|class| code.starts_with(class))
-                    || matches!(&*code, "25006" | "40001" | "40P01")
-            } else {
-                code.parse::<i64>()
-                    .is_ok_and(|code| matches!(code & 0xff, 5 | 6 | 7 | 8 | 10 | 13 | 14 | 15))
-            }
-        }
-        _ => false,
     }
 }
 

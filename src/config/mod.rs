@@ -7,9 +7,16 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+mod check;
+mod print;
+
+pub(crate) use check::check_sandbox_settings;
+pub use check::is_valid_env_name;
+use print::redacted;
+pub use print::{REDACTED, effective, redacted_values};
+
 use crate::mcp::McpServerConfig;
 use crate::models::ModelProfile;
-use crate::tools::sandbox::MIN_MEMORY_MAX_BYTES;
 use crate::tools::{CommandPreset, SandboxConfig};
 
 /// Prefix of environment overrides; `__` separates the levels of a key, so
@@ -171,33 +178,6 @@ impl Default for RetentionConfig {
     }
 }
 
-/// Whether `origin` is what a browser sends as `Origin`: a scheme (http or
-/// https), a host and maybe a port, with nothing after.
-fn check_origin(origin: &str) -> Result<(), &'static str> {
-    let (scheme, rest) = origin
-        .split_once("://")
-        .ok_or("is not an origin: scheme://host[:port]")?;
-    if scheme != "http" && scheme != "https" {
-        return Err("must be http or https");
-    }
-    if rest.is_empty()
-        || rest.contains(['/', '?', '#', '@'])
-        || !rest.bytes().all(|byte| byte.is_ascii_graphic())
-        || rest.ends_with(':')
-    {
-        return Err("is not an origin: scheme://host[:port], with no path");
-    }
-    // As a browser sends it, or it would never match.
-    if rest.bytes().any(|byte| byte.is_ascii_uppercase()) {
-        return Err("must be lower case, as browsers send it");
-    }
-    let default_port = if scheme == "https" { ":443" } else { ":80" };
-    if rest.ends_with(default_port) {
-        return Err("must leave out the default port, as browsers do");
-    }
-    Ok(())
-}
-
 /// The shortest lease: a heartbeat every third of it must reach the
 /// database in time, whatever the network's hiccups.
 pub const MIN_LEASE_MS: u64 = 300;
@@ -262,73 +242,6 @@ pub struct TokenConfig {
         serialize_with = "redacted"
     )]
     pub token_sha256: Option<String>,
-}
-
-/// The effective configuration as TOML, secrets redacted: bearer tokens
-/// and their digests, URLs' passwords and queries (the database's, model
-/// profiles', MCP servers'), model profiles' header values, MCP servers'
-/// environment values. It is for reading: a redacted token is refused.
-pub fn effective(config: &Config) -> Result<String, ConfigError> {
-    let mut shown = config.clone();
-    shown.storage.database_url = redact_url(&shown.storage.database_url);
-    for server in shown.mcp.values_mut() {
-        if let Some(url) = &server.url {
-            server.url = Some(redact_url(url));
-        }
-    }
-    for profile in shown.models.values_mut() {
-        profile.redact_base_url(redact_url);
-    }
-    toml::to_string(&shown).map_err(|e| ConfigError::Invalid(format!("cannot print it: {e}")))
-}
-
-/// `url` with the password of its user part and its query replaced (a
-/// query may carry a password, `?password=`, or a key).
-fn redact_url(url: &str) -> String {
-    let (url, query) = match url.split_once('?') {
-        Some((url, _)) => (url, format!("?{REDACTED}")),
-        None => (url, String::new()),
-    };
-    redact_password(url) + &query
-}
-
-/// `url` with the password of its user part replaced.
-fn redact_password(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let (authority, path) = rest
-        .split_once('/')
-        .map_or((rest, None), |(a, p)| (a, Some(p)));
-    let Some((user, host)) = authority.rsplit_once('@') else {
-        return url.to_owned();
-    };
-    let user = match user.split_once(':') {
-        Some((name, _)) => format!("{name}:{REDACTED}"),
-        None => user.to_owned(),
-    };
-    let path = path.map(|path| format!("/{path}")).unwrap_or_default();
-    format!("{scheme}://{user}@{host}{path}")
-}
-
-/// What a secret is printed as.
-pub const REDACTED: &str = "<redacted>";
-
-fn redacted<S: serde::Serializer>(_: &Option<String>, serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.serialize_str(REDACTED)
-}
-
-/// A map with its values redacted (an environment's).
-pub fn redacted_values<S: serde::Serializer>(
-    map: &BTreeMap<String, String>,
-    serializer: S,
-) -> Result<S::Ok, S::Error> {
-    use serde::ser::SerializeMap;
-    let mut out = serializer.serialize_map(Some(map.len()))?;
-    for key in map.keys() {
-        out.serialize_entry(key, REDACTED)?;
-    }
-    out.end()
 }
 
 impl std::fmt::Debug for TokenConfig {
@@ -400,195 +313,6 @@ impl Config {
         config.validate()?;
         Ok(config)
     }
-
-    fn validate(&self) -> Result<(), ConfigError> {
-        let invalid = |message: String| Err(ConfigError::Invalid(message));
-        if crate::store::Engine::of_url(&self.storage.database_url).is_none() {
-            let scheme = self
-                .storage
-                .database_url
-                .split_once(':')
-                .map_or("none", |(scheme, _)| scheme);
-            return invalid(format!(
-                "storage.database_url: the scheme {scheme:?} is not supported; supported: \
-                 sqlite (e.g. sqlite://data/agent-runner.db) and postgres \
-                 (postgres://USER:PASSWORD@HOST/DATABASE)"
-            ));
-        }
-        let server = &self.server;
-        if server.request_header_timeout_ms == 0 || server.idle_timeout_ms == 0 {
-            return invalid(
-                "server.request_header_timeout_ms and idle_timeout_ms must be at least 1".into(),
-            );
-        }
-        if self.storage.write_retry_ms == 0 {
-            return invalid("storage.write_retry_ms must be at least 1".into());
-        }
-        for origin in &server.cors_origins {
-            if let Err(why) = check_origin(origin) {
-                return invalid(format!("server.cors_origins: {origin:?} {why}"));
-            }
-        }
-        if server.max_connections == Some(0) {
-            return invalid("server.max_connections must be at least 1".into());
-        }
-        if self.runs.max_concurrent == 0 {
-            return invalid("runs.max_concurrent must be at least 1".into());
-        }
-        if !(MIN_LEASE_MS..=MAX_LEASE_MS).contains(&self.runs.lease_ms) {
-            return invalid(format!(
-                "runs.lease_ms must be between {MIN_LEASE_MS} and {MAX_LEASE_MS} (got {})",
-                self.runs.lease_ms
-            ));
-        }
-        let limits = &self.limits;
-        if limits.max_steps == 0
-            || limits.timeout_ms == 0
-            || limits.max_context_chars == 0
-            || limits.max_tool_result_chars == 0
-            || limits.action_timeout_ms == 0
-        {
-            return invalid(
-                "limits.max_steps, timeout_ms, max_context_chars, max_tool_result_chars and action_timeout_ms must be at least 1"
-                    .into(),
-            );
-        }
-        if limits.timeout_ms > MAX_TIME_LIMIT_MS || limits.action_timeout_ms > MAX_TIME_LIMIT_MS {
-            return invalid(format!(
-                "limits.timeout_ms and action_timeout_ms must be at most {MAX_TIME_LIMIT_MS} (a year)"
-            ));
-        }
-        for (name, preset) in &self.commands {
-            if !crate::harness::is_valid_tool_name(name) {
-                return invalid(format!(
-                    "commands.{name}: a preset name must match ^[a-zA-Z][a-zA-Z0-9_-]*$"
-                ));
-            }
-            if preset.program.trim().is_empty() {
-                return invalid(format!("commands.{name}.program must not be empty"));
-            }
-            if preset.timeout_ms == 0 {
-                return invalid(format!("commands.{name}.timeout_ms must be at least 1"));
-            }
-            check_sandbox_settings(
-                &format!("commands.{name}."),
-                &preset.read_paths,
-                preset.memory_max_bytes,
-                preset.pids_max,
-            )?;
-        }
-        for (name, server) in &self.mcp {
-            server.check(name).map_err(ConfigError::Invalid)?;
-        }
-        check_sandbox_settings(
-            "sandbox.",
-            &self.sandbox.read_paths,
-            Some(self.sandbox.memory_max_bytes),
-            Some(self.sandbox.pids_max),
-        )?;
-        if self
-            .retention
-            .keep_days
-            .is_some_and(|days| !(1..=36_500).contains(&days))
-        {
-            return invalid("retention.keep_days must be between 1 and 36500".into());
-        }
-        if !(100..=86_400_000).contains(&self.retention.sweep_interval_ms) {
-            return invalid("retention.sweep_interval_ms must be between 100 and 86400000".into());
-        }
-        let webhooks = &self.webhooks;
-        for host in &webhooks.allowed_hosts {
-            if host.is_empty()
-                || host.contains(['/', ':', '@', '?', '#', ' '])
-                || host.bytes().any(|byte| byte.is_ascii_uppercase())
-            {
-                return invalid(format!(
-                    "webhooks.allowed_hosts: {host:?} is not a lower-case host name (no scheme, \
-                     port or path)"
-                ));
-            }
-        }
-        if !webhooks.allowed_hosts.is_empty() && webhooks.secret_env.is_none() {
-            return invalid("webhooks.secret_env is required with webhooks.allowed_hosts".into());
-        }
-        if webhooks.retry_for_ms > MAX_TIME_LIMIT_MS || webhooks.timeout_ms == 0 {
-            return invalid(
-                "webhooks.retry_for_ms must be at most a year, and timeout_ms at least 1".into(),
-            );
-        }
-        for (i, token) in self.auth.tokens.iter().enumerate() {
-            if token.tenant.trim().is_empty() {
-                return invalid(format!("auth.tokens[{i}].tenant must not be empty"));
-            }
-            if token.token.as_deref() == Some(REDACTED) {
-                return invalid(format!(
-                    "auth.tokens[{i}].token is {REDACTED:?}, as `agent-runner config` prints it: \
-                     give the real token (or its token_sha256)"
-                ));
-            }
-            if token.tenant.len() > MAX_TENANT_BYTES {
-                return invalid(format!(
-                    "auth.tokens[{i}].tenant must be at most {MAX_TENANT_BYTES} bytes"
-                ));
-            }
-            match (&token.token, &token.token_sha256) {
-                (Some(t), None) if !t.is_empty() => {}
-                (None, Some(h)) if h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()) => {}
-                (None, Some(_)) => {
-                    return invalid(format!(
-                        "auth.tokens[{i}].token_sha256 must be 64 hexadecimal characters"
-                    ));
-                }
-                _ => {
-                    return invalid(format!(
-                        "auth.tokens[{i}] needs exactly one of token or token_sha256"
-                    ));
-                }
-            }
-        }
-        if self.auth.tokens.is_empty() && !self.server.bind.ip().is_loopback() {
-            return invalid(format!(
-                "server.bind is {}, but no auth.tokens are configured: without tokens the server only binds a loopback address",
-                self.server.bind
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// `^[A-Za-z_][A-Za-z0-9_]*$`: a name a variable can have.
-pub fn is_valid_env_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
-/// Read paths absolute, limits that let a program start at all.
-pub(crate) fn check_sandbox_settings(
-    prefix: &str,
-    read_paths: &[PathBuf],
-    memory_max_bytes: Option<u64>,
-    pids_max: Option<u64>,
-) -> Result<(), ConfigError> {
-    if let Some(path) = read_paths.iter().find(|path| !path.is_absolute()) {
-        return Err(ConfigError::Invalid(format!(
-            "{prefix}read_paths: {} is not an absolute path",
-            path.display()
-        )));
-    }
-    if memory_max_bytes.is_some_and(|bytes| bytes < MIN_MEMORY_MAX_BYTES) {
-        return Err(ConfigError::Invalid(format!(
-            "{prefix}memory_max_bytes must be at least {MIN_MEMORY_MAX_BYTES} (1 MiB)"
-        )));
-    }
-    if pids_max == Some(0) {
-        return Err(ConfigError::Invalid(format!(
-            "{prefix}pids_max must be at least 1"
-        )));
-    }
-    Ok(())
 }
 
 /// Sets `a__b__c` (lower-cased) to `value`, read as a TOML value when it is

@@ -1,0 +1,194 @@
+//! The writer's operations, and what each tells once it is committed or
+//! given up: its waiter, its run's live subscribers, the runs' statuses.
+
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+use uuid::Uuid;
+
+use super::sql::RunRow;
+use super::transition::{Transition, Transitioned};
+use crate::harness::{Outcome, UsageTotals};
+use crate::run::RunStatus;
+use crate::store::StoreError;
+use crate::store::live::{Channels, Closing, LiveEvent, StatusChange};
+
+/// The end of a run, written with its `run_end` event in one transaction.
+#[derive(Debug)]
+pub struct Finish {
+    /// The run's tenant (told with its change of status).
+    pub tenant: String,
+    pub status: Outcome,
+    pub answer: Option<String>,
+    pub error: Option<String>,
+    pub steps: u32,
+    pub tool_calls: u32,
+    pub usage: UsageTotals,
+    pub finished_at: String,
+}
+
+/// One event of a run, ready to store: its JSON made once, shared by the row
+/// and what live subscribers are sent.
+#[derive(Debug)]
+pub struct NewEvent {
+    pub run_id: Uuid,
+    pub sequence: u64,
+    pub kind: &'static str,
+    pub body: Arc<str>,
+    /// The transcript message the event announces: its position and JSON.
+    pub message: Option<(u32, Arc<str>)>,
+    /// For `run_end`: the run's final state.
+    pub finish: Option<Box<Finish>>,
+    /// For `actions_required`: where the run pauses, written with it.
+    pub pause: Option<Box<Pause>>,
+}
+
+/// A run pausing for a decision, written with its `actions_required` event
+/// in one transaction: once a client can see the event, the run is
+/// `requires_action` and can be answered.
+#[derive(Debug)]
+pub struct Pause {
+    /// The run's tenant (told with its change of status).
+    pub tenant: String,
+    /// When it paused (RFC 3339).
+    pub at: String,
+    pub steps: u32,
+    pub tool_calls: u32,
+    pub usage: UsageTotals,
+    /// JSON of the pending actions.
+    pub pending: String,
+    /// Running time used so far.
+    pub running_ms: u64,
+    /// When the pause ends `timeout` unless answered (RFC 3339).
+    pub action_deadline: String,
+}
+
+pub(super) enum Op {
+    InsertRun(Box<RunRow>, oneshot::Sender<Result<(), StoreError>>),
+    Started {
+        run_id: Uuid,
+        tenant: String,
+        at: String,
+        done: oneshot::Sender<Result<(), StoreError>>,
+    },
+    Event(NewEvent),
+    /// The tools a run may call, once its MCP servers have listed theirs (a
+    /// JSON array of names).
+    Tools {
+        run_id: Uuid,
+        tools: String,
+    },
+    /// A change that depends on what is stored (answering or ending a paused
+    /// run): written apart from other writes, with the transitions waiting
+    /// beside it (see `Task::transitions`).
+    Transition(
+        Box<Transition>,
+        oneshot::Sender<Result<Transitioned, StoreError>>,
+    ),
+    Close(oneshot::Sender<()>),
+}
+
+impl Op {
+    /// The change of status this operation commits, if any.
+    pub(super) fn status_change(&self) -> Option<StatusChange> {
+        let (run_id, tenant, status, at) = match self {
+            Self::InsertRun(row, _) => return Some(row.status_change().clone()),
+            Self::Started {
+                run_id, tenant, at, ..
+            } => (*run_id, tenant.as_str(), RunStatus::Running, at.as_str()),
+            Self::Event(event) => match (&event.finish, &event.pause) {
+                (Some(finish), _) => (
+                    event.run_id,
+                    finish.tenant.as_str(),
+                    RunStatus::Ended(finish.status),
+                    finish.finished_at.as_str(),
+                ),
+                (None, Some(pause)) => (
+                    event.run_id,
+                    pause.tenant.as_str(),
+                    RunStatus::RequiresAction,
+                    pause.at.as_str(),
+                ),
+                (None, None) => return None,
+            },
+            Self::Tools { .. } | Self::Transition(..) | Self::Close(_) => return None,
+        };
+        Some(StatusChange {
+            run_id,
+            tenant: tenant.to_owned(),
+            status,
+            at: at.to_owned(),
+        })
+    }
+}
+
+/// The operations of a batch that storage refused: inserts are answered with
+/// the error; the rest is returned, to be held.
+pub(super) fn hold(batch: Vec<Op>, error: &StoreError) -> Vec<Op> {
+    let mut held = Vec::with_capacity(batch.len());
+    for op in batch {
+        match op {
+            Op::InsertRun(_, done) => {
+                let _ = done.send(Err(StoreError::Refused(error.to_string())));
+            }
+            op => held.push(op),
+        }
+    }
+    held
+}
+
+/// Tells an operation's waiters how it ended: a stored event is published to
+/// its run's subscribers; a run's end, stored or given up, closes its channel.
+pub(super) fn finish(op: Op, stored: bool, channels: &Channels) {
+    if stored {
+        channels.publish_statuses(op.status_change());
+    }
+    match op {
+        Op::InsertRun(_, done) | Op::Started { done, .. } => {
+            let _ = done.send(if stored {
+                Ok(())
+            } else {
+                Err(StoreError::Refused("the write was given up".into()))
+            });
+        }
+        Op::Event(event) => {
+            if stored {
+                channels.publish(
+                    event.run_id,
+                    Arc::new(LiveEvent {
+                        sequence: Some(event.sequence),
+                        after: event.sequence.saturating_sub(1),
+                        kind: event.kind,
+                        body: event.body,
+                    }),
+                );
+            }
+            let closing = match (stored, event.finish.is_some(), event.pause.is_some()) {
+                (true, true, _) => Some(Closing::Ended),
+                (true, _, true) => Some(Closing::Paused),
+                (false, true, _) | (false, _, true) => Some(Closing::GivenUp),
+                _ => None,
+            };
+            if let Some(closing) = closing {
+                channels.close(event.run_id, closing);
+            }
+        }
+        Op::Transition(_, done) => {
+            let _ = done.send(Err(StoreError::Refused("the write was given up".into())));
+        }
+        Op::Tools { .. } | Op::Close(_) => {}
+    }
+}
+
+/// Tells an operation's waiters that it failed alone, with `error`.
+pub(super) fn fail(op: Op, error: StoreError, channels: &Channels) {
+    match op {
+        Op::InsertRun(_, done) | Op::Started { done, .. } => {
+            let _ = done.send(Err(error));
+        }
+        Op::Transition(_, done) => {
+            let _ = done.send(Err(error));
+        }
+        op => finish(op, false, channels),
+    }
+}
