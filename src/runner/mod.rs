@@ -125,8 +125,6 @@ pub(crate) struct Shared {
     claiming: AtomicBool,
     /// Where runs' ends and pauses are posted.
     webhooks: Arc<webhooks::Webhooks>,
-    /// Where ends and pauses go to be posted (with webhooks enabled).
-    outbox: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<crate::store::StatusChange>>,
 }
 
 impl Shared {
@@ -211,7 +209,6 @@ impl Runner {
                 claims: tokio::sync::Notify::new(),
                 claiming: AtomicBool::new(false),
                 webhooks: Arc::clone(&webhooks),
-                outbox: std::sync::OnceLock::new(),
             }),
             slots: Arc::new(Semaphore::new(config.runs.max_concurrent)),
             max_queued: config.runs.max_queued,

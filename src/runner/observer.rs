@@ -22,6 +22,9 @@ pub const STORAGE_REFUSED: &str =
 
 pub(super) struct RunObserver {
     live: Arc<LiveRun>,
+    /// Its model's metrics label: the profile, or the provider of an
+    /// inline model (a run's model never changes).
+    profile: String,
     store: Store,
     metrics: Arc<Metrics>,
     /// Transcript messages recorded so far: the next message's position.
@@ -49,8 +52,17 @@ impl RunObserver {
         messages: u32,
         last_sequence: u64,
     ) -> Self {
+        let profile = live
+            .peek(|run| {
+                run.model
+                    .profile
+                    .clone()
+                    .unwrap_or_else(|| run.model.provider.clone())
+            })
+            .unwrap_or_default();
         Self {
             live,
+            profile,
             store,
             metrics,
             messages: AtomicU32::new(messages),
@@ -127,10 +139,17 @@ impl RunObserver {
     /// limits and its tools (from its start: with its MCP servers').
     fn run_start_json(&self, event: &Event) -> Result<String, serde_json::Error> {
         let mut body = serde_json::to_value(event)?;
-        if let (Some(run), Some(object)) = (self.live.snapshot(), body.as_object_mut()) {
-            object.insert("model".into(), serde_json::to_value(&run.model)?);
-            object.insert("limits".into(), serde_json::to_value(run.limits)?);
-            object.insert("tools".into(), serde_json::to_value(&run.tools)?);
+        let started = self.live.peek(|run| {
+            Ok::<_, serde_json::Error>([
+                ("model", serde_json::to_value(&run.model)?),
+                ("limits", serde_json::to_value(run.limits)?),
+                ("tools", serde_json::to_value(&run.tools)?),
+            ])
+        });
+        if let (Some(started), Some(object)) = (started, body.as_object_mut()) {
+            for (key, value) in started? {
+                object.insert(key.into(), value);
+            }
         }
         serde_json::to_string(&body)
     }
@@ -141,7 +160,7 @@ impl RunObserver {
             EventKind::ModelEnd {
                 duration_ms, usage, ..
             } => {
-                metrics.model_call(&self.profile(), *duration_ms);
+                metrics.model_call(&self.profile, *duration_ms);
                 if let Some(usage) = usage {
                     metrics.tokens(
                         usage.input_tokens.unwrap_or(0),
@@ -149,7 +168,7 @@ impl RunObserver {
                     );
                 }
             }
-            EventKind::ModelError { .. } => metrics.model_error(&self.profile()),
+            EventKind::ModelError { .. } => metrics.model_error(&self.profile),
             EventKind::ToolEnd {
                 name,
                 duration_ms,
@@ -169,18 +188,6 @@ impl RunObserver {
             }
             _ => {}
         }
-    }
-
-    /// The run's model profile, or its provider for an inline model.
-    fn profile(&self) -> String {
-        self.live
-            .peek(|run| {
-                run.model
-                    .profile
-                    .clone()
-                    .unwrap_or_else(|| run.model.provider.clone())
-            })
-            .unwrap_or_default()
     }
 }
 

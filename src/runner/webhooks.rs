@@ -218,8 +218,7 @@ impl Runner {
             return;
         }
         let (outbox, mut changes) = mpsc::unbounded_channel::<StatusChange>();
-        self.shared.store.live().set_outbox(outbox.clone());
-        let _ = self.shared.outbox.set(outbox);
+        self.shared.store.live().set_outbox(outbox);
         let runner = self.clone();
         let slots = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
         tokio::spawn(async move {
@@ -236,7 +235,7 @@ impl Runner {
                 let Ok(slot) = slot else { return };
                 let (runner, webhooks) = (runner.clone(), Arc::clone(&webhooks));
                 tokio::spawn(async move {
-                    runner.deliver_one(&webhooks, change).await;
+                    webhooks.deliver(&runner, &change).await;
                     drop(slot);
                 });
             }
@@ -246,15 +245,11 @@ impl Runner {
     /// Ends committed before the outbox was there (a previous process's
     /// runs, brought to rest at start) go to it now.
     pub fn post_ended(&self, changes: Vec<StatusChange>) {
-        if let Some(outbox) = self.shared.outbox.get() {
+        if let Some(outbox) = self.shared.store.live().outbox() {
             for change in changes {
                 let _ = outbox.send(change);
             }
         }
-    }
-
-    async fn deliver_one(&self, webhooks: &Webhooks, change: StatusChange) {
-        webhooks.deliver(self, &change).await;
     }
 }
 

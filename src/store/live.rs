@@ -118,8 +118,9 @@ pub struct Channels {
     /// other replicas was missed): the status streams then end, for their
     /// clients to read the runs again. Replaced once fired.
     statuses_missed: Mutex<CancellationToken>,
-    /// Where ends and pauses committed here are also sent, if anywhere.
-    outbox: Mutex<Option<tokio::sync::mpsc::UnboundedSender<StatusChange>>>,
+    /// Where ends and pauses committed here are also sent, once set (read
+    /// without a lock: the writer publishes through it for every write).
+    outbox: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<StatusChange>>,
     /// Fired when a run that is not live here goes live again or ends:
     /// what followers of a paused run wait on. Made only for runs someone
     /// waits on.
@@ -171,7 +172,7 @@ impl Default for Channels {
             runs: Mutex::default(),
             statuses: broadcast::channel(STATUS_BUFFER).0,
             statuses_missed: Mutex::default(),
-            outbox: Mutex::default(),
+            outbox: std::sync::OnceLock::new(),
             reopened: Mutex::default(),
         }
     }
@@ -181,9 +182,8 @@ impl Channels {
     /// Tells whoever follows the runs' statuses of changes committed here;
     /// the ends and pauses among them go to the outbox too, if there is one.
     pub fn publish_statuses(&self, changes: impl IntoIterator<Item = StatusChange>) {
-        let outbox = self.outbox.lock().ok().and_then(|outbox| outbox.clone());
         for change in changes {
-            if let Some(outbox) = &outbox
+            if let Some(outbox) = self.outbox.get()
                 && (change.status.is_terminal() || change.status == RunStatus::RequiresAction)
             {
                 let _ = outbox.send(change.clone());
@@ -202,11 +202,14 @@ impl Channels {
     }
 
     /// Where the ends and pauses committed here go from now on (the
-    /// webhooks' deliveries).
+    /// webhooks' deliveries); set once.
     pub fn set_outbox(&self, outbox: tokio::sync::mpsc::UnboundedSender<StatusChange>) {
-        if let Ok(mut slot) = self.outbox.lock() {
-            *slot = Some(outbox);
-        }
+        let _ = self.outbox.set(outbox);
+    }
+
+    /// The outbox, once set.
+    pub fn outbox(&self) -> Option<&tokio::sync::mpsc::UnboundedSender<StatusChange>> {
+        self.outbox.get()
     }
 
     /// Subscribes to every run's changes of status from now on, with what

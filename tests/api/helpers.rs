@@ -443,9 +443,16 @@ pub fn start_binary_with(
     dir: &TempDir,
     settings: &[(&str, &str)],
 ) -> (std::process::Child, String) {
-    use std::io::{BufRead, BufReader};
-    use std::process::{Command, Stdio};
-    let mut command = Command::new(env!("CARGO_BIN_EXE_agent-runner"));
+    let mut command = binary_command(dir, settings);
+    command.stderr(std::process::Stdio::null());
+    spawn_listening(command)
+}
+
+/// The command that serves the real binary from `dir` (a free loopback
+/// port, its database and workspaces there, logging warnings), with more
+/// settings; its stdout is piped (see [`spawn_listening`]).
+pub fn binary_command(dir: &TempDir, settings: &[(&str, &str)]) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_agent-runner"));
     command
         .arg("serve")
         .env("AGENT_RUNNER_SERVER__BIND", "127.0.0.1:0")
@@ -462,11 +469,15 @@ pub fn start_binary_with(
     for (name, value) in settings {
         command.env(name, value);
     }
-    let mut child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    command.stdout(std::process::Stdio::piped());
+    command
+}
+
+/// Starts `command` (a server whose stdout is piped) and waits for the
+/// address it prints it listens on.
+pub fn spawn_listening(mut command: std::process::Command) -> (std::process::Child, String) {
+    use std::io::{BufRead, BufReader};
+    let mut child = command.spawn().unwrap();
     let stdout = child.stdout.take().unwrap();
     let mut line = String::new();
     BufReader::new(stdout).read_line(&mut line).unwrap();

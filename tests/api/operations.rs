@@ -1,7 +1,7 @@
 //! What the person on call uses: the log formats on a pipe, the access log,
 //! `serve --help` and `--bind`, `agent-runner config`, `hash-token`.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
@@ -15,36 +15,20 @@ const TOKEN: &str = "log-secret-token";
 async fn logs_of_a_server(format: Option<&str>) -> String {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("stderr.log");
-    let mut command = Command::new(env!("CARGO_BIN_EXE_agent-runner"));
-    command
-        .args(["serve", "--bind", "127.0.0.1:0"])
-        .env(
-            "AGENT_RUNNER_STORAGE__DATABASE_URL",
-            database_url(dir.path()),
-        )
-        .env("AGENT_RUNNER_STORAGE__WORKSPACES_DIR", dir.path().join("w"))
-        .env("AGENT_RUNNER_RUNS__LEASE_MS", TEST_LEASE_MS.to_string())
-        .env(
-            "AGENT_RUNNER_AUTH__TOKENS",
-            format!("[{{tenant = \"team-log\", token = \"{TOKEN}\"}}]"),
-        )
-        .env("RUST_LOG", "info")
-        .env_remove("RUST_LOG_FORMAT")
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&log).unwrap());
+    let tokens = format!("[{{tenant = \"team-log\", token = \"{TOKEN}\"}}]");
+    let mut settings = vec![
+        ("AGENT_RUNNER_AUTH__TOKENS", tokens.as_str()),
+        ("RUST_LOG", "info"),
+    ];
     if let Some(format) = format {
-        command.env("RUST_LOG_FORMAT", format);
+        settings.push(("RUST_LOG_FORMAT", format));
     }
-    let mut child = command.spawn().unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let address = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap()
-        .to_owned();
+    let mut command = binary_command(&dir, &settings);
+    if format.is_none() {
+        command.env_remove("RUST_LOG_FORMAT");
+    }
+    command.stderr(std::fs::File::create(&log).unwrap());
+    let (mut child, address) = spawn_listening(command);
     let client = http_client();
     let created = client
         .post(format!("{address}/v1/runs?wait=true"))

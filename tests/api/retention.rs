@@ -95,11 +95,13 @@ async fn runs_past_their_retention_are_removed_and_the_rest_kept() {
         live["id"].as_str().unwrap(),
     );
     app.wait_status(live, "running").await;
-    // The clock moves: the first ended eight days ago, the second six.
+    // The clock moves: the first ended eight days ago, the second six; the
+    // live one is given an end long past too, which must not count while
+    // it runs.
     let mut db = sqlx::AnyConnection::connect(&database_url(app.dir.path()))
         .await
         .unwrap();
-    for (id, days) in [(old, 8), (recent, 6)] {
+    for (id, days) in [(old, 8), (recent, 6), (live, 30)] {
         let ended =
             agent_runner::run::format_time(&(chrono::Utc::now() - chrono::TimeDelta::days(days)));
         sqlx::query("UPDATE runs SET finished_at = $1 WHERE id = $2")

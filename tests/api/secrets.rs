@@ -3,7 +3,7 @@
 //! reaches the provider and nothing else: no stored row, no event, no log
 //! line, no tool command.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
@@ -110,24 +110,15 @@ stream = true
         ),
     )
     .unwrap();
-    let mut server = Command::new(env!("CARGO_BIN_EXE_agent-runner"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_agent-runner"));
+    command
         .args(["serve", "--config"])
         .arg(&config)
         .env("MOCK_PROVIDER_KEY", KEY)
         .env("RUST_LOG", "trace")
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(server.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let address = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap()
-        .to_owned();
+        .stderr(Stdio::piped());
+    let (mut server, address) = spawn_listening(command);
     let mut logs = server.stderr.take().unwrap();
     let log_reader = std::thread::spawn(move || {
         let mut text = String::new();
