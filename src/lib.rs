@@ -15,6 +15,7 @@
 //! - [`metrics`]: counters for `/metrics`.
 //! - [`app`]: builds and runs the whole service (what `main` and tests call).
 //! - [`cli`]: the command-line client (`agent-runner run`, `runs ...`).
+//! - [`sync`]: locks that log a poisoning instead of hiding it.
 
 pub mod api;
 pub mod app;
@@ -27,4 +28,5 @@ pub mod models;
 pub mod run;
 pub mod runner;
 pub mod store;
+pub mod sync;
 pub mod tools;
