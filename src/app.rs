@@ -17,6 +17,7 @@ use crate::mcp::McpServers;
 use crate::metrics::Metrics;
 use crate::models::{ModelProfiles, process_env};
 use crate::runner::Runner;
+use crate::scheduler::{Leased, Local, Scheduler};
 use crate::store::Store;
 use crate::tools::Sandbox;
 
@@ -89,14 +90,35 @@ impl Application {
             std::env::var(name).ok()
         })
         .map_err(StartError::Config)?;
+        // Which run starts next: here, or shared with the other replicas
+        // of a PostgreSQL database.
+        let (max_concurrent, max_queued) = (config.runs.max_concurrent, config.runs.max_queued);
+        let scheduler: Arc<dyn Scheduler> = match store.cluster() {
+            Some(cluster) => Arc::new(Leased::new(
+                store.clone(),
+                Arc::clone(cluster),
+                Arc::clone(&metrics),
+                max_concurrent,
+                max_queued,
+            )),
+            None => Arc::new(Local::new(
+                store.clone(),
+                Arc::clone(&metrics),
+                max_concurrent,
+                max_queued,
+            )),
+        };
         let runner = Runner::new(
             &config,
-            store,
-            metrics,
-            Arc::new(profiles),
-            sandbox,
-            Arc::new(mcp),
-            Arc::new(webhooks),
+            crate::runner::Parts {
+                store,
+                scheduler,
+                metrics,
+                profiles: Arc::new(profiles),
+                sandbox,
+                mcp: Arc::new(mcp),
+                webhooks: Arc::new(webhooks),
+            },
         );
         runner.post_ended(recovered.interrupted);
         runner.resume(recovered.queued);
@@ -105,7 +127,7 @@ impl Application {
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| StartError::Bind { addr, source })?;
-        runner.join_replicas().await;
+        runner.join().await;
         let state = AppState::new(api::Services {
             runner: runner.clone(),
             auth: api::auth::Auth::new(&config.auth.tokens),
@@ -160,18 +182,22 @@ impl Application {
         let grace = self.grace;
         // On PostgreSQL, a replica whose lease is lost stops at once: its
         // runs are another replica's to end.
-        let lost = runner.lease_lost();
+        let lost = runner.revoked();
         let lease_lost = lost.clone();
+        // A writer that died stores nothing more: the server stops at once
+        // and exits with an error, for a supervisor to start it again.
+        let writer = runner.store().writer().clone();
+        let writer_died = writer.died();
         let mut stopper = tokio::spawn(async move {
-            let lost = async {
-                match &lease_lost {
-                    Some(lost) => lost.cancelled().await,
-                    None => std::future::pending().await,
-                }
-            };
             let grace = tokio::select! {
                 () = shutdown => grace,
-                () = lost => Duration::ZERO,
+                () = lease_lost.cancelled() => Duration::ZERO,
+                () = writer_died.cancelled() => {
+                    // Unready (and refusing runs) for a moment first, so
+                    // that probes and balancers see it leave.
+                    tokio::time::sleep(WRITER_DEATH_LINGER).await;
+                    Duration::ZERO
+                }
             };
             tracing::info!(grace_ms = grace.as_millis() as u64, "shutting down");
             runner.shutdown(grace).await;
@@ -207,7 +233,13 @@ impl Application {
             },
         }
         tracing::info!("stopped");
-        if lost.is_some_and(|lost| lost.is_cancelled()) {
+        if let Some(why) = writer.dead() {
+            return Err(std::io::Error::other(format!(
+                "the store's writer died ({why}): nothing could be stored any more; \
+                 start the server again"
+            )));
+        }
+        if lost.is_cancelled() {
             return Err(std::io::Error::other(
                 "this replica's lease on the database was lost (another replica took it \
                  for dead); start it again",
@@ -216,6 +248,10 @@ impl Application {
         Ok(())
     }
 }
+
+/// How long a server whose writer died stays up, answering `/readyz` 503,
+/// before it stops.
+const WRITER_DEATH_LINGER: Duration = Duration::from_secs(1);
 
 /// Detects the command sandbox and refuses to start where it would not
 /// hold: presets with an enforcing sandbox the kernel cannot apply, or

@@ -7,7 +7,10 @@
 //! - [`tools`]: the built-in tools: a confined workspace and preset commands.
 //! - [`mcp`]: tools from MCP servers, connected for each run that uses them.
 //! - [`run`]: the service's vocabulary for a run (request and run object).
-//! - [`runner`]: spawns runs: tokens, queue, workspaces, event fan-out.
+//! - [`runner`]: accepts runs and executes each as a task of its own: stop
+//!   signals, workspaces, pauses, webhooks, retention.
+//! - [`scheduler`]: which run starts next, and the slots runs execute in
+//!   (in process for SQLite; leased, across replicas, for PostgreSQL).
 //! - [`store`]: SQLite or PostgreSQL through sqlx: the one place that knows
 //!   the schema; replicas on PostgreSQL.
 //! - [`api`]: the axum routers, errors and the event stream.
@@ -27,6 +30,7 @@ pub mod metrics;
 pub mod models;
 pub mod run;
 pub mod runner;
+pub mod scheduler;
 pub mod store;
 pub mod sync;
 pub mod tools;

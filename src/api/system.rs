@@ -16,6 +16,11 @@ pub async fn healthz() -> Json<Value> {
 
 /// Ready when the database answers and the server still takes runs.
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    if let Some(why) = state.runner.store().writer().dead() {
+        return Err(ApiError::Unavailable(format!(
+            "the store's writer died ({why}); the server is stopping"
+        )));
+    }
     if state.runner.is_closing() {
         return Err(ApiError::ShuttingDown);
     }

@@ -1,25 +1,32 @@
-//! The runner: accepts runs, queues them FIFO behind a concurrency limit, and
-//! runs each as its own task with its own stop signal and workspace. Its
-//! events go to the store, which publishes them to live subscribers.
+//! The runner: accepts runs, hands them to the scheduler, and executes each
+//! as its own task with its own stop signal and workspace. Its events go to
+//! the store, which publishes them to live subscribers.
+//!
+//! - `submit`: accepting a run (admission, its workspace, its row).
+//! - [`crate::scheduler`]: which run starts next, and the slots.
+//! - `task`: executing one run, from its slot to its stored end or pause;
+//!   `observer` hands its events to the store, `tools` builds its tools.
+//! - `registry`: the runs live here, for cancels.
+//! - `pauses`: answering paused runs, and the watch of their deadlines.
+//! - `webhooks`, `retention`: posting ends and pauses; removing old runs.
 
 mod observer;
 mod pauses;
-mod replicas;
+mod registry;
 mod retention;
 mod submit;
 mod task;
 mod tools;
 pub mod webhooks;
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tokio_util::task::task_tracker::TaskTrackerToken;
 use tracing::Instrument;
 use uuid::Uuid;
 
@@ -29,6 +36,7 @@ use crate::mcp::McpServers;
 use crate::metrics::{Gauges, Metrics};
 use crate::models::ModelProfiles;
 use crate::run::{Run, RunSpec, RunStatus, Tenant};
+use crate::scheduler::{Cancelled, Host, Queued, Scheduler, Slot, Turn};
 use crate::store::{Store, StoreError, Unfinished};
 use crate::tools::{CommandPresets, CommandRunner, Sandbox, WorkspaceOptions, Workspaces};
 
@@ -37,40 +45,10 @@ pub use crate::run::INTERRUPTED;
 /// A subscription to a live run's events.
 pub type LiveEvents = tokio::sync::broadcast::Receiver<Arc<crate::store::LiveEvent>>;
 pub use pauses::{Answered, NO_ANSWER};
+pub use registry::LiveRun;
+use registry::LiveRuns;
 pub use retention::Purged;
 use submit::detached;
-
-/// A run that is queued or running.
-pub struct LiveRun {
-    pub id: Uuid,
-    pub tenant: Tenant,
-    /// Stops it, saying why: a client's cancel, the server stopping, storage
-    /// refusing its records.
-    stop: Stop,
-    /// Set once its start is stored: it is executing.
-    executing: AtomicBool,
-    /// The run object as stored so far, kept up to date as its start and
-    /// its end are handed to storage: what `?wait=true` answers once the
-    /// end is stored, without reading it back.
-    state: Mutex<Run>,
-}
-
-impl LiveRun {
-    fn update(&self, change: impl FnOnce(&mut Run)) {
-        if let Ok(mut run) = self.state.lock() {
-            change(&mut run);
-        }
-    }
-
-    /// Reads the run as stored so far, without a copy.
-    fn peek<R>(&self, read: impl FnOnce(&Run) -> R) -> Option<R> {
-        self.state.lock().ok().map(|run| read(&run))
-    }
-
-    fn snapshot(&self) -> Option<Run> {
-        self.state.lock().ok().map(|run| run.clone())
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum SubmitError {
@@ -98,8 +76,9 @@ pub enum SubmitError {
     Store(#[from] StoreError),
 }
 
-/// State every run task shares.
-pub(crate) struct Shared {
+/// What executing a run needs: storage, its model profiles and its tools'
+/// dependencies, shared by every run's task.
+pub(crate) struct Services {
     store: Store,
     metrics: Arc<Metrics>,
     profiles: Arc<ModelProfiles>,
@@ -108,86 +87,64 @@ pub(crate) struct Shared {
     /// The tools' compiled argument validators, shared by all runs.
     schemas: SchemaCache,
     workspaces: Arc<Workspaces>,
-    live: Mutex<HashMap<Uuid, Arc<LiveRun>>>,
-    /// Runs waiting for a slot: the queue's length, which admission checks
-    /// against `max_queued`.
-    waiting: AtomicUsize,
-    /// Runs executing now.
-    running: AtomicUsize,
-    /// On PostgreSQL: the database's waiting runs, as of the last sweep.
-    queued_in_database: std::sync::atomic::AtomicU64,
-    /// Told when a pause is stored: the watch of pause deadlines looks again.
-    pauses: Arc<tokio::sync::Notify>,
-    /// On PostgreSQL: told when a run may wait to be claimed.
-    claims: tokio::sync::Notify,
-    /// On PostgreSQL: the claimer holds a slot while it looks for a queued
-    /// run (a submit that finds no slot then waits for it a moment).
-    claiming: AtomicBool,
-    /// Where runs' ends and pauses are posted.
-    webhooks: Arc<webhooks::Webhooks>,
 }
 
-impl Shared {
-    /// Lets go of a run that paused, unless a client cancelled it (checked
-    /// under the lock that cancels take): that one stays registered until
-    /// its pause is ended, so that an answer racing the cancel starts a run
-    /// that inherits it. Whether it was cancelled.
-    fn forget_unless_cancelled(&self, run: &Arc<LiveRun>) -> bool {
-        let Ok(mut live) = self.live.lock() else {
-            return false;
-        };
-        if matches!(run.stop.reason(), Some(StopReason::Cancelled)) {
-            return true;
-        }
-        if live
-            .get(&run.id)
-            .is_some_and(|registered| Arc::ptr_eq(registered, run))
-        {
-            live.remove(&run.id);
-        }
-        false
-    }
-
-    /// Lets go of a live run, unless its id is live again as another one
-    /// (a paused run answered and resumed before its first task let go).
-    fn forget(&self, run: &Arc<LiveRun>) {
-        if let Ok(mut live) = self.live.lock()
-            && live
-                .get(&run.id)
-                .is_some_and(|registered| Arc::ptr_eq(registered, run))
-        {
-            live.remove(&run.id);
-        }
-    }
-}
-
-#[derive(Clone)]
-pub struct Runner {
-    shared: Arc<Shared>,
-    slots: Arc<Semaphore>,
-    max_queued: usize,
+/// Where the runner is in its life: taking runs, in shutdown's grace, or
+/// past it.
+#[derive(Clone, Default)]
+struct Lifecycle {
     tasks: TaskTracker,
     /// Fires when the server stops taking runs.
     closing: CancellationToken,
-    /// Fires when waiting runs must stop waiting (they stay `queued`).
-    stop_queue: CancellationToken,
     /// Fires when shutdown's grace is over: running runs are interrupted,
     /// and ended ones no longer wait for their end to be stored.
     past_grace: CancellationToken,
 }
 
+#[derive(Clone)]
+pub struct Runner {
+    services: Arc<Services>,
+    runs: Arc<LiveRuns>,
+    scheduler: Arc<dyn Scheduler>,
+    /// Told when a pause is stored: the watch of pause deadlines looks again.
+    pauses: Arc<tokio::sync::Notify>,
+    /// Where runs' ends and pauses are posted.
+    webhooks: Arc<webhooks::Webhooks>,
+    lifecycle: Lifecycle,
+}
+
+/// How a run's task gets its slot.
+enum Entry {
+    /// It has one: it was admitted to a free slot, or taken from the queue.
+    Slot(Slot),
+    /// It waits here for its turn.
+    Turn(Turn),
+}
+
+/// Everything [`Runner::new`] is built from.
+pub struct Parts {
+    pub store: Store,
+    pub scheduler: Arc<dyn Scheduler>,
+    pub metrics: Arc<Metrics>,
+    pub profiles: Arc<ModelProfiles>,
+    pub sandbox: Arc<Sandbox>,
+    pub mcp: Arc<McpServers>,
+    pub webhooks: Arc<webhooks::Webhooks>,
+}
+
 impl Runner {
-    pub fn new(
-        config: &Config,
-        store: Store,
-        metrics: Arc<Metrics>,
-        profiles: Arc<ModelProfiles>,
-        sandbox: Arc<Sandbox>,
-        mcp: Arc<McpServers>,
-        webhooks: Arc<webhooks::Webhooks>,
-    ) -> Self {
+    pub fn new(config: &Config, parts: Parts) -> Self {
+        let Parts {
+            store,
+            scheduler,
+            metrics,
+            profiles,
+            sandbox,
+            mcp,
+            webhooks,
+        } = parts;
         let runner = Self {
-            shared: Arc::new(Shared {
+            services: Arc::new(Services {
                 store,
                 metrics,
                 profiles,
@@ -201,24 +158,16 @@ impl Runner {
                     &config.storage.workspaces_dir,
                     WorkspaceOptions::default(),
                 )),
-                live: Mutex::new(HashMap::new()),
-                waiting: AtomicUsize::new(0),
-                running: AtomicUsize::new(0),
-                queued_in_database: std::sync::atomic::AtomicU64::new(0),
-                pauses: Arc::default(),
-                claims: tokio::sync::Notify::new(),
-                claiming: AtomicBool::new(false),
-                webhooks: Arc::clone(&webhooks),
             }),
-            slots: Arc::new(Semaphore::new(config.runs.max_concurrent)),
-            max_queued: config.runs.max_queued,
-            tasks: TaskTracker::new(),
-            closing: CancellationToken::new(),
-            stop_queue: CancellationToken::new(),
-            past_grace: CancellationToken::new(),
+            runs: Arc::default(),
+            scheduler,
+            pauses: Arc::default(),
+            webhooks: Arc::clone(&webhooks),
+            lifecycle: Lifecycle::default(),
         };
         tokio::spawn(watch_storage(
-            Arc::downgrade(&runner.shared),
+            runner.services.store.clone(),
+            Arc::downgrade(&runner.runs),
             Duration::from_millis(config.storage.write_retry_ms),
         ));
         runner.watch_pauses();
@@ -228,76 +177,97 @@ impl Runner {
 
     /// Where runs' ends and pauses are posted.
     pub fn webhooks(&self) -> &webhooks::Webhooks {
-        &self.shared.webhooks
+        &self.webhooks
     }
 
     pub fn store(&self) -> &Store {
-        &self.shared.store
+        &self.services.store
     }
 
     /// The gauges `/metrics` shows, read from the state that owns them.
     pub fn gauges(&self) -> Gauges {
-        let stats = self.shared.store.writer().stats();
-        let count = |n: &AtomicUsize| u64::try_from(n.load(Ordering::Relaxed)).unwrap_or(u64::MAX);
+        let stats = self.services.store.writer().stats();
+        let counts = self.scheduler.counts();
         Gauges {
-            active_runs: count(&self.shared.running),
-            queued_runs: match self.shared.store.cluster() {
-                Some(_) => self.shared.queued_in_database.load(Ordering::Relaxed),
-                None => count(&self.shared.waiting),
-            },
+            active_runs: counts.executing,
+            queued_runs: counts.queued,
             writer_batches: stats.batches.load(Ordering::Relaxed),
             writer_operations: stats.operations.load(Ordering::Relaxed),
         }
     }
 
     pub fn metrics(&self) -> &Metrics {
-        &self.shared.metrics
+        &self.services.metrics
     }
 
     pub fn profiles(&self) -> &ModelProfiles {
-        &self.shared.profiles
+        &self.services.profiles
     }
 
     pub fn presets(&self) -> &CommandPresets {
-        self.shared.commands.presets()
+        self.services.commands.presets()
     }
 
     pub fn mcp(&self) -> &McpServers {
-        &self.shared.mcp
+        &self.services.mcp
     }
 
     pub fn is_closing(&self) -> bool {
-        self.closing.is_cancelled()
+        self.lifecycle.closing.is_cancelled()
     }
 
     /// Fires when the server stops taking runs: what waits on a paused run
     /// stops waiting then.
     pub fn closing(&self) -> CancellationToken {
-        self.closing.clone()
+        self.lifecycle.closing.clone()
+    }
+
+    /// Fires when this process may no longer hold runs (on PostgreSQL, its
+    /// lease was lost): the server must stop.
+    pub fn revoked(&self) -> CancellationToken {
+        self.scheduler.revoked()
     }
 
     pub fn live(&self, id: Uuid) -> Option<Arc<LiveRun>> {
-        self.shared.live.lock().ok()?.get(&id).cloned()
+        self.runs.get(id)
     }
 
     /// The directory of a run's workspace.
     pub fn workspace_dir(&self, id: Uuid) -> PathBuf {
-        self.shared.workspaces.dir(&id.to_string())
+        self.services.workspaces.dir(&id.to_string())
+    }
+
+    /// Starts the scheduler's own work (on PostgreSQL: claims, the lease,
+    /// the other replicas' news). Called once the server is bound (a
+    /// replica that cannot serve claims nothing) and before it serves.
+    pub async fn join(&self) {
+        self.scheduler.join(Arc::new(self.clone())).await;
     }
 
     /// Starts again the runs a previous process left queued, oldest first;
     /// answered pauses resume from their checkpoints.
     pub fn resume(&self, unfinished: Vec<Unfinished>) {
-        for Unfinished {
+        for queued in unfinished {
+            let place = self.scheduler.readmit(&queued.tenant);
+            self.queue(queued, place);
+        }
+    }
+
+    /// A run stored `queued` goes to the scheduler: its task waits here for
+    /// its turn, or it waits in the database for any replica.
+    fn queue(&self, queued: Unfinished, place: crate::scheduler::Place) {
+        let Unfinished {
             run,
             tenant,
             model,
             answered_pause,
-        } in unfinished
-        {
-            self.shared.waiting.fetch_add(1, Ordering::AcqRel);
-            let spec = RunSpec::of_run(&run, model);
-            self.start(run, tenant, spec, None, answered_pause, false);
+        } = queued;
+        match self.scheduler.enqueue(place) {
+            Queued::Here(turn) => {
+                let spec = RunSpec::of_run(&run, model);
+                self.start(run, tenant, spec, Entry::Turn(turn), answered_pause, false);
+            }
+            Queued::Elsewhere => {}
         }
     }
 
@@ -306,7 +276,7 @@ impl Runner {
         run: Run,
         tenant: Tenant,
         spec: RunSpec,
-        slot: Option<tokio::sync::OwnedSemaphorePermit>,
+        entry: Entry,
         resuming: bool,
         follow: bool,
     ) -> Option<LiveEvents> {
@@ -314,46 +284,47 @@ impl Runner {
             id: run.id,
             tenant,
             stop: Stop::new(),
-            executing: AtomicBool::new(false),
-            state: Mutex::new(run.clone()),
+            executing: std::sync::atomic::AtomicBool::new(false),
         });
         // Registered before its channel opens: whoever finds the channel
         // open finds this run live, not the task of its pause.
-        if let Ok(mut registry) = self.shared.live.lock()
-            && let Some(paused) = registry.insert(run.id, Arc::clone(&live))
-            && matches!(paused.stop.reason(), Some(StopReason::Cancelled))
-        {
-            // Cancelled while its pause was letting go, after the answer.
-            live.stop.cancel();
-        }
-        self.shared.store.live().open(run.id);
-        let events = follow
-            .then(|| self.shared.store.live().subscribe(run.id))
-            .flatten();
-        if self.past_grace.is_cancelled() {
+        self.runs.register(&live);
+        let (id, inserted_running) = (run.id, run.status == RunStatus::Running);
+        let channels = self.services.store.live();
+        channels.open(id, run);
+        let events = follow.then(|| channels.subscribe(id)).flatten();
+        if self.lifecycle.past_grace.is_cancelled() {
             live.stop
                 .stop(StopReason::Interrupted(INTERRUPTED.to_owned()));
         }
-        let span = tracing::info_span!("run", run_id = %run.id);
+        let span = tracing::info_span!("run", run_id = %id);
         let task = task::RunTask {
             runner: self.clone(),
             live,
             spec,
-            inserted_running: run.status == RunStatus::Running,
+            inserted_running,
             resuming,
         };
-        self.tasks.spawn(task.execute(slot).instrument(span));
+        self.lifecycle
+            .tasks
+            .spawn(task.execute(entry).instrument(span));
         events
     }
 
     /// Cancels a live run. `None` when it is not live (terminal or unknown).
     pub fn cancel(&self, tenant: &Tenant, id: Uuid) -> Option<Arc<LiveRun>> {
-        // Under the registry's lock: a pausing run's task decides under it
-        // whether it was cancelled (see `Shared::forget_unless_cancelled`).
-        let registry = self.shared.live.lock().ok()?;
-        let live = registry.get(&id).filter(|live| &live.tenant == tenant)?;
-        live.stop.cancel();
-        Some(Arc::clone(live))
+        self.runs.cancel(tenant, id)
+    }
+
+    /// A client's cancel of a run that is not live here: a paused one ends
+    /// `aborted`; on PostgreSQL so does a queued one, and a running one's
+    /// replica is told to cancel it. The run as it is then; `Ok(None)` when
+    /// it is none of these (any more).
+    pub async fn cancel_stored(&self, id: Uuid) -> Result<Option<Run>, StoreError> {
+        Ok(match self.scheduler.cancel_elsewhere(id).await? {
+            Cancelled::Ended(run) | Cancelled::Forwarded(run) => Some(*run),
+            Cancelled::Not => None,
+        })
     }
 
     /// Stops the service's runs: no new run is accepted; running runs get
@@ -361,48 +332,63 @@ impl Runner {
     /// start again with the next process (on PostgreSQL, any replica claims
     /// them). Returns once everything is stored.
     pub async fn shutdown(&self, grace: Duration) {
-        self.closing.cancel();
-        self.tasks.close();
+        let lifecycle = &self.lifecycle;
+        lifecycle.closing.cancel();
+        lifecycle.tasks.close();
         // Waiting runs must not start now: their tasks end at once, so the
         // tracker then waits for the running ones alone.
-        self.stop_queue.cancel();
+        self.scheduler.close();
         // A replica whose lease is lost meanwhile stops at once: its runs
         // are another replica's to end.
-        let lost = self.lease_lost();
-        let grace_over = async {
-            match &lost {
-                Some(lost) => {
-                    tokio::select! {
-                        () = tokio::time::sleep(grace) => {}
-                        () = lost.cancelled() => {}
-                    }
-                }
-                None => tokio::time::sleep(grace).await,
-            }
-        };
+        let revoked = self.scheduler.revoked();
         let finished = tokio::select! {
-            () = self.tasks.wait() => true,
-            () = grace_over => false,
+            () = lifecycle.tasks.wait() => true,
+            () = tokio::time::sleep(grace) => false,
+            () = revoked.cancelled() => false,
         };
         if finished {
-            self.shared.store.close().await;
+            self.services.store.close().await;
             return;
         }
         // Whatever starts after this (accepted during the grace) is
         // interrupted by `start` itself.
-        self.past_grace.cancel();
-        let live: Vec<_> = self
-            .shared
-            .live
-            .lock()
-            .map(|live| live.values().cloned().collect())
-            .unwrap_or_default();
-        for run in live {
+        lifecycle.past_grace.cancel();
+        for run in self.runs.all() {
             run.stop
                 .stop(StopReason::Interrupted(INTERRUPTED.to_owned()));
         }
-        self.tasks.wait().await;
-        self.shared.store.close().await;
+        lifecycle.tasks.wait().await;
+        self.services.store.close().await;
+    }
+}
+
+impl Host for Runner {
+    fn start_taken(&self, run: Unfinished, slot: Slot, cancel: bool) {
+        let id = run.run.id;
+        let spec = RunSpec::of_run(&run.run, run.model);
+        self.start(
+            run.run,
+            run.tenant,
+            spec,
+            Entry::Slot(slot),
+            run.answered_pause,
+            false,
+        );
+        if cancel && self.runs.cancel_any(id) {
+            tracing::info!(run_id = %id, "cancelled while it was queued");
+        }
+    }
+
+    fn is_live(&self, id: Uuid) -> bool {
+        self.runs.contains(id)
+    }
+
+    fn cancel_live(&self, id: Uuid) -> bool {
+        self.runs.cancel_any(id)
+    }
+
+    fn hold(&self) -> Option<TaskTrackerToken> {
+        (!self.is_closing()).then(|| self.lifecycle.tasks.token())
     }
 }
 
@@ -413,26 +399,20 @@ const STORAGE_WATCH: Duration = Duration::from_millis(100);
 /// `write_retry`: their records cannot be stored, so they must not go on as
 /// if they were. Each ends `failed` (see [`observer::STORAGE_REFUSED`]), and
 /// that end is stored once storage takes writes again. Ends with the runner.
-async fn watch_storage(shared: std::sync::Weak<Shared>, write_retry: Duration) {
+async fn watch_storage(store: Store, runs: std::sync::Weak<LiveRuns>, write_retry: Duration) {
     loop {
         tokio::time::sleep(STORAGE_WATCH).await;
-        let Some(shared) = shared.upgrade() else {
+        let Some(runs) = runs.upgrade() else {
             return;
         };
-        if shared
-            .store
+        if store
             .writer()
             .failing_for()
             .is_none_or(|failing| failing < write_retry)
         {
             continue;
         }
-        let live: Vec<Arc<LiveRun>> = shared
-            .live
-            .lock()
-            .map(|live| live.values().cloned().collect())
-            .unwrap_or_default();
-        for run in live {
+        for run in runs.all() {
             if run.executing.load(Ordering::Acquire)
                 && run
                     .stop
@@ -449,9 +429,9 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    /// `finished` answers from the live run once its end is stored: a final
-    /// run object (not `None`, which would send `?wait=true` to storage),
-    /// equal to what storage then holds.
+    /// `finished` answers from the store's copy of the live run once its
+    /// end is stored: a final run object (not `None`, which would send
+    /// `?wait=true` to storage), equal to what storage then holds.
     #[tokio::test]
     async fn a_finished_run_is_answered_from_memory_as_stored() {
         let dir = tempfile::tempdir().unwrap();
@@ -461,14 +441,23 @@ mod tests {
         let (store, _) = Store::open(&url, Duration::from_secs(1), Duration::from_secs(10))
             .await
             .unwrap();
+        let metrics = Arc::new(Metrics::default());
         let runner = Runner::new(
             &config,
-            store.clone(),
-            Arc::new(Metrics::default()),
-            Arc::new(ModelProfiles::default()),
-            Arc::new(Sandbox::unconfined()),
-            Arc::default(),
-            Arc::new(webhooks::Webhooks::new(&config.webhooks, |_| None).unwrap()),
+            Parts {
+                store: store.clone(),
+                scheduler: Arc::new(crate::scheduler::Local::new(
+                    store.clone(),
+                    Arc::clone(&metrics),
+                    4,
+                    4,
+                )),
+                metrics,
+                profiles: Arc::new(ModelProfiles::default()),
+                sandbox: Arc::new(Sandbox::unconfined()),
+                mcp: Arc::default(),
+                webhooks: Arc::new(webhooks::Webhooks::new(&config.webhooks, |_| None).unwrap()),
+            },
         );
         let spec = RunSpec::scripted(vec![json!({"delay_ms": 100, "content": "done"})]);
         let tenant = Tenant::anonymous();

@@ -10,11 +10,12 @@ use chrono::{SecondsFormat, Utc};
 use uuid::Uuid;
 
 use super::LiveRun;
-use crate::harness::{Event, EventKind, Observer, ObserverError, Outcome, UsageTotals};
+use crate::harness::{Event, EventKind, Observer, ObserverError, Outcome};
 use crate::metrics::Metrics;
-use crate::run::{RunStatus, format_time};
+use crate::run::{Run, format_time};
 use crate::store::writer::Pause;
 use crate::store::{Finish, LiveEvent, NewEvent, Store};
+use crate::sync::lock;
 
 /// What a run stopped because its records could not be stored is told.
 pub const STORAGE_REFUSED: &str =
@@ -22,6 +23,10 @@ pub const STORAGE_REFUSED: &str =
 
 pub(super) struct RunObserver {
     live: Arc<LiveRun>,
+    /// The tools it may call once its MCP servers listed theirs, when
+    /// that differs from what it asked for (told before its `run_start`,
+    /// which may come before the store's copy has them).
+    tools: OnceLock<Vec<String>>,
     /// Its model's metrics label: the profile, or the provider of an
     /// inline model (a run's model never changes).
     profile: String,
@@ -52,8 +57,9 @@ impl RunObserver {
         messages: u32,
         last_sequence: u64,
     ) -> Self {
-        let profile = live
-            .peek(|run| {
+        let profile = store
+            .live()
+            .read(live.id, |run| {
                 run.model
                     .profile
                     .clone()
@@ -62,6 +68,7 @@ impl RunObserver {
             .unwrap_or_default();
         Self {
             live,
+            tools: OnceLock::new(),
             profile,
             store,
             metrics,
@@ -72,6 +79,16 @@ impl RunObserver {
             holding_end: AtomicBool::new(false),
             held_end: Mutex::new(None),
         }
+    }
+
+    /// The tools the run may call, once its MCP servers listed theirs.
+    pub(super) fn set_tools(&self, tools: Vec<String>) {
+        let _ = self.tools.set(tools);
+    }
+
+    /// Reads the run as stored so far (the store's copy of a live run).
+    fn read<R>(&self, read: impl FnOnce(&Run) -> R) -> Option<R> {
+        self.store.live().read(self.live.id, read)
     }
 
     /// Holds the run's `run_end` back until [`RunObserver::release_end`]:
@@ -85,7 +102,7 @@ impl RunObserver {
     /// stops holding.
     pub(super) fn release_end(&self) {
         self.holding_end.store(false, Ordering::Release);
-        let held = self.held_end.lock().ok().and_then(|mut held| held.take());
+        let held = lock(&self.held_end).take();
         if let Some((event, outcome)) = held {
             self.store.writer().append(event);
             let _ = self.ended.set(outcome);
@@ -95,7 +112,7 @@ impl RunObserver {
     /// Hands the held-back `actions_required` to the writer with `pause`,
     /// the run's state as it pauses. `false` when there is none.
     pub(super) fn pause(&self, pause: Pause) -> bool {
-        let event = self.pausing.lock().ok().and_then(|mut held| held.take());
+        let event = lock(&self.pausing).take();
         let Some(mut event) = event else {
             return false;
         };
@@ -114,11 +131,8 @@ impl RunObserver {
     /// stay as stored (a resumed run's are not zero).
     pub(super) fn end_without_harness(&self, status: Outcome, error: Option<String>) {
         let (steps, tool_calls, usage) = self
-            .live
-            .snapshot()
-            .map_or((0, 0, UsageTotals::default()), |run| {
-                (run.steps, run.tool_calls, run.usage)
-            });
+            .read(|run| (run.steps, run.tool_calls, run.usage))
+            .unwrap_or_default();
         let event = Event {
             run_id: self.live.id,
             sequence: self.last_sequence.load(Ordering::Acquire) + 1,
@@ -139,11 +153,12 @@ impl RunObserver {
     /// limits and its tools (from its start: with its MCP servers').
     fn run_start_json(&self, event: &Event) -> Result<String, serde_json::Error> {
         let mut body = serde_json::to_value(event)?;
-        let started = self.live.peek(|run| {
+        let started = self.read(|run| {
+            let tools = self.tools.get().unwrap_or(&run.tools);
             Ok::<_, serde_json::Error>([
                 ("model", serde_json::to_value(&run.model)?),
                 ("limits", serde_json::to_value(run.limits)?),
-                ("tools", serde_json::to_value(&run.tools)?),
+                ("tools", serde_json::to_value(tools)?),
             ])
         });
         if let (Some(started), Some(object)) = (started, body.as_object_mut()) {
@@ -180,8 +195,7 @@ impl RunObserver {
                 // client's tool as `client`, anything else a model names
                 // as `unknown`.
                 let label = self
-                    .live
-                    .peek(|run| tool_label(run, name))
+                    .read(|run| tool_label(run, self.tools.get().unwrap_or(&run.tools), name))
                     .unwrap_or_else(|| "unknown".into());
                 let tool = label.as_str();
                 metrics.tool_call(tool, *is_error, *duration_ms);
@@ -218,17 +232,6 @@ impl Observer for RunObserver {
                 // engines keep U+FFFD in its place.
                 let answer = answer.as_deref().map(storable_text);
                 let error = error.as_deref().map(storable_text);
-                // The run object as it will be stored, for whoever waits for
-                // the end (read only once the end is stored).
-                self.live.update(|run| {
-                    run.status = RunStatus::Ended(*status);
-                    run.answer.clone_from(&answer);
-                    run.error.clone_from(&error);
-                    run.steps = *steps;
-                    run.tool_calls = *tool_calls;
-                    run.usage = *usage;
-                    run.finished_at = Some(event.timestamp);
-                });
                 finish = Some(Box::new(Finish {
                     tenant: self.live.tenant.0.clone(),
                     status: *status,
@@ -259,16 +262,12 @@ impl Observer for RunObserver {
         if let Some(outcome) = outcome
             && self.holding_end.load(Ordering::Acquire)
         {
-            if let Ok(mut held) = self.held_end.lock() {
-                *held = Some((new, outcome));
-            }
+            *lock(&self.held_end) = Some((new, outcome));
             return Ok(());
         }
         if matches!(event.kind, EventKind::ActionsRequired { .. }) {
             // The harness's last event before it returns the checkpoint.
-            if let Ok(mut held) = self.pausing.lock() {
-                *held = Some(new);
-            }
+            *lock(&self.pausing) = Some(new);
             return Ok(());
         }
         self.store.writer().append(new);
@@ -317,8 +316,8 @@ fn storable_text(text: &str) -> String {
 /// The event's JSON. A `message` event reuses the JSON the harness made of
 /// its message rather than serialising the message again.
 /// The metrics label of a call of tool `name` in `run`.
-fn tool_label(run: &crate::run::Run, name: &str) -> String {
-    if !run.tools.iter().any(|tool| tool == name) {
+fn tool_label(run: &Run, tools: &[String], name: &str) -> String {
+    if !tools.iter().any(|tool| tool == name) {
         let client = run.client_tools.iter().any(|tool| tool.name == name);
         return if client { "client" } else { "unknown" }.into();
     }

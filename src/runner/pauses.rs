@@ -3,16 +3,15 @@
 //! run holds nothing here: each of these starts from what storage holds.
 
 use std::sync::Weak;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use chrono::Utc;
 use uuid::Uuid;
 
-use super::{Runner, Shared, SubmitError};
+use super::{Runner, Services, SubmitError};
 use crate::harness::Outcome;
-use crate::run::{ActionAnswer, Run, RunSpec, Tenant};
-use crate::store::{Closing, StoreError, Transition, Transitioned};
+use crate::run::{ActionAnswer, Run, Tenant};
+use crate::store::{Closing, StoreError, Transition, Transitioned, Unfinished};
 
 pub use crate::run::NO_ANSWER;
 
@@ -63,7 +62,7 @@ impl Runner {
             at: Utc::now(),
         };
         let outcome = self
-            .shared
+            .services
             .store
             .writer()
             .transition(transition)
@@ -79,16 +78,19 @@ impl Runner {
                 model,
                 ..
             } => {
-                // A server that is stopping leaves it queued: the next
-                // process resumes it. On PostgreSQL it waits in the
-                // database for whichever replica claims it first.
-                if complete && self.shared.store.cluster().is_some() {
-                    self.shared.claims.notify_one();
-                } else if complete && !self.is_closing() {
-                    let _accepting = self.tasks.token();
-                    self.shared.waiting.fetch_add(1, Ordering::AcqRel);
-                    let spec = RunSpec::of_run(&run, model);
-                    self.start(run.clone(), tenant.clone(), spec, None, true, false);
+                // Queued again, to resume from its checkpoint. A server
+                // that is stopping leaves it queued in storage: the next
+                // process resumes it (on PostgreSQL, any replica).
+                if complete {
+                    let _accepting = self.lifecycle.tasks.token();
+                    let place = self.scheduler.readmit(&tenant);
+                    let queued = Unfinished {
+                        run: run.clone(),
+                        tenant: tenant.clone(),
+                        model,
+                        answered_pause: true,
+                    };
+                    self.queue(queued, place);
                 }
                 Answered::Run(Box::new(run))
             }
@@ -97,7 +99,7 @@ impl Runner {
             Transitioned::Refused(why) => Answered::Refused(why),
             // Its pause had run out: it ended `timeout` instead.
             Transitioned::Ended { run, .. } => {
-                self.shared.metrics.finished(Outcome::Timeout);
+                self.services.metrics.finished(Outcome::Timeout);
                 Answered::NotPaused(run.status)
             }
             Transitioned::NotDue
@@ -112,47 +114,18 @@ impl Runner {
         })
     }
 
-    /// Ends a paused run `aborted` (a client's cancel). `Ok(None)` when it
-    /// is not paused (any more).
-    pub async fn cancel_paused(&self, id: Uuid) -> Result<Option<Run>, StoreError> {
-        let ended = end_paused(&self.shared, id, Outcome::Aborted, None, false).await?;
-        Ok(ended)
-    }
-
-    /// A client's cancel of a run that is not live here: a paused one ends
-    /// `aborted`; on PostgreSQL so does a queued one, and a running one's
-    /// replica is told to cancel it. The run as it is then; `Ok(None)` when
-    /// it is none of these (any more).
-    pub async fn cancel_stored(&self, id: Uuid) -> Result<Option<Run>, StoreError> {
-        if self.shared.store.cluster().is_none() {
-            return self.cancel_paused(id).await;
-        }
-        let transition = Transition::Cancel {
-            run_id: id,
-            at: Utc::now(),
-        };
-        match self.shared.store.writer().transition(transition).await? {
-            Transitioned::Ended { run, .. } => {
-                self.shared.metrics.finished(Outcome::Aborted);
-                Ok(Some(run))
-            }
-            Transitioned::Forwarded { run } => Ok(Some(run)),
-            _ => Ok(None),
-        }
-    }
-
     /// Resolves to a run's final state once it is terminal, across its
     /// pauses: from memory when its end was stored here, `None` when it is
     /// known to be stored (read it), when its end could not be stored, or
     /// when the server stops first.
     pub async fn finished(&self, id: Uuid) -> Option<Run> {
-        let channels = self.shared.store.live();
+        let channels = self.services.store.live();
         loop {
-            if let (Some(live), Some(ended)) = (self.live(id), channels.ended(id)) {
-                match ended.await {
-                    Closing::Ended => return live.snapshot(),
-                    Closing::GivenUp => return None,
-                    Closing::Paused => continue,
+            if let (Some(_), Some(closed)) = (self.live(id), channels.closed(id)) {
+                match closed.await {
+                    (Closing::Ended, run) => return run,
+                    (Closing::GivenUp, _) => return None,
+                    (Closing::Paused, _) => continue,
                 }
             }
             // Not live here: ended, paused, or answered and about to resume.
@@ -167,14 +140,14 @@ impl Runner {
                 // channel closes with the store.
                 tokio::select! {
                     () = reopened.wait() => continue,
-                    () = self.closing.cancelled() => return None,
+                    () = self.lifecycle.closing.cancelled() => return None,
                 }
             }
-            match self.shared.store.run_status(id).await {
+            match self.services.store.run_status(id).await {
                 Ok(Some(status)) if !status.is_terminal() => {
                     tokio::select! {
                         () = reopened.wait() => {}
-                        () = self.closing.cancelled() => return None,
+                        () = self.lifecycle.closing.cancelled() => return None,
                     }
                 }
                 _ => return None,
@@ -186,14 +159,15 @@ impl Runner {
     /// `timeout`. Ends with the runner.
     pub(super) fn watch_pauses(&self) {
         tokio::spawn(watch_pauses(
-            std::sync::Arc::downgrade(&self.shared),
-            self.closing.clone(),
+            std::sync::Arc::downgrade(&self.services),
+            std::sync::Arc::clone(&self.pauses),
+            self.lifecycle.closing.clone(),
         ));
     }
 }
 
 async fn end_paused(
-    shared: &Shared,
+    shared: &Services,
     id: Uuid,
     status: Outcome,
     error: Option<String>,
@@ -215,7 +189,11 @@ async fn end_paused(
     }
 }
 
-async fn watch_pauses(shared: Weak<Shared>, closing: tokio_util::sync::CancellationToken) {
+async fn watch_pauses(
+    shared: Weak<Services>,
+    pauses: std::sync::Arc<tokio::sync::Notify>,
+    closing: tokio_util::sync::CancellationToken,
+) {
     loop {
         let Some(strong) = shared.upgrade() else {
             return;
@@ -256,7 +234,6 @@ async fn watch_pauses(shared: Weak<Shared>, closing: tokio_util::sync::Cancellat
         let sleep = next
             .and_then(|next| (next - Utc::now()).to_std().ok())
             .map_or(WATCH_IDLE, |wait| wait.min(WATCH_IDLE));
-        let pauses = std::sync::Arc::clone(&strong.pauses);
         drop(strong);
         tokio::select! {
             () = tokio::time::sleep(sleep) => {}

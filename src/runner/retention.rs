@@ -38,7 +38,7 @@ impl Runner {
             tenant: tenant.clone(),
         };
         Ok(
-            match self.shared.store.writer().transition(transition).await? {
+            match self.services.store.writer().transition(transition).await? {
                 Transitioned::Purged => {
                     self.remove_workspaces(vec![id]).await;
                     tracing::info!(run_id = %id, "purged");
@@ -65,7 +65,7 @@ impl Runner {
                 // Not at once: a server starting has better to do.
                 tokio::select! {
                     () = tokio::time::sleep(every) => {}
-                    () = runner.closing.cancelled() => return,
+                    () = runner.lifecycle.closing.cancelled() => return,
                 }
                 runner.expire(keep).await;
             }
@@ -81,14 +81,14 @@ impl Runner {
                 before: before.clone(),
                 limit: EXPIRE_BATCH,
             };
-            match self.shared.store.writer().transition(transition).await {
+            match self.services.store.writer().transition(transition).await {
                 Ok(Transitioned::Expired(ids)) => {
                     let full = ids.len() == EXPIRE_BATCH as usize;
                     if !ids.is_empty() {
                         tracing::info!(runs = ids.len(), %before, "removed runs past their retention");
                     }
                     self.remove_workspaces(ids).await;
-                    if !full || self.closing.is_cancelled() {
+                    if !full || self.lifecycle.closing.is_cancelled() {
                         return;
                     }
                     tokio::time::sleep(EXPIRE_PAUSE).await;

@@ -1,17 +1,15 @@
-//! Accepting a run: admission against the slots and the queue (here, or on
-//! PostgreSQL the database's), its workspace seeded or copied from the run
-//! it continues, its row stored, then its start. Nothing is left behind when
-//! this fails.
-
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
-use std::time::Duration;
+//! Accepting a run: admission by the scheduler (a slot, or a place in the
+//! queue), its workspace seeded or copied from the run it continues, its
+//! row stored, then its start or its place in the queue. Nothing is left
+//! behind when this fails: the scheduler's guards give back what they
+//! count when dropped.
 
 use chrono::Utc;
 use uuid::Uuid;
 
-use super::{LiveEvents, Runner, SubmitError};
+use super::{Entry, LiveEvents, Runner, SubmitError};
 use crate::run::{Run, RunSpec, RunStatus, Tenant};
+use crate::scheduler::{Admission, Queued, Refused};
 use crate::store::writer::RunRow;
 use crate::store::{NewRun, StoreError};
 use crate::tools::copy::CopyError;
@@ -66,8 +64,8 @@ impl Runner {
         }
         // Shutdown waits for this accept to finish: a run stored `running`
         // always gets its task, and that task is waited for.
-        let _accepting = self.tasks.token();
-        if let Some(failing) = self.shared.store.writer().failing_for() {
+        let _accepting = self.lifecycle.tasks.token();
+        if let Some(failing) = self.services.store.writer().failing_for() {
             return Err(SubmitError::StorageRefused(format!(
                 "for {} ms",
                 failing.as_millis()
@@ -79,7 +77,7 @@ impl Runner {
             None => None,
             Some(previous) => {
                 let previous = self
-                    .shared
+                    .services
                     .store
                     .get_run(tenant, previous)
                     .await?
@@ -90,44 +88,23 @@ impl Runner {
                 Some(previous)
             }
         };
-        let metrics = &self.shared.metrics;
-        let cluster = self.shared.store.cluster();
+        let metrics = &self.services.metrics;
         // A free slot starts the run now; otherwise it waits, if there is
         // room: here, or on PostgreSQL in the database, for any replica.
-        let slot = match self.free_slot(cluster.is_some()).await {
-            Some(permit) => Some(permit),
-            None => {
-                let waiting = self.shared.waiting.fetch_add(1, Ordering::AcqRel);
-                let queued = match cluster {
-                    // Those being admitted here count too.
-                    Some(cluster) => match cluster.queued().await {
-                        Ok(queued) => usize::try_from(queued)
-                            .unwrap_or(usize::MAX)
-                            .saturating_add(waiting),
-                        // The database cannot count: the server's failure.
-                        Err(error) => {
-                            self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
-                            return Err(SubmitError::StorageRefused(error.to_string()));
-                        }
-                    },
-                    None => waiting,
-                };
-                if queued >= self.max_queued {
-                    self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
+        let admission = self
+            .scheduler
+            .admit(tenant)
+            .await
+            .map_err(|refused| match refused {
+                Refused::QueueFull => {
                     metrics.run_rejected();
-                    return Err(SubmitError::QueueFull);
+                    SubmitError::QueueFull
                 }
-                None
-            }
-        };
-        let unqueue = || {
-            if slot.is_none() {
-                self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
-            }
-        };
+                Refused::Storage(why) => SubmitError::StorageRefused(why),
+            })?;
         let id = Uuid::now_v7();
         let mut run = Run::queued(id, &spec, Utc::now());
-        if slot.is_some() {
+        if let Admission::Now(_) = admission {
             // It starts at once: stored as running from the first write, so
             // that a restart never runs it again (see `RunTask::execute`).
             run.status = RunStatus::Running;
@@ -143,13 +120,13 @@ impl Runner {
             prepared = seed_workspace(&directory, &spec).await;
         }
         if let Err(error) = prepared {
-            unqueue();
             let _ = tokio::fs::remove_dir_all(&directory).await;
             return Err(error);
         }
-        let owner = cluster
-            .filter(|_| slot.is_some())
-            .map(|cluster| cluster.id());
+        let owner = match &admission {
+            Admission::Now(slot) => slot.holder(),
+            Admission::Queue(_) => None,
+        };
         let row = RunRow::new(NewRun {
             run: &run,
             tenant,
@@ -158,11 +135,10 @@ impl Runner {
             owner,
         });
         let inserted = match row {
-            Ok(row) => self.shared.store.writer().insert_run(row).await,
+            Ok(row) => self.services.store.writer().insert_run(row).await,
             Err(error) => Err(error),
         };
         if let Err(error) = inserted {
-            unqueue();
             let _ = tokio::fs::remove_dir_all(&directory).await;
             return Err(match error {
                 StoreError::Refused(why) => SubmitError::StorageRefused(why),
@@ -174,31 +150,17 @@ impl Runner {
             });
         }
         metrics.run_created();
-        if cluster.is_some() && slot.is_none() {
-            // Stored queued: whichever replica has a slot first claims it.
-            unqueue();
-            self.shared.claims.notify_one();
-            return Ok((run, None));
-        }
-        let events = self.start(run.clone(), tenant.clone(), spec, slot, false, follow);
+        let entry = match admission {
+            Admission::Now(slot) => Entry::Slot(slot),
+            Admission::Queue(place) => match self.scheduler.enqueue(place) {
+                Queued::Here(turn) => Entry::Turn(turn),
+                // Followed from storage, as it executes wherever it is
+                // claimed.
+                Queued::Elsewhere => return Ok((run, None)),
+            },
+        };
+        let events = self.start(run.clone(), tenant.clone(), spec, entry, false, follow);
         Ok((run, events))
-    }
-
-    /// A slot free now. On PostgreSQL, one the claimer holds while it
-    /// looks for a queued run is waited for a moment: it gives it back
-    /// when none is queued, and a run that could start at once should not
-    /// be queued, or refused for a full queue, for it.
-    async fn free_slot(&self, replicas: bool) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        if let Ok(permit) = Arc::clone(&self.slots).try_acquire_owned() {
-            return Some(permit);
-        }
-        if !replicas || !self.shared.claiming.load(Ordering::Acquire) {
-            return None;
-        }
-        tokio::time::timeout(CLAIM_GRACE, Arc::clone(&self.slots).acquire_owned())
-            .await
-            .ok()?
-            .ok()
     }
 }
 
@@ -213,9 +175,6 @@ pub(super) async fn detached<T: Send + 'static>(
         ))))
     })
 }
-
-/// How long a submit waits for the slot the claimer holds while it looks.
-const CLAIM_GRACE: Duration = Duration::from_millis(250);
 
 /// Starts a run's workspace as a copy of the one it continues, as it ended.
 async fn copy_previous(from: &std::path::Path, to: &std::path::Path) -> Result<(), SubmitError> {

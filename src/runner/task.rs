@@ -11,14 +11,14 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use futures_util::FutureExt;
 
-use super::{LiveRun, Runner, observer};
+use super::{Entry, LiveRun, Runner, observer};
 use crate::harness::{
     Answers, Approval, Checkpoint, ContextLimits, Harness, Limits, Message, Model, Outcome,
     Progress, RunConfig, StopReason,
 };
 use crate::mcp::RunServers;
 use crate::models::ScriptedModel;
-use crate::run::{ModelSpec, RunSpec, RunStatus, format_time};
+use crate::run::{ModelSpec, RunSpec, format_time};
 use crate::store::{Closing, Pause, StoredPause};
 
 /// Where a run's transcript starts.
@@ -41,8 +41,8 @@ pub(super) struct RunTask {
 }
 
 impl RunTask {
-    pub(super) async fn execute(self, slot: Option<tokio::sync::OwnedSemaphorePermit>) {
-        let shared = Arc::clone(&self.runner.shared);
+    pub(super) async fn execute(self, entry: Entry) {
+        let shared = Arc::clone(&self.runner.services);
         // Where its transcript starts: a paused run's checkpoint, or the
         // transcript a continued run inherited (stored as its first messages
         // when it was accepted).
@@ -56,9 +56,6 @@ impl RunTask {
             Ok(begin) => begin,
             Err(error) => {
                 tracing::error!(%error, "the run's stored transcript could not be read; it stays queued");
-                if slot.is_none() {
-                    shared.waiting.fetch_sub(1, Ordering::AcqRel);
-                }
                 return self.leave_queued().await;
             }
         };
@@ -77,21 +74,19 @@ impl RunTask {
 
         let stop = &self.live.stop;
         let interrupted = || matches!(stop.reason(), Some(StopReason::Interrupted(_)));
-        let slot = match slot {
+        let mut slot = match entry {
             // Stored running already: it runs, even if the server began to
             // stop meanwhile (it gets the grace every running run gets).
-            Some(slot) => slot,
-            None => {
+            Entry::Slot(slot) => slot,
+            Entry::Turn(turn) => {
                 let acquired = tokio::select! {
                     biased;
                     () = stop.stopped() => None,
-                    () = self.runner.stop_queue.cancelled() => None,
-                    permit = Arc::clone(&self.runner.slots).acquire_owned() => permit.ok(),
+                    slot = turn.wait() => slot,
                 };
-                shared.waiting.fetch_sub(1, Ordering::AcqRel);
-                let stopping = self.runner.stop_queue.is_cancelled();
+                let stopping = self.runner.is_closing();
                 match acquired {
-                    Some(permit) if !stopping => permit,
+                    Some(slot) if !stopping => slot,
                     // The server is stopping (the run is not cancelled by a
                     // client): it stays queued in storage for the next process
                     // (on PostgreSQL, for any replica).
@@ -110,15 +105,6 @@ impl RunTask {
         // `running` and never runs it a second time. A run that had a slot
         // when it was accepted was inserted `running`.
         let at = Utc::now();
-        if !self.inserted_running {
-            // Set first: once sent, the start may be stored even if a
-            // cancel wins the race below. A resumed run keeps its first start.
-            self.live.update(|run| {
-                run.status = RunStatus::Running;
-                run.started_at.get_or_insert(at);
-                run.pending_actions.clear();
-            });
-        }
         let started = async {
             if self.inserted_running {
                 return Ok(());
@@ -126,7 +112,7 @@ impl RunTask {
             shared
                 .store
                 .writer()
-                .started(self.live.id, &self.live.tenant.0, format_time(&at))
+                .started(self.live.id, &self.live.tenant.0, at)
                 .await
         };
         tokio::select! {
@@ -146,7 +132,7 @@ impl RunTask {
             }
         }
         self.live.executing.store(true, Ordering::Release);
-        shared.running.fetch_add(1, Ordering::AcqRel);
+        slot.executing();
         let began = Instant::now();
         tracing::debug!(resumed = self.resuming, "run started");
         // A run with MCP servers holds its `run_end` back until they are
@@ -169,7 +155,6 @@ impl RunTask {
             observer.end_without_harness(Outcome::Failed, Some(error));
         }
         shared.metrics.run_duration(began.elapsed());
-        shared.running.fetch_sub(1, Ordering::AcqRel);
         drop(slot);
         match paused {
             Some(checkpoint) => self.paused(&observer, checkpoint).await,
@@ -184,7 +169,7 @@ impl RunTask {
     /// its end never have reached the store, its channel is closed here, so
     /// that no waiter is left hanging.
     async fn ended(&self, observer: &observer::RunObserver) {
-        let shared = &self.runner.shared;
+        let shared = &self.runner.services;
         match observer.ended() {
             Some(status) => shared.metrics.finished(status),
             None => shared.store.live().close(self.live.id, Closing::GivenUp),
@@ -192,10 +177,10 @@ impl RunTask {
         if let Some(stored) = shared.store.live().ended(self.live.id) {
             tokio::select! {
                 _ = stored => {}
-                () = self.runner.past_grace.cancelled() => {}
+                () = self.runner.lifecycle.past_grace.cancelled() => {}
             }
         }
-        shared.forget(&self.live);
+        self.runner.runs.forget(&self.live);
     }
 
     /// The harness paused the run: stores the pause with its
@@ -203,7 +188,7 @@ impl RunTask {
     /// run, which from then on lives in storage alone. A client's cancel
     /// that came while the pause was being stored ends it now.
     async fn paused(&self, observer: &observer::RunObserver, checkpoint: Checkpoint) {
-        let shared = &self.runner.shared;
+        let shared = &self.runner.services;
         // The configured ceiling keeps this within a year.
         let timeout = chrono::TimeDelta::milliseconds(
             i64::try_from(self.spec.limits.action_timeout_ms).unwrap_or(i64::MAX),
@@ -211,13 +196,6 @@ impl RunTask {
         let now = Utc::now();
         let deadline = now.checked_add_signed(timeout).unwrap_or(now);
         let pending = serde_json::to_string(&checkpoint.pending).unwrap_or_else(|_| "[]".into());
-        self.live.update(|run| {
-            run.status = RunStatus::RequiresAction;
-            run.steps = checkpoint.steps;
-            run.tool_calls = checkpoint.tool_calls;
-            run.usage = checkpoint.usage;
-            run.pending_actions.clone_from(&checkpoint.pending);
-        });
         // Taken before the pause is handed over: once it is stored, a
         // client may answer it and the run go live again, with a channel
         // of its own.
@@ -240,7 +218,7 @@ impl RunTask {
         let closing = match closed {
             Some(closed) => tokio::select! {
                 how = closed => Some(how),
-                () = self.runner.past_grace.cancelled() => None,
+                () = self.runner.lifecycle.past_grace.cancelled() => None,
             },
             None => Some(Closing::GivenUp),
         };
@@ -252,7 +230,7 @@ impl RunTask {
                     "run paused for a decision"
                 );
                 shared.metrics.run_paused();
-                shared.pauses.notify_one();
+                self.runner.pauses.notify_one();
             }
             Some(_) => tracing::error!("the run's pause could not be stored"),
             None => tracing::info!("the server stopped before the run's pause was known stored"),
@@ -261,13 +239,13 @@ impl RunTask {
         // (after it in the writer's order); the run stays registered
         // meanwhile, so that an answer that wins the race starts a run that
         // inherits the cancel.
-        if shared.forget_unless_cancelled(&self.live) {
+        if self.runner.runs.forget_unless_cancelled(&self.live) {
             // On PostgreSQL, an answer on another replica may have queued it
             // meanwhile: the cancel ends it there too.
             if let Err(error) = self.runner.cancel_stored(self.live.id).await {
                 tracing::error!(%error, "a paused run's cancel could not be stored");
             }
-            shared.forget(&self.live);
+            self.runner.runs.forget(&self.live);
         }
     }
 
@@ -275,14 +253,10 @@ impl RunTask {
     /// On PostgreSQL, one stored `running` here already (claimed, or
     /// inserted running) is given back to the queue, for any replica.
     async fn leave_queued(&self) {
-        let shared = &self.runner.shared;
-        if let Some(cluster) = shared.store.cluster()
-            && let Err(error) = cluster.release(self.live.id).await
-        {
-            tracing::warn!(%error, "the run could not be given back to the queue");
-        }
-        shared.store.live().close(self.live.id, Closing::GivenUp);
-        shared.forget(&self.live);
+        self.runner.scheduler.release(self.live.id).await;
+        let store = &self.runner.services.store;
+        store.live().close(self.live.id, Closing::GivenUp);
+        self.runner.runs.forget(&self.live);
     }
 
     /// Builds the run's model and tools and runs the harness, from where
@@ -307,20 +281,22 @@ impl RunTask {
         begin: Begin,
         servers: &mut RunServers,
     ) -> Result<Option<Checkpoint>, String> {
-        let shared = &self.runner.shared;
+        let shared = &self.runner.services;
         let spec = &self.spec;
         // A resumed run's counters are as its pause stored them.
         let resumed = match &begin {
             Begin::Resume(_) => Some(
-                self.live
-                    .snapshot()
-                    .ok_or("the run's state is unreadable")?,
+                shared
+                    .store
+                    .live()
+                    .read(self.live.id, |run| (run.steps, run.tool_calls, run.usage))
+                    .ok_or("the run is not live")?,
             ),
             Begin::Continue(_) => None,
         };
         // A resumed scripted model goes on from the response after the last
         // one it gave (each accepted response is a step).
-        let answered = resumed.as_ref().map_or(0, |run| run.steps as usize);
+        let answered = resumed.map_or(0, |(steps, _, _)| steps as usize);
         let model: Arc<dyn Model> = match &spec.model {
             ModelSpec::Scripted(script) => Arc::new(ScriptedModel::new(
                 script.get(answered..).unwrap_or_default().to_vec(),
@@ -336,7 +312,7 @@ impl RunTask {
             Begin::Resume(stored) => stored.running,
             Begin::Continue(_) => Duration::ZERO,
         };
-        let (registry, connecting) = self.tools(servers, before).await?;
+        let (registry, connecting) = self.tools(observer, servers, before).await?;
         let (stored, history) = match begin {
             Begin::Resume(stored) => (Some(stored), Vec::new()),
             Begin::Continue(history) => (None, history),
@@ -369,7 +345,7 @@ impl RunTask {
         };
         let progress = match stored.zip(resumed) {
             None => harness.start(config, &self.live.stop).await,
-            Some((stored, run)) => {
+            Some((stored, (steps, tool_calls, usage))) => {
                 let answers: Answers = stored
                     .answers
                     .iter()
@@ -377,9 +353,9 @@ impl RunTask {
                     .collect();
                 let checkpoint = Checkpoint {
                     messages: stored.messages,
-                    steps: run.steps,
-                    tool_calls: run.tool_calls,
-                    usage: run.usage,
+                    steps,
+                    tool_calls,
+                    usage,
                     last_sequence: stored.last_sequence,
                     elapsed: stored.running,
                     pending: stored.pending,

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::observer::RunObserver;
 use super::task::RunTask;
 use crate::harness::{ClientTool, Tool, ToolRegistry};
 use crate::mcp::{RunServers, TOOL_PREFIX};
@@ -19,10 +20,11 @@ impl RunTask {
     /// `timeout_ms` (`before`: what it had used before this drive).
     pub(super) async fn tools(
         &self,
+        observer: &RunObserver,
         servers: &mut RunServers,
         before: Duration,
     ) -> Result<(ToolRegistry, Duration), String> {
-        let shared = &self.runner.shared;
+        let shared = &self.runner.services;
         let spec = &self.spec;
         let workspace = Arc::new(shared.workspaces.run(&self.live.id.to_string()));
         let (builtin, mcp): (Vec<&str>, Vec<&str>) = spec
@@ -48,11 +50,12 @@ impl RunTask {
                 tools.iter().map(|t| t.definition().name.clone()).collect();
             names.extend(from_servers.iter().map(|t| t.definition().name.clone()));
             if names != spec.tools {
-                shared.store.writer().tools(
-                    self.live.id,
-                    serde_json::to_string(&names).map_err(|e| e.to_string())?,
-                );
-                self.live.update(|run| run.tools = names);
+                shared
+                    .store
+                    .writer()
+                    .tools(self.live.id, names.clone())
+                    .map_err(|e| e.to_string())?;
+                observer.set_tools(names);
             }
         }
         let compiled_here = spec.client_tools.is_empty() && from_servers.is_empty();
@@ -90,7 +93,7 @@ impl RunTask {
         if spec.mcp_servers.is_empty() {
             return Ok(RunServers::default());
         }
-        let shared = &self.runner.shared;
+        let shared = &self.runner.services;
         let abandon = CancellationToken::new();
         let connecting = async {
             let workspace = Arc::clone(workspace);

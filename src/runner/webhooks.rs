@@ -143,7 +143,7 @@ impl Webhooks {
         let mut attempt = 0u32;
         loop {
             attempt += 1;
-            let why = match runner.shared.store.get_run(&tenant, change.run_id).await {
+            let why = match runner.services.store.get_run(&tenant, change.run_id).await {
                 // Purged, or no webhook: nothing to post.
                 Ok(None) => return false,
                 Ok(Some(run)) if run.webhook.is_none() => return false,
@@ -218,19 +218,19 @@ impl Runner {
             return;
         }
         let (outbox, mut changes) = mpsc::unbounded_channel::<StatusChange>();
-        self.shared.store.live().set_outbox(outbox);
+        self.services.store.live().set_outbox(outbox);
         let runner = self.clone();
         let slots = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
         tokio::spawn(async move {
             loop {
                 let change = tokio::select! {
                     change = changes.recv() => change,
-                    () = runner.closing.cancelled() => None,
+                    () = runner.lifecycle.closing.cancelled() => None,
                 };
                 let Some(change) = change else { return };
                 let slot = tokio::select! {
                     slot = Arc::clone(&slots).acquire_owned() => slot,
-                    () = runner.closing.cancelled() => return,
+                    () = runner.lifecycle.closing.cancelled() => return,
                 };
                 let Ok(slot) = slot else { return };
                 let (runner, webhooks) = (runner.clone(), Arc::clone(&webhooks));
@@ -245,7 +245,7 @@ impl Runner {
     /// Ends committed before the outbox was there (a previous process's
     /// runs, brought to rest at start) go to it now.
     pub fn post_ended(&self, changes: Vec<StatusChange>) {
-        if let Some(outbox) = self.shared.store.live().outbox() {
+        if let Some(outbox) = self.services.store.live().outbox() {
             for change in changes {
                 let _ = outbox.send(change);
             }

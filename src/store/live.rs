@@ -25,7 +25,7 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::run::RunStatus;
+use crate::run::{Run, RunStatus};
 
 /// Events buffered per live run for subscribers; one that falls further
 /// behind catches up from storage.
@@ -101,6 +101,9 @@ impl Closing {
 struct Channel {
     events: broadcast::Sender<Arc<LiveEvent>>,
     ended: Ended,
+    /// The run object as stored so far: its only writer is the store's
+    /// writer, after each commit (see [`Channels::apply`]).
+    run: Run,
 }
 
 /// Fires when a run's channel closes, telling how.
@@ -108,6 +111,8 @@ struct Channel {
 struct Ended {
     token: CancellationToken,
     how: Arc<AtomicU8>,
+    /// The run as stored when its channel closed with its end.
+    last: Arc<std::sync::OnceLock<Run>>,
 }
 
 /// The channels of the live runs, and the one of every run's status.
@@ -232,15 +237,33 @@ impl Channels {
         }
     }
 
-    /// Opens the channel of a run that goes live (a no-op if it is open).
-    pub fn open(&self, run_id: Uuid) {
-        if let Ok(mut runs) = self.runs.lock() {
-            runs.entry(run_id).or_insert_with(|| Channel {
+    /// Opens the channel of a run that goes live, `run` as stored when it
+    /// does (a no-op if it is open).
+    pub fn open(&self, run_id: Uuid, run: Run) {
+        crate::sync::lock(&self.runs)
+            .entry(run_id)
+            .or_insert_with(|| Channel {
                 events: broadcast::channel(LIVE_BUFFER).0,
                 ended: Ended::default(),
+                run,
             });
-        }
         self.wake(run_id);
+    }
+
+    /// Reads the live run's copy (the run as stored so far); `None` once it
+    /// is not live.
+    pub fn read<R>(&self, run_id: Uuid, read: impl FnOnce(&Run) -> R) -> Option<R> {
+        crate::sync::lock(&self.runs)
+            .get(&run_id)
+            .map(|channel| read(&channel.run))
+    }
+
+    /// Applies a committed change to the live run's copy (the writer's,
+    /// once the change is committed; nothing else changes it).
+    pub(super) fn apply(&self, run_id: Uuid, change: impl FnOnce(&mut Run)) {
+        if let Some(channel) = crate::sync::lock(&self.runs).get_mut(&run_id) {
+            change(&mut channel.run);
+        }
     }
 
     /// A wait for the run `run_id` to go live here again or end. Made
@@ -298,13 +321,22 @@ impl Channels {
     /// Resolves once the run's channel closes, to how it closed; `None`
     /// when it is not open.
     pub fn ended(&self, run_id: Uuid) -> Option<impl Future<Output = Closing> + Send + use<>> {
-        let ended = {
-            let runs = self.runs.lock().ok()?;
-            runs.get(&run_id)?.ended.clone()
-        };
+        let closed = self.closed(run_id)?;
+        Some(async move { closed.await.0 })
+    }
+
+    /// Resolves once the run's channel closes, to how it closed and, when
+    /// it closed with its end stored, the run as stored; `None` when it is
+    /// not open.
+    pub fn closed(
+        &self,
+        run_id: Uuid,
+    ) -> Option<impl Future<Output = (Closing, Option<Run>)> + Send + use<>> {
+        let ended = crate::sync::lock(&self.runs).get(&run_id)?.ended.clone();
         Some(async move {
             ended.token.cancelled().await;
-            Closing::from_code(ended.how.load(Ordering::Acquire))
+            let how = Closing::from_code(ended.how.load(Ordering::Acquire));
+            (how, ended.last.get().cloned())
         })
     }
 
@@ -327,6 +359,9 @@ impl Channels {
             .ok()
             .and_then(|mut runs| runs.remove(&run_id));
         if let Some(channel) = channel {
+            if how == Closing::Ended {
+                let _ = channel.ended.last.set(channel.run);
+            }
             channel.ended.how.store(how.code(), Ordering::Release);
             channel.ended.token.cancel();
         }
@@ -349,6 +384,11 @@ mod tests {
 
     use super::*;
 
+    fn test_run(id: Uuid) -> Run {
+        let spec = crate::run::RunSpec::scripted(Vec::new());
+        Run::queued(id, &spec, chrono::Utc::now())
+    }
+
     fn event(sequence: u64, kind: &'static str) -> Arc<LiveEvent> {
         Arc::new(LiveEvent {
             sequence: Some(sequence),
@@ -363,7 +403,7 @@ mod tests {
         let channels = Channels::default();
         let run = Uuid::now_v7();
         assert!(channels.subscribe(run).is_none());
-        channels.open(run);
+        channels.open(run, test_run(run));
         let mut receiver = channels.subscribe(run).unwrap();
         let ended = channels.ended(run).unwrap();
         channels.publish(run, event(1, "run_start"));
@@ -382,7 +422,7 @@ mod tests {
         let second = Duration::from_secs(1);
         let reopened = channels.until_reopened(run);
         let other = channels.until_reopened(Uuid::now_v7());
-        channels.open(run);
+        channels.open(run, test_run(run));
         tokio::time::timeout(second, reopened.wait())
             .await
             .expect("woken by the open");

@@ -32,3 +32,4 @@ mod statuses;
 mod storage;
 mod tenants;
 mod webhooks;
+mod writer;

@@ -24,20 +24,30 @@ struct HealthState {
     last: Option<Instant>,
     /// Whether refused writes are held, to be tried again.
     holding: bool,
+    /// The writer died: nothing is written any more.
+    dead: bool,
 }
 
 impl Health {
     pub(super) fn refused(&self, holding: bool) {
-        if let Ok(mut state) = self.state.lock() {
-            let now = Instant::now();
-            state.since.get_or_insert(now);
-            state.last = Some(now);
-            state.holding = holding;
-        }
+        let mut state = crate::sync::lock(&self.state);
+        let now = Instant::now();
+        state.since.get_or_insert(now);
+        state.last = Some(now);
+        state.holding = holding || state.dead;
+    }
+
+    /// The writer's task died: storage refuses writes from now on.
+    pub(super) fn died(&self) {
+        let mut state = crate::sync::lock(&self.state);
+        state.since.get_or_insert_with(Instant::now);
+        state.holding = true;
+        state.dead = true;
     }
 
     pub(super) fn recovered(&self) {
-        if let Ok(mut state) = self.state.lock()
+        let mut state = crate::sync::lock(&self.state);
+        if !state.dead
             && let Some(since) = state.since.take()
         {
             *state = HealthState::default();
@@ -49,7 +59,7 @@ impl Health {
     }
 
     pub(super) fn failing_for(&self) -> Option<Duration> {
-        let state = self.state.lock().ok()?;
+        let state = crate::sync::lock(&self.state);
         let since = state.since?;
         let stale = !state.holding
             && state

@@ -43,6 +43,7 @@ use std::time::{Duration, Instant};
 use sqlx::AnyConnection;
 use sqlx::Connection;
 use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::StoreError;
@@ -87,6 +88,15 @@ pub struct Writer {
     stats: Arc<WriterStats>,
     health: Arc<Health>,
     channels: Arc<Channels>,
+    death: Arc<Death>,
+}
+
+/// Whether the writer's task died (it panicked): from then on every write
+/// fails, so the server is not ready and must stop.
+#[derive(Default)]
+struct Death {
+    token: CancellationToken,
+    why: std::sync::OnceLock<String>,
 }
 
 impl Writer {
@@ -111,13 +121,29 @@ impl Writer {
             channels: Arc::clone(&channels),
             give_up_after,
         };
-        tokio::spawn(task.run(receiver));
+        let death = Arc::new(Death::default());
+        tokio::spawn(watch(
+            tokio::spawn(task.run(receiver)),
+            Arc::clone(&health),
+            Arc::clone(&death),
+        ));
         Self {
             sender,
             stats,
             health,
             channels,
+            death,
         }
+    }
+
+    /// Why the writer's task died, once it did.
+    pub fn dead(&self) -> Option<&str> {
+        self.death.why.get().map(String::as_str)
+    }
+
+    /// Fires if the writer's task dies.
+    pub fn died(&self) -> CancellationToken {
+        self.death.token.clone()
     }
 
     pub fn stats(&self) -> &WriterStats {
@@ -140,14 +166,20 @@ impl Writer {
 
     /// Marks a run `running`, and waits for the commit: a run executes only
     /// once its start is stored, so that a restart never runs it again.
-    pub async fn started(&self, run_id: Uuid, tenant: &str, at: String) -> Result<(), StoreError> {
+    pub async fn started(
+        &self,
+        run_id: Uuid,
+        tenant: &str,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), StoreError> {
         let (done, wait) = oneshot::channel();
         let tenant = tenant.to_owned();
         self.sender
             .send(Op::Started {
                 run_id,
                 tenant,
-                at,
+                at: crate::run::format_time(&at),
+                started_at: at,
                 done,
             })
             .map_err(|_| StoreError::Closed)?;
@@ -166,8 +198,15 @@ impl Writer {
 
     /// Records the tools a run may call, in order with its events: its
     /// built-in and client tools and those its MCP servers listed.
-    pub fn tools(&self, run_id: Uuid, tools: String) {
-        self.send(Op::Tools { run_id, tools });
+    pub fn tools(&self, run_id: Uuid, names: Vec<String>) -> Result<(), StoreError> {
+        let tools = serde_json::to_string(&names)
+            .map_err(|e| StoreError::Corrupt(format!("cannot serialise tool names: {e}")))?;
+        self.send(Op::Tools {
+            run_id,
+            tools,
+            names,
+        });
+        Ok(())
     }
 
     /// Appends an event (and the message it announces, if any); a `run_end`
@@ -191,6 +230,52 @@ impl Writer {
             // Never leave a waiter hanging.
             finish(op, false, &self.channels);
         }
+    }
+}
+
+/// Watches the writer's task: one that ends by panicking leaves every
+/// later write failing, which must not go unseen. Storage then counts as
+/// refusing writes for good (new runs get 503, `/readyz` says why), and
+/// whoever serves is told through [`Writer::died`] to stop.
+async fn watch(task: tokio::task::JoinHandle<()>, health: Arc<Health>, death: Arc<Death>) {
+    let Err(error) = task.await else {
+        // It ended as it should: closed, or every handle dropped.
+        return;
+    };
+    let why = if error.is_panic() {
+        let panic = error.into_panic();
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|message| (*message).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "no message".to_owned());
+        format!("it panicked: {message}")
+    } else {
+        format!("it was cancelled: {error}")
+    };
+    tracing::error!(%why, "the store's writer died: nothing can be stored any more");
+    health.died();
+    let _ = death.why.set(why);
+    death.token.cancel();
+}
+
+/// A test hook, in debug builds only (never in a release build): the writer
+/// panics on a batch that inserts a run whose prompt is the value of
+/// `AGENT_RUNNER_TEST_WRITER_PANIC_ON`, so that tests can see what a dead
+/// writer does to the server.
+#[cfg(debug_assertions)]
+fn panic_if_asked(batch: &[Op]) {
+    static PROMPT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let Some(prompt) =
+        PROMPT.get_or_init(|| std::env::var("AGENT_RUNNER_TEST_WRITER_PANIC_ON").ok())
+    else {
+        return;
+    };
+    if batch
+        .iter()
+        .any(|op| matches!(op, Op::InsertRun(row, _) if row.prompt() == prompt))
+    {
+        panic!("the writer was asked to panic (AGENT_RUNNER_TEST_WRITER_PANIC_ON)");
     }
 }
 
@@ -255,6 +340,8 @@ impl Task {
                 .position(|op| is_transition(op) != front)
                 .unwrap_or_else(|| pending.len().min(MAX_BATCH));
             let batch: Vec<Op> = pending.drain(..take).collect();
+            #[cfg(debug_assertions)]
+            panic_if_asked(&batch);
             self.stats.batches.fetch_add(1, Ordering::Relaxed);
             self.stats
                 .operations

@@ -68,7 +68,9 @@ pub(super) enum Op {
     Started {
         run_id: Uuid,
         tenant: String,
+        /// When it started, as stored (RFC 3339), and as it is.
         at: String,
+        started_at: chrono::DateTime<chrono::Utc>,
         done: oneshot::Sender<Result<(), StoreError>>,
     },
     Event(NewEvent),
@@ -77,6 +79,7 @@ pub(super) enum Op {
     Tools {
         run_id: Uuid,
         tools: String,
+        names: Vec<String>,
     },
     /// A change that depends on what is stored (answering or ending a paused
     /// run): written apart from other writes, with the transitions waiting
@@ -142,6 +145,7 @@ pub(super) fn hold(batch: Vec<Op>, error: &StoreError) -> Vec<Op> {
 pub(super) fn finish(op: Op, stored: bool, channels: &Channels) {
     if stored {
         channels.publish_statuses(op.status_change());
+        apply(&op, channels);
     }
     match op {
         Op::InsertRun(_, done) | Op::Started { done, .. } => {
@@ -177,6 +181,42 @@ pub(super) fn finish(op: Op, stored: bool, channels: &Channels) {
             let _ = done.send(Err(StoreError::Refused("the write was given up".into())));
         }
         Op::Tools { .. } | Op::Close(_) => {}
+    }
+}
+
+/// Applies a committed operation to its live run's copy in `channels`: the
+/// one place that copy changes, so that it is what storage holds.
+fn apply(op: &Op, channels: &Channels) {
+    match op {
+        Op::Started {
+            run_id, started_at, ..
+        } => channels.apply(*run_id, |run| {
+            run.status = RunStatus::Running;
+            // A resumed run keeps its first start.
+            run.started_at.get_or_insert(*started_at);
+            run.pending_actions.clear();
+        }),
+        Op::Tools { run_id, names, .. } => {
+            channels.apply(*run_id, |run| run.tools.clone_from(names));
+        }
+        Op::Event(NewEvent {
+            run_id,
+            finish: Some(finish),
+            ..
+        }) => channels.apply(*run_id, |run| {
+            run.status = RunStatus::Ended(finish.status);
+            run.answer.clone_from(&finish.answer);
+            run.error.clone_from(&finish.error);
+            run.steps = finish.steps;
+            run.tool_calls = finish.tool_calls;
+            run.usage = finish.usage;
+            run.finished_at = chrono::DateTime::parse_from_rfc3339(&finish.finished_at)
+                .ok()
+                .map(|at| at.to_utc());
+        }),
+        // A paused run's copy goes with its channel: it goes live again
+        // from what storage holds.
+        _ => {}
     }
 }
 

@@ -42,6 +42,12 @@ pub(crate) struct RunRow {
 }
 
 impl RunRow {
+    /// The run's prompt (the writer's test hook looks at it).
+    #[cfg(debug_assertions)]
+    pub(super) fn prompt(&self) -> &str {
+        &self.prompt
+    }
+
     pub(crate) fn new(new: NewRun<'_>) -> Result<Self, StoreError> {
         let run = new.run;
         Ok(Self {
@@ -167,6 +173,7 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
             Op::Tools {
                 run_id,
                 tools: list,
+                ..
             } => tools.push((run_id.to_string(), list.as_str())),
             Op::Started { run_id, at, .. } => started.push((run_id.to_string(), at.as_str())),
             Op::Event(event) => {

@@ -1,0 +1,389 @@
+//! The scheduler of one replica of several on a PostgreSQL database (see
+//! [`crate::store::cluster`]): queued runs wait in the database, not here,
+//! and a claimer takes them whenever this replica has a free slot; a
+//! heartbeat renews the lease; a sweep takes over dead replicas' runs; the
+//! other replicas' notifications wake what waits on them.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::{Admission, Cancelled, Counts, Host, Place, Queued, Refused, Scheduler, Slot, Slots};
+use crate::harness::Outcome;
+use crate::metrics::Metrics;
+use crate::run::Tenant;
+use crate::store::cluster::{Claimed, Cluster, Notice};
+use crate::store::{Store, StoreError, Transition, Transitioned};
+
+/// Longest a claimer with a free slot waits before it looks for queued runs
+/// again without being told of one.
+const CLAIM_POLL: Duration = Duration::from_secs(1);
+/// Pause after a claim failed for a reason of storage's.
+const CLAIM_RETRY: Duration = Duration::from_millis(200);
+/// How long an admission waits for the slot the claimer holds while it
+/// looks.
+const CLAIM_GRACE: Duration = Duration::from_millis(250);
+
+pub struct Leased {
+    shared: Arc<Shared>,
+}
+
+/// What the replica's own tasks share with the scheduler's handle.
+struct Shared {
+    store: Store,
+    cluster: Arc<Cluster>,
+    metrics: Arc<Metrics>,
+    slots: Slots,
+    max_queued: usize,
+    /// Told when a run may wait to be claimed.
+    claims: Notify,
+    /// The claimer holds a slot while it looks for a queued run (an
+    /// admission that finds no slot then waits for it a moment).
+    claiming: AtomicBool,
+    /// The database's waiting runs, as of the last sweep.
+    queued: AtomicU64,
+    /// Fires when the queue closes (shutdown): the claimer stops.
+    closed: CancellationToken,
+}
+
+impl Leased {
+    pub fn new(
+        store: Store,
+        cluster: Arc<Cluster>,
+        metrics: Arc<Metrics>,
+        max_concurrent: usize,
+        max_queued: usize,
+    ) -> Self {
+        let holder = Some(Arc::from(cluster.id()));
+        Self {
+            shared: Arc::new(Shared {
+                store,
+                cluster,
+                metrics,
+                slots: Slots::new(max_concurrent, holder),
+                max_queued,
+                claims: Notify::new(),
+                claiming: AtomicBool::new(false),
+                queued: AtomicU64::new(0),
+                closed: CancellationToken::new(),
+            }),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Scheduler for Leased {
+    /// A slot free now; one the claimer holds while it looks is waited for
+    /// a moment: it gives it back when none is queued, and a run that could
+    /// start at once should not be queued, or refused for a full queue, for
+    /// it. Otherwise a place, if the database's queue has room (those being
+    /// admitted here count too).
+    async fn admit(&self, _tenant: &Tenant) -> Result<Admission, Refused> {
+        let shared = &self.shared;
+        if let Some(slot) = shared.slots.try_slot() {
+            return Ok(Admission::Now(slot));
+        }
+        if shared.claiming.load(Ordering::Acquire)
+            && let Ok(Some(slot)) = tokio::time::timeout(CLAIM_GRACE, shared.slots.slot()).await
+        {
+            return Ok(Admission::Now(slot));
+        }
+        let (place, before) = shared.slots.place();
+        let queued = shared
+            .cluster
+            .queued()
+            .await
+            // The database cannot count: the server's failure.
+            .map_err(|error| Refused::Storage(error.to_string()))?;
+        let queued = usize::try_from(queued)
+            .unwrap_or(usize::MAX)
+            .saturating_add(before);
+        if queued >= shared.max_queued {
+            return Err(Refused::QueueFull);
+        }
+        Ok(Admission::Queue(place))
+    }
+
+    fn readmit(&self, _tenant: &Tenant) -> Place {
+        self.shared.slots.place().0
+    }
+
+    /// Stored queued: whichever replica has a slot first claims it.
+    fn enqueue(&self, place: Place) -> Queued {
+        drop(place);
+        self.shared.claims.notify_one();
+        Queued::Elsewhere
+    }
+
+    async fn release(&self, run_id: Uuid) {
+        if let Err(error) = self.shared.cluster.release(run_id).await {
+            tracing::warn!(%run_id, %error, "the run could not be given back to the queue");
+        }
+    }
+
+    /// A paused or queued one ends `aborted`; a running one's replica is
+    /// told to cancel it.
+    async fn cancel_elsewhere(&self, run_id: Uuid) -> Result<Cancelled, StoreError> {
+        self.shared.cancel_stored(run_id).await
+    }
+
+    /// Starts this replica's share of the work of several: claims, the
+    /// heartbeat, the sweep and the listening. Returns once the replica
+    /// listens (or a lease went by), so that no stream it serves begins
+    /// before news from the others can reach it.
+    async fn join(&self, host: Arc<dyn Host>) {
+        let shared = &self.shared;
+        tokio::spawn(claim(Arc::clone(shared), Arc::clone(&host)));
+        tokio::spawn(heartbeat(Arc::clone(shared), Arc::clone(&host)));
+        tokio::spawn(sweep(Arc::clone(shared)));
+        let listening = Arc::clone(shared);
+        let (ready, listens) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let stop = listening.cluster.left().clone();
+            let cluster = Arc::clone(&listening.cluster);
+            cluster
+                .listen(stop, ready, |notice| listening.heard(notice, &*host))
+                .await;
+        });
+        if tokio::time::timeout(shared.cluster.lease(), listens)
+            .await
+            .is_err()
+        {
+            tracing::warn!("not listening for the other replicas' news yet; serving anyway");
+        }
+    }
+
+    fn revoked(&self) -> CancellationToken {
+        self.shared.cluster.lost().clone()
+    }
+
+    fn close(&self) {
+        self.shared.closed.cancel();
+        self.shared.slots.close();
+    }
+
+    fn counts(&self) -> Counts {
+        Counts {
+            executing: self.shared.slots.executing(),
+            queued: self.shared.queued.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Shared {
+    fn heard(&self, notice: Notice, host: &dyn Host) {
+        let channels = self.store.live();
+        match notice {
+            Notice::Events(runs) => {
+                for run in runs {
+                    channels.wake(run);
+                }
+            }
+            Notice::Statuses(changes) => channels.publish_heard_statuses(changes),
+            Notice::Queued => self.claims.notify_one(),
+            Notice::Cancel(run) => {
+                if host.cancel_live(run) {
+                    tracing::info!(run_id = %run, "cancelled from another replica");
+                }
+            }
+            Notice::Missed => {
+                channels.wake_all();
+                channels.statuses_missed();
+                self.claims.notify_one();
+            }
+        }
+    }
+
+    async fn cancel_stored(&self, run_id: Uuid) -> Result<Cancelled, StoreError> {
+        let transition = Transition::Cancel {
+            run_id,
+            at: Utc::now(),
+        };
+        Ok(match self.store.writer().transition(transition).await? {
+            Transitioned::Ended { run, .. } => {
+                self.metrics.finished(Outcome::Aborted);
+                Cancelled::Ended(Box::new(run))
+            }
+            Transitioned::Forwarded { run } => Cancelled::Forwarded(Box::new(run)),
+            _ => Cancelled::Not,
+        })
+    }
+
+    /// Starts a run this replica claimed, in the slot it claimed it with.
+    fn start_claimed(&self, host: &dyn Host, claimed: Claimed, slot: Slot) {
+        tracing::debug!(
+            run_id = %claimed.run.run.id,
+            resumed = claimed.run.answered_pause,
+            "claimed a queued run"
+        );
+        host.start_taken(claimed.run, slot, claimed.cancel);
+    }
+}
+
+/// Whenever a slot is free, claims the oldest queued run of the database and
+/// starts it; sleeps while none waits. Ends when the queue closes (what is
+/// queued stays queued, for the other replicas).
+async fn claim(shared: Arc<Shared>, host: Arc<dyn Host>) {
+    let stop = shared.closed.clone();
+    loop {
+        let slot = tokio::select! {
+            slot = shared.slots.slot() => match slot {
+                Some(slot) => slot,
+                None => return,
+            },
+            () = stop.cancelled() => return,
+        };
+        // Shutdown waits for a claimed run's task, which it starts at once.
+        let Some(_accepting) = host.hold() else {
+            return;
+        };
+        if stop.is_cancelled() {
+            return;
+        }
+        shared.claiming.store(true, Ordering::Release);
+        let claimed = shared.cluster.claim(Utc::now()).await;
+        shared.claiming.store(false, Ordering::Release);
+        match claimed {
+            Ok(Some(claimed)) => {
+                shared.start_claimed(&*host, claimed, slot);
+                continue;
+            }
+            Ok(None) => drop(slot),
+            Err(StoreError::Fenced) => return,
+            Err(error) => {
+                drop(slot);
+                tracing::warn!(%error, "claiming a queued run failed");
+                tokio::select! {
+                    () = tokio::time::sleep(CLAIM_RETRY) => {}
+                    () = stop.cancelled() => return,
+                }
+                continue;
+            }
+        }
+        drop(_accepting);
+        tokio::select! {
+            () = shared.claims.notified() => {}
+            () = tokio::time::sleep(CLAIM_POLL) => {}
+            () = stop.cancelled() => return,
+        }
+    }
+}
+
+/// Renews the lease a third of it apart. A replica that could not renew
+/// for five sixths of a lease stops of itself: by the end of it another may
+/// take it for dead. Each beat also looks at the runs stored as executing
+/// here: cancels asked for elsewhere that no notification brought are
+/// carried out, and a run that does not execute here at two beats in a row
+/// (a claim whose answer was lost) ends `interrupted`. Ends when the
+/// replica leaves.
+async fn heartbeat(shared: Arc<Shared>, host: Arc<dyn Host>) {
+    let cluster = &shared.cluster;
+    let lease = cluster.lease();
+    let mut renewed = Instant::now();
+    let mut absent: HashSet<Uuid> = HashSet::new();
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(lease / 3) => {}
+            () = cluster.left().cancelled() => return,
+        }
+        let began = Instant::now();
+        let deadline = renewed + lease * 5 / 6;
+        let renewal = tokio::select! {
+            renewal = cluster.renew() => Some(renewal),
+            () = tokio::time::sleep_until(deadline.into()) => None,
+        };
+        match renewal {
+            Some(Ok(())) => renewed = began,
+            Some(Err(StoreError::Fenced)) => return,
+            Some(Err(error)) => tracing::warn!(%error, "renewing this replica's lease failed"),
+            None => {}
+        }
+        if renewed.elapsed() >= lease * 5 / 6 {
+            cluster.lose("its lease could not be renewed in time");
+            return;
+        }
+        // Past shutdown's grace, ends may still be on their way to storage
+        // when their runs let go: the look waits for the next process.
+        if renewed != began || shared.closed.is_cancelled() {
+            continue;
+        }
+        match cluster.owned().await {
+            Ok(owned) => {
+                let mut stray = Vec::new();
+                let mut now_absent = HashSet::new();
+                for (id, cancel) in owned {
+                    if !host.is_live(id) {
+                        if absent.contains(&id) {
+                            stray.push(id);
+                        } else {
+                            now_absent.insert(id);
+                        }
+                    } else if cancel && host.cancel_live(id) {
+                        tracing::info!(run_id = %id, "cancelled from another replica");
+                    }
+                }
+                absent = now_absent;
+                if !stray.is_empty() {
+                    match cluster.interrupt_owned(&stray, Utc::now()).await {
+                        Ok(ended) => {
+                            for id in ended {
+                                tracing::warn!(run_id = %id, "a run stored as executing here did not; it is interrupted");
+                                shared.store.live().wake(id);
+                            }
+                        }
+                        Err(error) => {
+                            tracing::warn!(%error, "ending runs that do not execute here failed")
+                        }
+                    }
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "reading the runs stored as executing here failed")
+            }
+        }
+    }
+}
+
+/// Takes over the replicas whose lease ran out, a quarter of a lease apart:
+/// a dead replica's runs end within `lease + lease / 4` of its last renewal.
+/// Whoever waits here on those runs is woken. Cancels that fell between two
+/// hands (a run pausing or being answered as it was cancelled) are carried
+/// out too.
+async fn sweep(shared: Arc<Shared>) {
+    let cluster = &shared.cluster;
+    let every = cluster.lease() / 4;
+    loop {
+        match cluster.take_over(Utc::now()).await {
+            Ok(ended) => {
+                for id in ended {
+                    shared.store.live().wake(id);
+                }
+            }
+            Err(error) => tracing::warn!(%error, "taking over dead replicas failed"),
+        }
+        match cluster.queued().await {
+            Ok(queued) => shared.queued.store(queued, Ordering::Relaxed),
+            Err(error) => tracing::warn!(%error, "counting the queued runs failed"),
+        }
+        match cluster.cancels_left().await {
+            Ok(left) => {
+                for id in left {
+                    if let Err(error) = shared.cancel_stored(id).await {
+                        tracing::warn!(run_id = %id, %error, "a cancel could not be stored");
+                    }
+                }
+            }
+            Err(error) => tracing::warn!(%error, "reading cancels left over failed"),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            () = cluster.left().cancelled() => return,
+        }
+    }
+}

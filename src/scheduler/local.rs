@@ -1,0 +1,102 @@
+//! The scheduler of one process alone (SQLite): queued runs wait here, each
+//! for its turn at a slot, first come first served.
+
+use std::sync::Arc;
+
+use chrono::Utc;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::{Admission, Cancelled, Counts, Host, Place, Queued, Refused, Scheduler, Slots};
+use crate::harness::Outcome;
+use crate::metrics::Metrics;
+use crate::run::Tenant;
+use crate::store::{Store, StoreError, Transition, Transitioned};
+
+pub struct Local {
+    store: Store,
+    metrics: Arc<Metrics>,
+    slots: Slots,
+    max_queued: usize,
+    /// Never fires: nothing can take this process's runs from it.
+    revoked: CancellationToken,
+}
+
+impl Local {
+    pub fn new(
+        store: Store,
+        metrics: Arc<Metrics>,
+        max_concurrent: usize,
+        max_queued: usize,
+    ) -> Self {
+        Self {
+            store,
+            metrics,
+            slots: Slots::new(max_concurrent, None),
+            max_queued,
+            revoked: CancellationToken::new(),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Scheduler for Local {
+    async fn admit(&self, _tenant: &Tenant) -> Result<Admission, Refused> {
+        if let Some(slot) = self.slots.try_slot() {
+            return Ok(Admission::Now(slot));
+        }
+        let (place, before) = self.slots.place();
+        if before >= self.max_queued {
+            return Err(Refused::QueueFull);
+        }
+        Ok(Admission::Queue(place))
+    }
+
+    fn readmit(&self, _tenant: &Tenant) -> Place {
+        self.slots.place().0
+    }
+
+    fn enqueue(&self, place: Place) -> Queued {
+        Queued::Here(self.slots.turn(place))
+    }
+
+    /// Nothing to give back: a run this process does not execute waits in
+    /// storage for its next start.
+    async fn release(&self, _run_id: Uuid) {}
+
+    /// Here a run that is not live is paused (or has ended): a paused one
+    /// ends `aborted`.
+    async fn cancel_elsewhere(&self, run_id: Uuid) -> Result<Cancelled, StoreError> {
+        let transition = Transition::End {
+            run_id,
+            status: Outcome::Aborted,
+            error: None,
+            at: Utc::now(),
+            due: false,
+        };
+        Ok(match self.store.writer().transition(transition).await? {
+            Transitioned::Ended { run, .. } => {
+                self.metrics.finished(Outcome::Aborted);
+                Cancelled::Ended(Box::new(run))
+            }
+            _ => Cancelled::Not,
+        })
+    }
+
+    async fn join(&self, _host: Arc<dyn Host>) {}
+
+    fn revoked(&self) -> CancellationToken {
+        self.revoked.clone()
+    }
+
+    fn close(&self) {
+        self.slots.close();
+    }
+
+    fn counts(&self) -> Counts {
+        Counts {
+            executing: self.slots.executing(),
+            queued: u64::try_from(self.slots.waiting()).unwrap_or(u64::MAX),
+        }
+    }
+}
