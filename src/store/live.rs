@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::run::RunStatus;
+use crate::sync::lock;
 
 /// Events buffered per live run for subscribers; one that falls further
 /// behind catches up from storage.
@@ -149,9 +150,7 @@ impl Reopened<'_> {
 
 impl Drop for Reopened<'_> {
     fn drop(&mut self) {
-        let Ok(mut waiting) = self.channels.reopened.lock() else {
-            return;
-        };
+        let mut waiting = lock(&self.channels.reopened);
         let Some(mine) = self.token.take() else {
             return;
         };
@@ -217,29 +216,21 @@ impl Channels {
     pub fn subscribe_statuses(
         &self,
     ) -> (broadcast::Receiver<Arc<StatusChange>>, CancellationToken) {
-        let missed = self
-            .statuses_missed
-            .lock()
-            .map(|token| token.clone())
-            .unwrap_or_default();
+        let missed = lock(&self.statuses_missed).clone();
         (self.statuses.subscribe(), missed)
     }
 
     /// Tells the status subscribers that changes may have gone by unheard.
     pub fn statuses_missed(&self) {
-        if let Ok(mut token) = self.statuses_missed.lock() {
-            std::mem::take(&mut *token).cancel();
-        }
+        std::mem::take(&mut *lock(&self.statuses_missed)).cancel();
     }
 
     /// Opens the channel of a run that goes live (a no-op if it is open).
     pub fn open(&self, run_id: Uuid) {
-        if let Ok(mut runs) = self.runs.lock() {
-            runs.entry(run_id).or_insert_with(|| Channel {
-                events: broadcast::channel(LIVE_BUFFER).0,
-                ended: Ended::default(),
-            });
-        }
+        lock(&self.runs).entry(run_id).or_insert_with(|| Channel {
+            events: broadcast::channel(LIVE_BUFFER).0,
+            ended: Ended::default(),
+        });
         self.wake(run_id);
     }
 
@@ -247,11 +238,7 @@ impl Channels {
     /// before looking at where the run stands, so that no change after the
     /// look is missed.
     pub fn until_reopened(&self, run_id: Uuid) -> Reopened<'_> {
-        let token = self
-            .reopened
-            .lock()
-            .map(|mut waiting| Arc::clone(waiting.entry(run_id).or_default()))
-            .unwrap_or_default();
+        let token = Arc::clone(lock(&self.reopened).entry(run_id).or_default());
         Reopened {
             channels: self,
             run_id,
@@ -261,16 +248,12 @@ impl Channels {
 
     /// Runs someone waits on to go live again.
     pub fn waited_on(&self) -> usize {
-        self.reopened.lock().map_or(0, |waiting| waiting.len())
+        lock(&self.reopened).len()
     }
 
     /// Tells whoever waits for `run_id` to go live again that it changed.
     pub fn wake(&self, run_id: Uuid) {
-        let token = self
-            .reopened
-            .lock()
-            .ok()
-            .and_then(|mut waiting| waiting.remove(&run_id));
+        let token = lock(&self.reopened).remove(&run_id);
         if let Some(token) = token {
             token.cancel();
         }
@@ -279,11 +262,10 @@ impl Channels {
     /// Tells whoever waits for any run to go live again to look again (news
     /// from other replicas may have been missed).
     pub fn wake_all(&self) {
-        let tokens: Vec<_> = self
-            .reopened
-            .lock()
-            .map(|mut waiting| waiting.drain().map(|(_, token)| token).collect())
-            .unwrap_or_default();
+        let tokens: Vec<_> = lock(&self.reopened)
+            .drain()
+            .map(|(_, token)| token)
+            .collect();
         for token in tokens {
             token.cancel();
         }
@@ -291,17 +273,15 @@ impl Channels {
 
     /// Subscribes to a live run's events; `None` once it is not live.
     pub fn subscribe(&self, run_id: Uuid) -> Option<broadcast::Receiver<Arc<LiveEvent>>> {
-        let runs = self.runs.lock().ok()?;
-        runs.get(&run_id).map(|channel| channel.events.subscribe())
+        lock(&self.runs)
+            .get(&run_id)
+            .map(|channel| channel.events.subscribe())
     }
 
     /// Resolves once the run's channel closes, to how it closed; `None`
     /// when it is not open.
     pub fn ended(&self, run_id: Uuid) -> Option<impl Future<Output = Closing> + Send + use<>> {
-        let ended = {
-            let runs = self.runs.lock().ok()?;
-            runs.get(&run_id)?.ended.clone()
-        };
+        let ended = lock(&self.runs).get(&run_id)?.ended.clone();
         Some(async move {
             ended.token.cancelled().await;
             Closing::from_code(ended.how.load(Ordering::Acquire))
@@ -310,8 +290,7 @@ impl Channels {
 
     /// Tells the run's subscribers of `event`.
     pub fn publish(&self, run_id: Uuid, event: Arc<LiveEvent>) {
-        let Ok(runs) = self.runs.lock() else { return };
-        if let Some(channel) = runs.get(&run_id) {
+        if let Some(channel) = lock(&self.runs).get(&run_id) {
             // No subscriber is not an error.
             let _ = channel.events.send(event);
         }
@@ -321,11 +300,7 @@ impl Channels {
     /// waiters are let go, told `how`. Whoever waits for a run that is not
     /// live (a paused one that ended) is woken too.
     pub fn close(&self, run_id: Uuid, how: Closing) {
-        let channel = self
-            .runs
-            .lock()
-            .ok()
-            .and_then(|mut runs| runs.remove(&run_id));
+        let channel = lock(&self.runs).remove(&run_id);
         if let Some(channel) = channel {
             channel.ended.how.store(how.code(), Ordering::Release);
             channel.ended.token.cancel();
@@ -335,7 +310,7 @@ impl Channels {
 
     /// How many channels are open.
     pub fn len(&self) -> usize {
-        self.runs.lock().map_or(0, |runs| runs.len())
+        lock(&self.runs).len()
     }
 
     pub fn is_empty(&self) -> bool {
