@@ -71,7 +71,18 @@ impl Application {
             path: workspaces.display().to_string(),
             source,
         })?;
-        let sandbox = Arc::new(prepare_sandbox(&config)?);
+        // Detecting the sandbox probes the kernel and writes cgroup files,
+        // and sweeping what a dead server left waits for its processes to
+        // die: blocking work, kept off the async workers.
+        let sandbox = {
+            let config = config.clone();
+            tokio::task::spawn_blocking(move || prepare_sandbox(&config))
+                .await
+                .map_err(|error| {
+                    StartError::Sandbox(format!("detecting the sandbox failed: {error}"))
+                })??
+        };
+        let sandbox = Arc::new(sandbox);
         let (store, recovered) = Store::open(
             &config.storage.database_url,
             Duration::from_millis(config.storage.write_retry_ms),

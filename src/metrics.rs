@@ -21,6 +21,7 @@ use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Metric, Registry};
 
 use crate::harness::Outcome;
+use crate::sync::lock;
 
 /// What `/metrics` reads from the state that owns it.
 #[derive(Debug, Clone, Copy, Default)]
@@ -326,7 +327,7 @@ impl Metrics {
     /// The text exposition of every metric, with the gauges of state that
     /// lives elsewhere (the runner's queue, the store's writer).
     pub fn render(&self, gauges: Gauges) -> String {
-        let _one = self.rendering.lock();
+        let _one = lock(&self.rendering);
         let mut now = Registry::with_prefix("agent_runner");
         now.register(
             "active_runs",

@@ -11,6 +11,7 @@ use jsonschema::{ValidationError, Validator};
 use serde_json::Value;
 
 use super::tool::{Tool, ToolDefinition};
+use crate::sync::lock;
 
 /// Why a set of tools could not be registered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -45,27 +46,21 @@ impl SchemaCache {
 
     fn validator(&self, schema: &Value) -> Result<Arc<Validator>, String> {
         let key = schema.to_string();
-        if let Some(found) = self
-            .validators
-            .lock()
-            .ok()
-            .and_then(|v| v.get(&key).cloned())
-        {
+        if let Some(found) = lock(&self.validators).get(&key).cloned() {
             return Ok(found);
         }
         let compiled = Arc::new(compile_schema(schema)?);
-        if let Ok(mut validators) = self.validators.lock() {
-            if validators.len() >= Self::CAPACITY {
-                validators.clear();
-            }
-            validators.insert(key, Arc::clone(&compiled));
+        let mut validators = lock(&self.validators);
+        if validators.len() >= Self::CAPACITY {
+            validators.clear();
         }
+        validators.insert(key, Arc::clone(&compiled));
         Ok(compiled)
     }
 
     /// How many compiled schemas are kept.
     pub fn len(&self) -> usize {
-        self.validators.lock().map_or(0, |v| v.len())
+        lock(&self.validators).len()
     }
 
     pub fn is_empty(&self) -> bool {

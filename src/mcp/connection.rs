@@ -252,22 +252,22 @@ async fn connect_stdio(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let policy = CommandPolicy {
-        workspace: context.workspace,
-        read_paths: &stdio.read_paths,
+        workspace: context.workspace.to_owned(),
+        read_paths: stdio.read_paths.clone(),
         network: stdio.network,
         memory_max_bytes: stdio.memory_max_bytes,
         pids_max: stdio.pids_max,
         private_home: true,
     };
-    let mut child =
-        context
-            .commands
-            .sandbox()
-            .spawn(command, &policy)
-            .map_err(|error| match error.kind() {
-                std::io::ErrorKind::NotFound => format!("{}: program not found", stdio.program),
-                _ => format!("{}: {error}", stdio.program),
-            })?;
+    let mut child = context
+        .commands
+        .sandbox()
+        .spawn(command, policy)
+        .await
+        .map_err(|error| match error.kind() {
+            std::io::ErrorKind::NotFound => format!("{}: program not found", stdio.program),
+            _ => format!("{}: {error}", stdio.program),
+        })?;
     let (Some(stdin), Some(stdout)) = (child.process.take_stdin(), child.process.take_stdout())
     else {
         return Err("its stdin and stdout could not be opened".into());

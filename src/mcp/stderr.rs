@@ -10,6 +10,8 @@ use tokio::process::ChildStderr;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
+use crate::sync::lock;
+
 /// Bytes of stderr kept.
 const KEPT_BYTES: usize = 4096;
 
@@ -56,11 +58,7 @@ impl StderrTail {
         if let Some(reader) = self.reader.as_mut() {
             let _ = tokio::time::timeout(within, reader).await;
         }
-        let text = self
-            .kept
-            .lock()
-            .map(|kept| String::from_utf8_lossy(&kept).into_owned())
-            .unwrap_or_default();
+        let text = String::from_utf8_lossy(&lock(&self.kept)).into_owned();
         let mut lines: Vec<&str> = text
             .lines()
             .map(str::trim_end)
@@ -98,11 +96,10 @@ async fn drain(mut stderr: ChildStderr, kept: Arc<Mutex<Vec<u8>>>, secrets: Arc<
                     let text = scrub(String::from_utf8_lossy(chunk).trim_end(), &secrets);
                     tracing::debug!(%text, "stderr");
                 }
-                if let Ok(mut kept) = kept.lock() {
-                    kept.extend_from_slice(chunk);
-                    let excess = kept.len().saturating_sub(KEPT_BYTES);
-                    kept.drain(..excess);
-                }
+                let mut tail = lock(&kept);
+                tail.extend_from_slice(chunk);
+                let excess = tail.len().saturating_sub(KEPT_BYTES);
+                tail.drain(..excess);
             }
         }
     }

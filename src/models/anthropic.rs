@@ -356,6 +356,8 @@ async fn read_stream(
                 }
             }
             "content_block_start" => {
+                // A block as it starts holds no more than its event.
+                events.keep(event.data.len())?;
                 let block = data.get("content_block").unwrap_or(&Value::Null);
                 let text = |key: &str| {
                     block
@@ -383,18 +385,19 @@ async fn read_stream(
                     (Some("text_delta"), Some(Block::Text(text))) => {
                         let fragment = delta.get("text").and_then(Value::as_str).unwrap_or("");
                         if !fragment.is_empty() {
+                            events.keep(fragment.len())?;
                             text.push_str(fragment);
                             deltas.delta(fragment);
                             forwarded = true;
                         }
                     }
                     (Some("input_json_delta"), Some(Block::ToolUse { json, .. })) => {
-                        json.push_str(
-                            delta
-                                .get("partial_json")
-                                .and_then(Value::as_str)
-                                .unwrap_or(""),
-                        );
+                        let fragment = delta
+                            .get("partial_json")
+                            .and_then(Value::as_str)
+                            .unwrap_or("");
+                        events.keep(fragment.len())?;
+                        json.push_str(fragment);
                     }
                     (Some("text_delta" | "input_json_delta"), _) => {
                         return Err(invalid(format!("a {kind} event does not match its block")));

@@ -370,6 +370,7 @@ async fn read_stream(
         if let Some(text) = delta.get("content").and_then(Value::as_str)
             && !text.is_empty()
         {
+            events.keep(text.len())?;
             content.push_str(text);
             deltas.delta(text);
             forwarded = true;
@@ -385,18 +386,25 @@ async fn read_stream(
                     }
                     None => calls.keys().next_back().copied().unwrap_or(0),
                 };
+                let id = item.get("id").and_then(Value::as_str);
+                let function = item.get("function");
+                let text = |key| function.and_then(|f| f.get(key)).and_then(Value::as_str);
+                let (name, arguments) = (text("name"), text("arguments"));
+                // A new call counts for its own place too, so that endless
+                // empty ones are refused as well.
+                let new = if calls.contains_key(&index) {
+                    0
+                } else {
+                    std::mem::size_of::<PartialCall>()
+                };
+                let sizes = [id, name, arguments].map(|text| text.map_or(0, str::len));
+                events.keep(new + sizes.iter().sum::<usize>())?;
                 let call = calls.entry(index).or_default();
-                if let Some(id) = item.get("id").and_then(Value::as_str) {
+                if let Some(id) = id {
                     call.id = id.to_owned();
                 }
-                if let Some(function) = item.get("function") {
-                    if let Some(name) = function.get("name").and_then(Value::as_str) {
-                        call.name.push_str(name);
-                    }
-                    if let Some(arguments) = function.get("arguments").and_then(Value::as_str) {
-                        call.arguments.push_str(arguments);
-                    }
-                }
+                call.name.push_str(name.unwrap_or_default());
+                call.arguments.push_str(arguments.unwrap_or_default());
             }
         }
     }

@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::harness::{Model, ModelError, ModelRequest, ModelResponse};
+use crate::sync::lock;
 
 /// Answers each call with the next element of its script.
 ///
@@ -30,18 +31,14 @@ impl ScriptedModel {
 
     /// Responses not yet used.
     pub fn remaining(&self) -> usize {
-        self.script.lock().map_or(0, |script| script.len())
+        lock(&self.script).len()
     }
 }
 
 #[async_trait]
 impl Model for ScriptedModel {
     async fn generate(&self, request: ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
-        let next = self
-            .script
-            .lock()
-            .map_err(|_| ModelError::Provider("Scripted model is unusable".into()))?
-            .pop_front();
+        let next = lock(&self.script).pop_front();
         let Some(mut response) = next else {
             return Err(ModelError::Provider("Scripted model exhausted".into()));
         };

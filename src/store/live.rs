@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::run::{Run, RunStatus};
+use crate::sync::lock;
 
 /// Events buffered per live run for subscribers; one that falls further
 /// behind catches up from storage.
@@ -154,9 +155,7 @@ impl Reopened<'_> {
 
 impl Drop for Reopened<'_> {
     fn drop(&mut self) {
-        let Ok(mut waiting) = self.channels.reopened.lock() else {
-            return;
-        };
+        let mut waiting = lock(&self.channels.reopened);
         let Some(mine) = self.token.take() else {
             return;
         };
@@ -222,38 +221,30 @@ impl Channels {
     pub fn subscribe_statuses(
         &self,
     ) -> (broadcast::Receiver<Arc<StatusChange>>, CancellationToken) {
-        let missed = self
-            .statuses_missed
-            .lock()
-            .map(|token| token.clone())
-            .unwrap_or_default();
+        let missed = lock(&self.statuses_missed).clone();
         (self.statuses.subscribe(), missed)
     }
 
     /// Tells the status subscribers that changes may have gone by unheard.
     pub fn statuses_missed(&self) {
-        if let Ok(mut token) = self.statuses_missed.lock() {
-            std::mem::take(&mut *token).cancel();
-        }
+        std::mem::take(&mut *lock(&self.statuses_missed)).cancel();
     }
 
     /// Opens the channel of a run that goes live, `run` as stored when it
     /// does (a no-op if it is open).
     pub fn open(&self, run_id: Uuid, run: Run) {
-        crate::sync::lock(&self.runs)
-            .entry(run_id)
-            .or_insert_with(|| Channel {
-                events: broadcast::channel(LIVE_BUFFER).0,
-                ended: Ended::default(),
-                run,
-            });
+        lock(&self.runs).entry(run_id).or_insert_with(|| Channel {
+            events: broadcast::channel(LIVE_BUFFER).0,
+            ended: Ended::default(),
+            run,
+        });
         self.wake(run_id);
     }
 
     /// Reads the live run's copy (the run as stored so far); `None` once it
     /// is not live.
     pub fn read<R>(&self, run_id: Uuid, read: impl FnOnce(&Run) -> R) -> Option<R> {
-        crate::sync::lock(&self.runs)
+        lock(&self.runs)
             .get(&run_id)
             .map(|channel| read(&channel.run))
     }
@@ -261,7 +252,7 @@ impl Channels {
     /// Applies a committed change to the live run's copy (the writer's,
     /// once the change is committed; nothing else changes it).
     pub(super) fn apply(&self, run_id: Uuid, change: impl FnOnce(&mut Run)) {
-        if let Some(channel) = crate::sync::lock(&self.runs).get_mut(&run_id) {
+        if let Some(channel) = lock(&self.runs).get_mut(&run_id) {
             change(&mut channel.run);
         }
     }
@@ -270,11 +261,7 @@ impl Channels {
     /// before looking at where the run stands, so that no change after the
     /// look is missed.
     pub fn until_reopened(&self, run_id: Uuid) -> Reopened<'_> {
-        let token = self
-            .reopened
-            .lock()
-            .map(|mut waiting| Arc::clone(waiting.entry(run_id).or_default()))
-            .unwrap_or_default();
+        let token = Arc::clone(lock(&self.reopened).entry(run_id).or_default());
         Reopened {
             channels: self,
             run_id,
@@ -284,16 +271,12 @@ impl Channels {
 
     /// Runs someone waits on to go live again.
     pub fn waited_on(&self) -> usize {
-        self.reopened.lock().map_or(0, |waiting| waiting.len())
+        lock(&self.reopened).len()
     }
 
     /// Tells whoever waits for `run_id` to go live again that it changed.
     pub fn wake(&self, run_id: Uuid) {
-        let token = self
-            .reopened
-            .lock()
-            .ok()
-            .and_then(|mut waiting| waiting.remove(&run_id));
+        let token = lock(&self.reopened).remove(&run_id);
         if let Some(token) = token {
             token.cancel();
         }
@@ -302,11 +285,10 @@ impl Channels {
     /// Tells whoever waits for any run to go live again to look again (news
     /// from other replicas may have been missed).
     pub fn wake_all(&self) {
-        let tokens: Vec<_> = self
-            .reopened
-            .lock()
-            .map(|mut waiting| waiting.drain().map(|(_, token)| token).collect())
-            .unwrap_or_default();
+        let tokens: Vec<_> = lock(&self.reopened)
+            .drain()
+            .map(|(_, token)| token)
+            .collect();
         for token in tokens {
             token.cancel();
         }
@@ -314,8 +296,9 @@ impl Channels {
 
     /// Subscribes to a live run's events; `None` once it is not live.
     pub fn subscribe(&self, run_id: Uuid) -> Option<broadcast::Receiver<Arc<LiveEvent>>> {
-        let runs = self.runs.lock().ok()?;
-        runs.get(&run_id).map(|channel| channel.events.subscribe())
+        lock(&self.runs)
+            .get(&run_id)
+            .map(|channel| channel.events.subscribe())
     }
 
     /// Resolves once the run's channel closes, to how it closed; `None`
@@ -332,7 +315,7 @@ impl Channels {
         &self,
         run_id: Uuid,
     ) -> Option<impl Future<Output = (Closing, Option<Run>)> + Send + use<>> {
-        let ended = crate::sync::lock(&self.runs).get(&run_id)?.ended.clone();
+        let ended = lock(&self.runs).get(&run_id)?.ended.clone();
         Some(async move {
             ended.token.cancelled().await;
             let how = Closing::from_code(ended.how.load(Ordering::Acquire));
@@ -342,8 +325,7 @@ impl Channels {
 
     /// Tells the run's subscribers of `event`.
     pub fn publish(&self, run_id: Uuid, event: Arc<LiveEvent>) {
-        let Ok(runs) = self.runs.lock() else { return };
-        if let Some(channel) = runs.get(&run_id) {
+        if let Some(channel) = lock(&self.runs).get(&run_id) {
             // No subscriber is not an error.
             let _ = channel.events.send(event);
         }
@@ -353,11 +335,7 @@ impl Channels {
     /// waiters are let go, told `how`. Whoever waits for a run that is not
     /// live (a paused one that ended) is woken too.
     pub fn close(&self, run_id: Uuid, how: Closing) {
-        let channel = self
-            .runs
-            .lock()
-            .ok()
-            .and_then(|mut runs| runs.remove(&run_id));
+        let channel = lock(&self.runs).remove(&run_id);
         if let Some(channel) = channel {
             if how == Closing::Ended {
                 let _ = channel.ended.last.set(channel.run);
@@ -370,7 +348,7 @@ impl Channels {
 
     /// How many channels are open.
     pub fn len(&self) -> usize {
-        self.runs.lock().map_or(0, |runs| runs.len())
+        lock(&self.runs).len()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 
 use crate::harness::ToolDefinition;
+use crate::sync::lock;
 
 /// Distinct definitions kept; past it the table starts over. Definitions
 /// depend only on the server's configuration (limits, presets), so this is
@@ -19,9 +20,7 @@ static SHARED: LazyLock<Mutex<HashMap<String, Arc<ToolDefinition>>>> =
 /// The definition known by `key` (which must name everything it depends
 /// on), built by `build` the first time.
 pub(super) fn shared(key: &str, build: impl FnOnce() -> ToolDefinition) -> Arc<ToolDefinition> {
-    let Ok(mut table) = SHARED.lock() else {
-        return Arc::new(build());
-    };
+    let mut table = lock(&SHARED);
     if let Some(found) = table.get(key) {
         return Arc::clone(found);
     }

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::workspace::{Workspace, WorkspaceOptions};
+use crate::sync::lock;
 
 /// Name of the shared empty directory beside the runs' workspaces; never a
 /// run id, which is a UUID.
@@ -129,10 +130,7 @@ impl RunWorkspace {
             return Err(io::Error::other("the workspace is not open"));
         };
         // One maker at a time; the others find it made.
-        let _making = self
-            .creating
-            .lock()
-            .map_err(|_| io::Error::other("poisoned"))?;
+        let _making = lock(&self.creating);
         if let Some(workspace) = self.opened.get() {
             return Ok(Arc::clone(workspace));
         }

@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use agent_runner::harness::{Message, Outcome, ToolCall, Usage};
+use agent_runner::harness::{Message, Model, ModelError, Outcome, ToolCall, Usage};
+use agent_runner::models::http::MAX_BODY_BYTES;
 use agent_runner::models::{AnthropicConfig, AnthropicModel, OpenAiConfig, OpenAiModel};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -153,6 +154,102 @@ async fn a_stream_that_breaks_before_any_text_is_retried_but_not_after() {
     );
     assert_eq!(deltas.texts(), ["Half an"]);
     assert_eq!(server.request_count(), 1);
+}
+
+/// Calls `model`, whose provider streams without end, and checks that the
+/// call ends at the size limit, as an invalid response tried once. Returns
+/// the bytes of text forwarded.
+async fn refused_past_the_limit(model: &dyn Model, server: &MockServer) -> usize {
+    let deltas = Deltas::default();
+    let error = generate(
+        model,
+        &[Message::user("Hello")],
+        &[weather_definition()],
+        &CancellationToken::new(),
+        None,
+        &deltas,
+    )
+    .await
+    .unwrap_err();
+    // Without the limit the stream would run into the attempt's timeout,
+    // which is retried.
+    assert!(matches!(error, ModelError::InvalidResponse(_)), "{error:?}");
+    assert!(
+        error.to_string().contains(&format!(
+            "streamed response larger than {MAX_BODY_BYTES} bytes"
+        )),
+        "{error}"
+    );
+    assert_eq!(server.request_count(), 1);
+    deltas.texts().iter().map(String::len).sum()
+}
+
+#[tokio::test]
+async fn a_stream_past_the_size_limit_ends_the_call_whatever_its_shape() {
+    let x = "x".repeat(64 * 1024);
+    // One line that never ends.
+    let server = MockServer::start(vec![Reply::Endless {
+        head: r#"data: {"choices": [{"index": 0, "delta": {"content": ""#.into(),
+        repeated: x.clone(),
+    }])
+    .await;
+    assert_eq!(refused_past_the_limit(&openai(&server), &server).await, 0);
+
+    // One event that never ends: data lines and no blank line.
+    let server = MockServer::start(vec![Reply::Endless {
+        head: String::new(),
+        repeated: format!("data: {x}\n"),
+    }])
+    .await;
+    assert_eq!(refused_past_the_limit(&openai(&server), &server).await, 0);
+
+    // Events of a few KiB each, without end: the answer they make up is what
+    // outgrows the limit, and the text up to it was forwarded.
+    let piece = "y".repeat(4096);
+    let event = format!(
+        "data: {}\n\n",
+        json!({"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": null}]})
+    );
+    let server = MockServer::start(vec![Reply::Endless {
+        head: String::new(),
+        repeated: event.repeat(16),
+    }])
+    .await;
+    let forwarded = refused_past_the_limit(&openai(&server), &server).await;
+    assert!(forwarded <= MAX_BODY_BYTES, "{forwarded}");
+    assert!(forwarded > MAX_BODY_BYTES - 2 * piece.len(), "{forwarded}");
+
+    // The same with a tool call's arguments, which are not forwarded.
+    let fragment = "z".repeat(4096);
+    let head = json!({"choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": ""}}]}, "finish_reason": null}]});
+    let event = json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": fragment}}]}, "finish_reason": null}]});
+    let server = MockServer::start(vec![Reply::Endless {
+        head: format!("data: {head}\n\n"),
+        repeated: format!("data: {event}\n\n").repeat(16),
+    }])
+    .await;
+    assert_eq!(refused_past_the_limit(&openai(&server), &server).await, 0);
+}
+
+#[tokio::test]
+async fn an_anthropic_stream_past_the_size_limit_ends_the_call() {
+    let start = [
+        json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant", "content": [], "model": "claude-opus-4-6", "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 25, "output_tokens": 1}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}}}),
+    ];
+    let delta = json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "z".repeat(4096)}});
+    let server = MockServer::start(vec![Reply::Endless {
+        head: format!(
+            "event: message_start\ndata: {}\n\nevent: content_block_start\ndata: {}\n\n",
+            start[0], start[1]
+        ),
+        repeated: format!("event: content_block_delta\ndata: {delta}\n\n").repeat(16),
+    }])
+    .await;
+    assert_eq!(
+        refused_past_the_limit(&anthropic(&server), &server).await,
+        0
+    );
 }
 
 #[tokio::test]

@@ -19,6 +19,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::Response;
+use futures_util::StreamExt;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -39,6 +40,9 @@ pub enum Reply {
     Text { status: u16, body: String },
     /// A `text/event-stream` body sent chunk by chunk, `gap` apart.
     Stream { chunks: Vec<String>, gap: Duration },
+    /// A `text/event-stream` body that sends `head`, then `repeated` over
+    /// and over without end.
+    Endless { head: String, repeated: String },
     /// Never answers.
     Hang,
 }
@@ -221,6 +225,20 @@ async fn handle(State(state): State<Arc<MockState>>, request: Request) -> Respon
                     tokio::time::sleep(gap).await;
                     Some((Ok::<_, Infallible>(Bytes::from(chunk)), rest))
                 });
+            let mut response = Response::new(Body::from_stream(stream));
+            response.headers_mut().insert(
+                "content-type",
+                HeaderValue::from_static("text/event-stream"),
+            );
+            response
+        }
+        Reply::Endless { head, repeated } => {
+            let head = Bytes::from(head);
+            let repeated = Bytes::from(repeated);
+            let stream = futures_util::stream::once(async move { Ok::<_, Infallible>(head) })
+                .chain(futures_util::stream::repeat_with(move || {
+                    Ok(repeated.clone())
+                }));
             let mut response = Response::new(Body::from_stream(stream));
             response.headers_mut().insert(
                 "content-type",

@@ -239,6 +239,30 @@ async fn the_environment_is_cleared_to_an_allowlist() {
 }
 
 #[tokio::test]
+async fn a_commands_private_tmpdir_is_removed_after_it() {
+    let f = Fixture::detected(&[(
+        "fill",
+        sh(
+            r#"mkdir "$TMPDIR/d" && for i in 1 2 3; do echo $i > "$TMPDIR/d/$i"; done && echo "$TMPDIR""#,
+        ),
+    )]);
+    let output = f.run("fill").await.unwrap();
+    assert_eq!(output["exit_code"], 0, "{output}");
+    let tmp = PathBuf::from(output["stdout"].as_str().unwrap().trim());
+    assert!(tmp.is_absolute() && tmp != std::env::temp_dir(), "{output}");
+    // The removal runs on a blocking thread, after the result.
+    let deadline = Instant::now() + GONE_WITHIN;
+    while tmp.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} is still there",
+            tmp.display()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
 async fn a_preset_that_cannot_start_is_a_tool_error_and_unlisted_names_are_refused() {
     let f = Fixture::detected(&[("missing", CommandPreset::new("/nonexistent/program", ["x"]))]);
     assert_eq!(

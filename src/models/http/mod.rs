@@ -24,7 +24,8 @@ mod sse;
 
 pub use error::{ConfigError, ProviderError};
 pub use response::{
-    error_detail, json_error_detail, read_body, read_json, token_count, tool_call_from_text,
+    MAX_BODY_BYTES, error_detail, json_error_detail, read_body, read_json, token_count,
+    tool_call_from_text,
 };
 pub use retry::{RETRYABLE_STATUSES, RetryPolicy, retry_after};
 pub use secret::Secret;

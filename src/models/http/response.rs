@@ -7,8 +7,10 @@ use super::ProviderError;
 use super::error::error_chain;
 use crate::harness::ToolCall;
 
-/// Largest response body read, so a misbehaving server cannot exhaust memory.
-const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+/// Most bytes of a response held at once, so a misbehaving server cannot
+/// exhaust memory: a whole body, or of a streamed one the event being read
+/// and the answer assembled so far.
+pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
 
 /// Longest excerpt of a provider's error text kept in a model error.
 const MAX_DETAIL_CHARS: usize = 300;

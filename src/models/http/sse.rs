@@ -2,8 +2,8 @@
 
 use std::collections::VecDeque;
 
-use super::ProviderError;
 use super::error::error_chain;
+use super::{MAX_BODY_BYTES, ProviderError};
 
 /// One Server-Sent Event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +31,11 @@ pub struct SseParser {
     /// Comment lines seen (`: keep-alive`).
     comments: usize,
     ready: VecDeque<SseEvent>,
+    /// Most bytes the event being read may hold (its lines so far), if
+    /// limited: a server must not make the parser buffer without end.
+    limit: Option<usize>,
+    /// The event being read went past `limit`; nothing more is taken.
+    too_large: bool,
 }
 
 impl SseParser {
@@ -38,9 +43,14 @@ impl SseParser {
         Self::default()
     }
 
-    /// Feeds bytes; lines may end with `\n`, `\r\n` or `\r`.
+    /// Feeds bytes; lines may end with `\n`, `\r\n` or `\r`. Once the event
+    /// being read has gone past the limit, the rest is dropped (see
+    /// [`Self::too_large`]).
     pub fn push(&mut self, bytes: &[u8]) {
         for &byte in bytes {
+            if self.too_large {
+                return;
+            }
             match byte {
                 b'\n' if self.after_cr => self.after_cr = false,
                 b'\n' | b'\r' => {
@@ -50,10 +60,29 @@ impl SseParser {
                 }
                 _ => {
                     self.after_cr = false;
+                    // A line's bytes are all an event grows by: a finished
+                    // line moves into `data` shorter than it was.
+                    if self
+                        .limit
+                        .is_some_and(|limit| self.line.len() + self.data.len() >= limit)
+                    {
+                        self.too_large = true;
+                        return;
+                    }
                     self.line.push(byte);
                 }
             }
         }
+    }
+
+    /// Limits the bytes the event being read may hold (`None`: no limit).
+    pub fn set_limit(&mut self, limit: Option<usize>) {
+        self.limit = limit;
+    }
+
+    /// Whether an event went past the limit, so that the parser stopped.
+    pub fn too_large(&self) -> bool {
+        self.too_large
     }
 
     /// Comment lines seen so far (keep-alives).
@@ -121,11 +150,15 @@ impl SseParser {
     }
 }
 
-/// The events of a streamed response body, read as they come.
+/// The events of a streamed response body, read as they come. Like a whole
+/// body, a stream holds at most [`MAX_BODY_BYTES`]: the event being read and
+/// what its reader kept of the answer so far (see [`Self::keep`]) together.
 pub struct SseStream {
     response: reqwest::Response,
     parser: SseParser,
     ended: bool,
+    /// Bytes the reader kept of the answer so far.
+    kept: usize,
 }
 
 impl SseStream {
@@ -134,12 +167,24 @@ impl SseStream {
             response,
             parser: SseParser::new(),
             ended: false,
+            kept: 0,
         }
+    }
+
+    /// Counts `bytes` the reader keeps of the answer (its text, its tool
+    /// calls), refusing the response once that goes past the limit. The
+    /// reader calls it before it keeps them.
+    pub fn keep(&mut self, bytes: usize) -> Result<(), ProviderError> {
+        self.kept = self.kept.saturating_add(bytes);
+        if self.kept > MAX_BODY_BYTES {
+            return Err(too_large());
+        }
+        Ok(())
     }
 
     /// The next event, or `None` once the body has ended. A broken stream is
     /// a transport error, retryable only if `retryable` (nothing was passed
-    /// on yet).
+    /// on yet); a stream past the limit is an invalid response, not retried.
     pub async fn next(&mut self, retryable: bool) -> Result<Option<SseEvent>, ProviderError> {
         loop {
             if let Some(event) = self.parser.next_event() {
@@ -149,7 +194,16 @@ impl SseStream {
                 return Ok(None);
             }
             match self.response.chunk().await {
-                Ok(Some(chunk)) => self.parser.push(&chunk),
+                Ok(Some(chunk)) => {
+                    // Events already taken were all handed over, so `kept`
+                    // counts what the reader kept of them.
+                    let left = MAX_BODY_BYTES.saturating_sub(self.kept);
+                    self.parser.set_limit(Some(left));
+                    self.parser.push(&chunk);
+                    if self.parser.too_large() {
+                        return Err(too_large());
+                    }
+                }
                 Ok(None) => {
                     self.ended = true;
                     self.parser.finish();
@@ -163,6 +217,13 @@ impl SseStream {
             }
         }
     }
+}
+
+/// The error of a stream that went past [`MAX_BODY_BYTES`].
+fn too_large() -> ProviderError {
+    ProviderError::InvalidResponse(format!(
+        "streamed response larger than {MAX_BODY_BYTES} bytes (the event being read and the answer so far)"
+    ))
 }
 
 #[cfg(test)]
@@ -239,5 +300,35 @@ mod tests {
             ]
         );
         assert_eq!(parser.comments(), 1);
+    }
+
+    #[test]
+    fn a_limited_parser_stops_at_an_event_past_its_limit() {
+        let mut parser = SseParser::new();
+        parser.set_limit(Some(16));
+        // Events within the limit pass, however many there are.
+        for _ in 0..100 {
+            assert_eq!(
+                parser.push_and_take(b"data: 0123456789\n\n"),
+                [event(None, "0123456789")]
+            );
+        }
+        assert!(!parser.too_large());
+        // One event's lines count together, not one line at a time.
+        parser.push(b"data: 0123\ndata: 5678\n");
+        assert!(!parser.too_large());
+        parser.push(b"data: x");
+        assert!(parser.too_large());
+        // Nothing more is taken, not even the end of the event.
+        assert_eq!(parser.push_and_take(b"\n\ndata: y\n\n"), []);
+
+        // A line without end stops at the limit too.
+        let mut parser = SseParser::new();
+        parser.set_limit(Some(1000));
+        parser.push(&[b'x'; 999]);
+        assert!(!parser.too_large());
+        parser.push(b"xx");
+        assert!(parser.too_large());
+        assert!(parser.line.len() <= 1000);
     }
 }

@@ -145,7 +145,7 @@ impl CommandRunner {
         &self.presets
     }
 
-    pub fn sandbox(&self) -> &Sandbox {
+    pub fn sandbox(&self) -> &Arc<Sandbox> {
         &self.sandbox
     }
 
@@ -193,7 +193,8 @@ impl CommandRunner {
             .stderr(Stdio::piped());
         let mut spawned = self
             .sandbox
-            .spawn(command, &preset.policy(workspace))
+            .spawn(command, preset.policy(workspace))
+            .await
             .map_err(|error| CommandError::CouldNotStart {
                 name: name.to_owned(),
                 program: preset.program.clone(),

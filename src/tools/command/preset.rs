@@ -54,10 +54,10 @@ impl CommandPreset {
     }
 
     /// The sandbox rules of this preset, for a command in `workspace`.
-    pub fn policy<'a>(&'a self, workspace: &'a Path) -> CommandPolicy<'a> {
+    pub fn policy(&self, workspace: &Path) -> CommandPolicy {
         CommandPolicy {
-            workspace,
-            read_paths: &self.read_paths,
+            workspace: workspace.to_owned(),
+            read_paths: self.read_paths.clone(),
             network: self.network,
             memory_max_bytes: self.memory_max_bytes,
             pids_max: self.pids_max,

@@ -89,13 +89,13 @@ impl Default for SandboxConfig {
 }
 
 /// What one command may do beyond the server-wide rules: a preset's own
-/// settings.
-#[derive(Debug, Clone, Copy)]
-pub struct CommandPolicy<'a> {
+/// settings. Owned, so that the spawn can take it to a blocking thread.
+#[derive(Debug, Clone)]
+pub struct CommandPolicy {
     /// Read, write and execute; the command's working directory.
-    pub workspace: &'a Path,
+    pub workspace: PathBuf,
     /// Read and execute, besides `[sandbox] read_paths`.
-    pub read_paths: &'a [PathBuf],
+    pub read_paths: Vec<PathBuf>,
     /// The host's network; without it, no socket at all.
     pub network: bool,
     /// Overrides `[sandbox] memory_max_bytes`.
@@ -282,10 +282,31 @@ impl Sandbox {
     /// its limits, a private TMPDIR and, when enforcing, the Landlock rules,
     /// no capabilities and (without network) the socket filters. The
     /// command's environment, stdio and working directory are the caller's.
-    pub(crate) fn spawn(
+    ///
+    /// All of that is file system work and a fork, which can block for a
+    /// while on a busy machine, so it runs on a blocking thread. The child
+    /// and its pipes are registered with the runtime there just the same. If
+    /// this future is dropped meanwhile, the command, once started, is
+    /// killed as the unused handle drops.
+    pub(crate) async fn spawn(
+        self: &Arc<Self>,
+        command: Command,
+        policy: CommandPolicy,
+    ) -> io::Result<SandboxedChild> {
+        let sandbox = Arc::clone(self);
+        tokio::task::spawn_blocking(move || sandbox.spawn_here(command, &policy))
+            .await
+            .unwrap_or_else(|error| match error.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                Err(error) => Err(io::Error::other(format!("the spawn was stopped: {error}"))),
+            })
+    }
+
+    /// [`Sandbox::spawn`] on the calling thread, which it blocks.
+    fn spawn_here(
         &self,
         mut command: Command,
-        policy: &CommandPolicy<'_>,
+        policy: &CommandPolicy,
     ) -> io::Result<SandboxedChild> {
         let tmp = tempfile::Builder::new()
             .prefix("agent-runner-cmd-")
@@ -319,11 +340,11 @@ impl Sandbox {
         Ok(SandboxedChild {
             process,
             report,
-            _tmp: tmp,
+            _tmp: PrivateTmp(Some(tmp)),
         })
     }
 
-    fn confinement(&self, policy: &CommandPolicy<'_>, tmp: &Path) -> io::Result<Confinement> {
+    fn confinement(&self, policy: &CommandPolicy, tmp: &Path) -> io::Result<Confinement> {
         let filters = if policy.network {
             Arc::from(Vec::new())
         } else {
@@ -332,7 +353,7 @@ impl Sandbox {
                 .ok_or_else(|| io::Error::other("sandbox: seccomp filters are unavailable"))?
         };
         let own = [
-            filesystem::full_grant(policy.workspace).map_err(io::Error::other)?,
+            filesystem::full_grant(&policy.workspace).map_err(io::Error::other)?,
             filesystem::full_grant(tmp).map_err(io::Error::other)?,
         ];
         let extra: Vec<Grant> = policy
@@ -354,7 +375,31 @@ pub(crate) struct SandboxedChild {
     pub(crate) process: ContainedChild,
     pub(crate) report: SandboxReport,
     /// Held only to be removed, after `process`.
-    _tmp: tempfile::TempDir,
+    _tmp: PrivateTmp,
+}
+
+/// A command's private TMPDIR, removed when dropped. A command may have left
+/// any number of files there, so inside the runtime the removal goes to a
+/// blocking thread rather than holding up an async worker.
+#[derive(Debug)]
+struct PrivateTmp(Option<tempfile::TempDir>);
+
+impl Drop for PrivateTmp {
+    fn drop(&mut self) {
+        let Some(tmp) = self.0.take() else {
+            return;
+        };
+        let remove = move || {
+            let path = tmp.path().to_owned();
+            if let Err(error) = tmp.close() {
+                tracing::warn!(%error, path = %path.display(), "could not remove a command's TMPDIR");
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn_blocking(remove)),
+            Err(_) => remove(),
+        }
+    }
 }
 
 /// `path` made absolute and free of symbolic links: its deepest existing
