@@ -6,6 +6,10 @@
 //! after they are committed, so storage can always fill a gap: a subscriber
 //! that falls behind the live channel's buffer catches up from storage, and
 //! never makes the run wait.
+//!
+//! Storage is read a page at a time, and each page is sent before the next
+//! is read: a stream holds one page, whatever the length of the run it
+//! replays, and its first event goes out once the first page is read.
 
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
@@ -16,6 +20,7 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use futures_util::Stream;
 use tokio::sync::broadcast::error::RecvError;
 use uuid::Uuid;
 
@@ -31,8 +36,9 @@ use crate::store::{LiveEvent, Store, StoredEvent};
 /// a model call's worth wait).
 const MAX_HELD: usize = 4096;
 
-/// Stored events read per query while replaying.
-const REPLAY_PAGE: u32 = 500;
+/// Stored events read per query while replaying: what a stream holds of a
+/// run's history at once.
+const REPLAY_PAGE: u32 = 256;
 
 pub async fn stream(
     State(state): State<AppState>,
@@ -92,7 +98,7 @@ pub(super) fn events(
                 None => (channels.subscribe(cursor.run_id), false),
             };
             if !fresh {
-                for event in cursor.catch_up().await { yield Ok::<_, Infallible>(event); }
+                for await event in cursor.catch_up() { yield Ok::<_, Infallible>(event); }
             }
             if cursor.ended { break; }
             let Some(mut live) = live else {
@@ -106,23 +112,26 @@ pub(super) fn events(
                     }
                     // Ended: storage has the rest.
                     _ => {
-                        for event in cursor.catch_up().await { yield Ok(event); }
+                        for await event in cursor.catch_up() { yield Ok(event); }
                         break;
                     }
                 }
             };
             while !cursor.ended {
-                let events = match live.recv().await {
-                    Ok(event) => cursor.follow(&event).await,
+                match live.recv().await {
+                    Ok(event) => match cursor.follow(&event) {
+                        Some(events) => for event in events { yield Ok(event); },
+                        // A gap: some events went by unseen.
+                        None => for await event in cursor.catch_up() { yield Ok(event); },
+                    },
                     Err(RecvError::Lagged(skipped)) => {
                         tracing::debug!(run_id = %cursor.run_id, skipped, "subscriber lagged; catching up from storage");
-                        cursor.catch_up().await
+                        for await event in cursor.catch_up() { yield Ok(event); }
                     }
                     // It ended or paused (or the server stops): storage has
                     // what came before; the next pass sees which.
                     Err(RecvError::Closed) => break,
-                };
-                for event in events { yield Ok(event); }
+                }
             }
         }
     };
@@ -161,40 +170,54 @@ struct Cursor {
 }
 
 impl Cursor {
-    /// Every stored event after the last one sent, up to the run's end. A
-    /// storage failure ends the stream (the client resumes from its last id).
-    async fn catch_up(&mut self) -> Vec<SseEvent> {
-        let mut out = Vec::new();
-        while !self.ended {
-            let page: Vec<StoredEvent> = match self
-                .store
-                .events_after(self.run_id, self.last, REPLAY_PAGE)
-                .await
-            {
-                Ok(page) => page,
-                Err(error) => {
-                    tracing::error!(run_id = %self.run_id, %error, "reading stored events failed");
-                    self.ended = true;
+    /// Every stored event after the last one sent, up to the run's end, read
+    /// a page at a time as the stream is consumed (the next page is read
+    /// once the previous one is sent: keyset pagination by sequence, so a
+    /// page costs the same however far into the run it is). A storage
+    /// failure ends the stream (the client resumes from its last id).
+    fn catch_up(&mut self) -> impl Stream<Item = SseEvent> + Send + '_ {
+        stream! {
+            while !self.ended {
+                let page: Vec<StoredEvent> = match self
+                    .store
+                    .events_after(self.run_id, self.last, REPLAY_PAGE)
+                    .await
+                {
+                    Ok(page) => page,
+                    Err(error) => {
+                        tracing::error!(run_id = %self.run_id, %error, "reading stored events failed");
+                        self.ended = true;
+                        break;
+                    }
+                };
+                let full = page.len() == REPLAY_PAGE as usize;
+                let mut out = Vec::new();
+                for event in page {
+                    self.last = event.sequence;
+                    out.push(self.first(sse(event.sequence, &event.kind, &event.body)));
+                    if event.kind == EventKind::RUN_END {
+                        self.ended = true;
+                    } else {
+                        // The deltas that follow it go right after it.
+                        self.release_held(&mut out);
+                    }
+                    for event in out.drain(..) {
+                        yield event;
+                    }
+                    if self.ended {
+                        break;
+                    }
+                }
+                if !full {
                     break;
                 }
-            };
-            let full = page.len() == REPLAY_PAGE as usize;
-            for event in page {
-                self.last = event.sequence;
-                out.push(self.first(sse(event.sequence, &event.kind, &event.body)));
-                if event.kind == EventKind::RUN_END {
-                    self.ended = true;
-                    break;
-                }
-                // The deltas that follow it go right after it.
-                self.release_held(&mut out);
             }
-            if !full {
-                break;
+            let mut out = Vec::new();
+            self.release_held(&mut out);
+            for event in out {
+                yield event;
             }
         }
-        self.release_held(&mut out);
-        out
     }
 
     /// The held deltas whose stored event was sent, in order.
@@ -212,9 +235,10 @@ impl Cursor {
         }
     }
 
-    /// A live event: sent when it is the next one, skipped when already sent,
-    /// and a gap (some events went by unseen) is filled from storage.
-    async fn follow(&mut self, event: &LiveEvent) -> Vec<SseEvent> {
+    /// A live event: what it makes the stream send (nothing when it was
+    /// sent already), or `None` for a gap (some events went by unseen),
+    /// which storage fills ([`Cursor::catch_up`]).
+    fn follow(&mut self, event: &LiveEvent) -> Option<Vec<SseEvent>> {
         match event.sequence {
             None => {
                 let delta = SseEvent::default().event(event.kind).data(&*event.body);
@@ -222,26 +246,26 @@ impl Cursor {
                 // already (read from storage), and its place is gone. Deltas
                 // are live-only text, and the stored message has it whole.
                 if event.after < self.last {
-                    return Vec::new();
+                    return Some(Vec::new());
                 }
                 if event.after == self.last {
-                    return vec![self.first(delta)];
+                    return Some(vec![self.first(delta)]);
                 }
                 if self.held.len() == MAX_HELD {
                     self.held.pop_front();
                 }
                 self.held.push_back((event.after, delta));
-                Vec::new()
+                Some(Vec::new())
             }
-            Some(sequence) if sequence <= self.last => Vec::new(),
+            Some(sequence) if sequence <= self.last => Some(Vec::new()),
             Some(sequence) if sequence == self.last + 1 => {
                 self.last = sequence;
                 self.ended = event.is_end();
                 let mut out = vec![self.first(sse(sequence, event.kind, &event.body))];
                 self.release_held(&mut out);
-                out
+                Some(out)
             }
-            Some(_) => self.catch_up().await,
+            Some(_) => None,
         }
     }
 

@@ -21,6 +21,7 @@ mod operations;
 mod pauses;
 mod postgres;
 mod providers;
+mod replay;
 mod replicas;
 mod retention;
 mod runs;
