@@ -119,6 +119,18 @@ pub struct RunLimits {
     /// How long each pause waits for its answers.
     #[serde(default = "default_action_timeout")]
     pub action_timeout_ms: u64,
+    /// How often it may be resumed after its process stopped (0: it ends
+    /// `interrupted` instead).
+    #[serde(default = "default_max_resumes")]
+    pub max_resumes: u32,
+}
+
+/// How often a run is resumed after its process stopped, when the request
+/// names no bound.
+pub const DEFAULT_MAX_RESUMES: u32 = 3;
+
+fn default_max_resumes() -> u32 {
+    DEFAULT_MAX_RESUMES
 }
 
 /// How long a pause waits for its answers when the request names no bound.
@@ -141,6 +153,7 @@ pub const DEFAULT_LIMITS: RunLimits = RunLimits {
     max_tool_calls: agent::DEFAULT_MAX_TOOL_CALLS,
     timeout_ms: agent::DEFAULT_TIMEOUT_MS,
     action_timeout_ms: DEFAULT_ACTION_TIMEOUT_MS,
+    max_resumes: DEFAULT_MAX_RESUMES,
 };
 pub const DEFAULT_CONTEXT: RunContext = RunContext {
     max_context_chars: agent::DEFAULT_MAX_CONTEXT_CHARS,
@@ -286,6 +299,9 @@ pub struct Run {
     pub steps: u32,
     pub tool_calls: u32,
     pub usage: UsageTotals,
+    /// How often it was resumed after its process stopped.
+    #[serde(default)]
+    pub resumes: u32,
     pub limits: RunLimits,
     pub context: RunContext,
     pub tools: Vec<String>,
@@ -329,6 +345,7 @@ impl Run {
             steps: 0,
             tool_calls: 0,
             usage: UsageTotals::default(),
+            resumes: 0,
             limits: spec.limits,
             context: spec.context,
             tools: spec.tools.clone(),
@@ -390,6 +407,7 @@ impl RunSpec {
                 max_tool_calls: 0,
                 timeout_ms: 10_000,
                 action_timeout_ms: 10_000,
+                max_resumes: 0,
             },
             context: RunContext {
                 max_context_chars: 1000,

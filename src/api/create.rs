@@ -145,6 +145,7 @@ pub struct LimitsRequest {
     pub max_tool_calls: Option<u64>,
     pub timeout_ms: Option<u64>,
     pub action_timeout_ms: Option<u64>,
+    pub max_resumes: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -286,6 +287,13 @@ impl CreateRunRequest {
                 1,
                 ceilings.action_timeout_ms,
             )?,
+            max_resumes: bounded(
+                "limits.max_resumes",
+                requested.max_resumes,
+                DEFAULT_LIMITS.max_resumes.into(),
+                0,
+                ceilings.max_resumes.into(),
+            )? as u32,
         };
         let requested = self.context.unwrap_or_default();
         let context = RunContext {

@@ -199,6 +199,8 @@ pub struct LimitsConfig {
     pub max_tool_result_chars: usize,
     /// Longest a pause may wait for its answers.
     pub action_timeout_ms: u64,
+    /// Most resumes a run may ask for after its process stopped.
+    pub max_resumes: u32,
 }
 
 impl Default for LimitsConfig {
@@ -210,6 +212,7 @@ impl Default for LimitsConfig {
             max_context_chars: 1_000_000,
             max_tool_result_chars: 1_000_000,
             action_timeout_ms: 86_400_000,
+            max_resumes: 10,
         }
     }
 }

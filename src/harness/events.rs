@@ -163,9 +163,23 @@ pub type ObserverError = Box<dyn std::error::Error + Send + Sync>;
 pub trait Observer: Send + Sync {
     fn on_event(&self, event: &Event) -> Result<(), ObserverError>;
 
+    /// The run's totals after a step's model response or a tool's result:
+    /// what a run that resumes after a crash goes on from.
+    fn on_progress(&self, _run_id: Uuid, _totals: &Totals) {}
+
     /// Text a streaming model produced, before its response is complete. Not a
     /// sequenced event: it is for live display only.
     fn on_delta(&self, _run_id: Uuid, _text: &str) {}
+}
+
+/// A run's totals so far (see [`Observer::on_progress`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Totals {
+    pub steps: u32,
+    pub tool_calls: u32,
+    pub usage: UsageTotals,
+    /// Running time so far, across its drives.
+    pub elapsed: std::time::Duration,
 }
 
 /// Stamps events with the run id, sequence and time, and shields the run from
@@ -219,6 +233,14 @@ impl<'a> Emitter<'a> {
             Err(_) => {
                 tracing::warn!(run_id = %self.run_id, sequence = event.sequence, "run observer panicked");
             }
+        }
+    }
+
+    pub(crate) fn progress(&self, totals: &Totals) {
+        if let Some(observer) = self.observer {
+            let _ = catch_unwind(AssertUnwindSafe(|| {
+                observer.on_progress(self.run_id, totals)
+            }));
         }
     }
 

@@ -13,10 +13,11 @@ pub mod stop;
 pub mod tool;
 
 pub use agent::{
-    CANNOT_PAUSE, ContextLimits, Harness, Limits, Progress, RunConfig, RunResult, TOOL_CANCEL_GRACE,
+    CANNOT_PAUSE, ContextLimits, Harness, Limits, OUTCOME_UNKNOWN, Progress, RunConfig, RunResult,
+    TOOL_CANCEL_GRACE,
 };
 pub use context::{ContextError, ContextIndex, bound_tool_result, select_context};
-pub use events::{Event, EventKind, Observer, ObserverError, Outcome};
+pub use events::{Event, EventKind, Observer, ObserverError, Outcome, Totals};
 pub use message::{MAX_TOKEN_COUNT, Message, ToolCall, Usage, UsageError, UsageTotals};
 pub use model::{ContextView, DeltaSink, Model, ModelError, ModelRequest, ModelResponse, NoDeltas};
 pub use pause::{ActionKind, Answer, Answers, Approval, Checkpoint, PendingAction, check_answers};

@@ -62,6 +62,13 @@ pub trait Tool: Send + Sync {
         false
     }
 
+    /// Whether a call with `arguments` may safely run again when it is not
+    /// known whether it ran to its end (its server stopped while it ran):
+    /// it reads only, or doing it twice leaves what doing it once does.
+    fn idempotent(&self, _arguments: &Value) -> bool {
+        false
+    }
+
     async fn execute(
         &self,
         arguments: &Value,

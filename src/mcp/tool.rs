@@ -63,6 +63,9 @@ pub struct McpTool {
     /// arguments are checked against.
     schema: Value,
     timeout: Duration,
+    /// Its annotations say it only reads, or is idempotent: safe to call
+    /// again after a crash left its outcome unknown.
+    idempotent: bool,
 }
 
 impl McpTool {
@@ -92,6 +95,10 @@ impl McpTool {
             remote: tool.name.to_string(),
             schema,
             timeout,
+            idempotent: tool.annotations.as_ref().is_some_and(|annotations| {
+                annotations.read_only_hint == Some(true)
+                    || annotations.idempotent_hint == Some(true)
+            }),
         }
     }
 }
@@ -104,6 +111,10 @@ impl Tool for McpTool {
 
     fn schema(&self) -> Option<&Value> {
         Some(&self.schema)
+    }
+
+    fn idempotent(&self, _arguments: &Value) -> bool {
+        self.idempotent
     }
 
     async fn execute(

@@ -121,6 +121,29 @@ enum Entry {
     Turn(Turn),
 }
 
+/// Where a run's task takes it up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// From its prompt (after the transcript it continues, if any).
+    Start,
+    /// From its pause, every action answered.
+    Answered,
+    /// From what was stored when its process stopped.
+    Recovered,
+}
+
+impl Origin {
+    fn of(queued: &Unfinished) -> Self {
+        if queued.answered_pause {
+            Self::Answered
+        } else if queued.recovered {
+            Self::Recovered
+        } else {
+            Self::Start
+        }
+    }
+}
+
 /// Everything [`Runner::new`] is built from.
 pub struct Parts {
     pub store: Store,
@@ -256,16 +279,14 @@ impl Runner {
     /// A run stored `queued` goes to the scheduler: its task waits here for
     /// its turn, or it waits in the database for any replica.
     fn queue(&self, queued: Unfinished, place: crate::scheduler::Place) {
+        let origin = Origin::of(&queued);
         let Unfinished {
-            run,
-            tenant,
-            model,
-            answered_pause,
+            run, tenant, model, ..
         } = queued;
         match self.scheduler.enqueue(place) {
             Queued::Here(turn) => {
                 let spec = RunSpec::of_run(&run, model);
-                self.start(run, tenant, spec, Entry::Turn(turn), answered_pause, false);
+                self.start(run, tenant, spec, Entry::Turn(turn), origin, false);
             }
             Queued::Elsewhere => {}
         }
@@ -277,7 +298,7 @@ impl Runner {
         tenant: Tenant,
         spec: RunSpec,
         entry: Entry,
-        resuming: bool,
+        origin: Origin,
         follow: bool,
     ) -> Option<LiveEvents> {
         let live = Arc::new(LiveRun {
@@ -303,7 +324,7 @@ impl Runner {
             live,
             spec,
             inserted_running,
-            resuming,
+            origin,
         };
         self.lifecycle
             .tasks
@@ -365,15 +386,9 @@ impl Runner {
 impl Host for Runner {
     fn start_taken(&self, run: Unfinished, slot: Slot, cancel: bool) {
         let id = run.run.id;
+        let origin = Origin::of(&run);
         let spec = RunSpec::of_run(&run.run, run.model);
-        self.start(
-            run.run,
-            run.tenant,
-            spec,
-            Entry::Slot(slot),
-            run.answered_pause,
-            false,
-        );
+        self.start(run.run, run.tenant, spec, Entry::Slot(slot), origin, false);
         if cancel && self.runs.cancel_any(id) {
             tracing::info!(run_id = %id, "cancelled while it was queued");
         }

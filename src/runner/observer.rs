@@ -10,7 +10,7 @@ use chrono::{SecondsFormat, Utc};
 use uuid::Uuid;
 
 use super::LiveRun;
-use crate::harness::{Event, EventKind, Observer, ObserverError, Outcome};
+use crate::harness::{Event, EventKind, Observer, ObserverError, Outcome, Totals};
 use crate::metrics::Metrics;
 use crate::run::{Run, format_time};
 use crate::store::writer::Pause;
@@ -277,6 +277,10 @@ impl Observer for RunObserver {
             let _ = self.ended.set(outcome);
         }
         Ok(())
+    }
+
+    fn on_progress(&self, run_id: Uuid, totals: &Totals) {
+        self.store.writer().progress(run_id, *totals);
     }
 
     fn on_delta(&self, run_id: Uuid, text: &str) {

@@ -89,6 +89,7 @@ impl Runner {
                         tenant: tenant.clone(),
                         model,
                         answered_pause: true,
+                        recovered: false,
                     };
                     self.queue(queued, place);
                 }

@@ -7,7 +7,7 @@
 use chrono::Utc;
 use uuid::Uuid;
 
-use super::{Entry, LiveEvents, Runner, SubmitError};
+use super::{Entry, LiveEvents, Origin, Runner, SubmitError};
 use crate::run::{Run, RunSpec, RunStatus, Tenant};
 use crate::scheduler::{Admission, Queued, Refused};
 use crate::store::writer::RunRow;
@@ -159,7 +159,14 @@ impl Runner {
                 Queued::Elsewhere => return Ok((run, None)),
             },
         };
-        let events = self.start(run.clone(), tenant.clone(), spec, entry, false, follow);
+        let events = self.start(
+            run.clone(),
+            tenant.clone(),
+            spec,
+            entry,
+            Origin::Start,
+            follow,
+        );
         Ok((run, events))
     }
 }

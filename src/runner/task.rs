@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use futures_util::FutureExt;
 
-use super::{Entry, LiveRun, Runner, observer};
+use super::{Entry, LiveRun, Origin, Runner, observer};
 use crate::harness::{
     Answers, Approval, Checkpoint, ContextLimits, Harness, Limits, Message, Model, Outcome,
     Progress, RunConfig, StopReason,
@@ -19,7 +19,7 @@ use crate::harness::{
 use crate::mcp::RunServers;
 use crate::models::ScriptedModel;
 use crate::run::{ModelSpec, RunSpec, format_time};
-use crate::store::{Closing, Pause, StoredPause};
+use crate::store::{Closing, Pause, StoredPause, StoredRecovery};
 
 /// Where a run's transcript starts.
 enum Begin {
@@ -28,6 +28,8 @@ enum Begin {
     /// Before its prompt: the transcript it continues (empty for a run of
     /// its own).
     Continue(Vec<Arc<Message>>),
+    /// Where its process stopped, as stored.
+    Recover(StoredRecovery),
 }
 
 pub(super) struct RunTask {
@@ -36,8 +38,8 @@ pub(super) struct RunTask {
     pub(super) spec: RunSpec,
     /// Stored `running` from its insert: its start needs no write of its own.
     pub(super) inserted_running: bool,
-    /// An answered pause: it resumes from what its pause stored.
-    pub(super) resuming: bool,
+    /// Where it takes up.
+    pub(super) origin: Origin,
 }
 
 impl RunTask {
@@ -47,10 +49,12 @@ impl RunTask {
         // transcript a continued run inherited (stored as its first messages
         // when it was accepted).
         let store = &shared.store;
-        let begin = match (self.resuming, self.spec.previous_run_id) {
-            (true, _) => store.paused(self.live.id).await.map(Begin::Resume),
-            (false, Some(_)) => store.transcript(self.live.id).await.map(Begin::Continue),
-            (false, None) => Ok(Begin::Continue(Vec::new())),
+        let id = self.live.id;
+        let begin = match (self.origin, self.spec.previous_run_id) {
+            (Origin::Answered, _) => store.paused(id).await.map(Begin::Resume),
+            (Origin::Recovered, _) => store.recovery(id).await.map(Begin::Recover),
+            (Origin::Start, Some(_)) => store.transcript(id).await.map(Begin::Continue),
+            (Origin::Start, None) => Ok(Begin::Continue(Vec::new())),
         };
         let begin = match begin {
             Ok(begin) => begin,
@@ -61,6 +65,7 @@ impl RunTask {
         };
         let (messages, last_sequence) = match &begin {
             Begin::Resume(stored) => (stored.messages.len(), stored.last_sequence),
+            Begin::Recover(stored) => (stored.messages.len(), stored.last_sequence),
             Begin::Continue(history) => (history.len(), 0),
         };
         let messages = u32::try_from(messages).unwrap_or(u32::MAX);
@@ -134,7 +139,7 @@ impl RunTask {
         self.live.executing.store(true, Ordering::Release);
         slot.executing();
         let began = Instant::now();
-        tracing::debug!(resumed = self.resuming, "run started");
+        tracing::debug!(origin = ?self.origin, "run started");
         // A run with MCP servers holds its `run_end` back until they are
         // ended: whoever sees the end sees no server still at work.
         observer.hold_end(!self.spec.mcp_servers.is_empty());
@@ -283,7 +288,8 @@ impl RunTask {
     ) -> Result<Option<Checkpoint>, String> {
         let shared = &self.runner.services;
         let spec = &self.spec;
-        // A resumed run's counters are as its pause stored them.
+        // A resumed run's counters are as its pause (or its last step)
+        // stored them.
         let resumed = match &begin {
             Begin::Resume(_) => Some(
                 shared
@@ -292,6 +298,7 @@ impl RunTask {
                     .read(self.live.id, |run| (run.steps, run.tool_calls, run.usage))
                     .ok_or("the run is not live")?,
             ),
+            Begin::Recover(stored) => Some((stored.steps, stored.tool_calls, stored.usage)),
             Begin::Continue(_) => None,
         };
         // A resumed scripted model goes on from the response after the last
@@ -310,12 +317,13 @@ impl RunTask {
         // A resumed run's running time so far.
         let before = match &begin {
             Begin::Resume(stored) => stored.running,
+            Begin::Recover(stored) => stored.running,
             Begin::Continue(_) => Duration::ZERO,
         };
         let (registry, connecting) = self.tools(observer, servers, before).await?;
-        let (stored, history) = match begin {
-            Begin::Resume(stored) => (Some(stored), Vec::new()),
+        let (begin, history) = match begin {
             Begin::Continue(history) => (None, history),
+            begin => (Some(begin), Vec::new()),
         };
         let config = RunConfig {
             run_id: self.live.id,
@@ -343,9 +351,23 @@ impl RunTask {
             tools: &registry,
             observer: Some(observer),
         };
-        let progress = match stored.zip(resumed) {
-            None => harness.start(config, &self.live.stop).await,
-            Some((stored, (steps, tool_calls, usage))) => {
+        let progress = match begin.zip(resumed) {
+            None | Some((Begin::Continue(_), _)) => harness.start(config, &self.live.stop).await,
+            Some((Begin::Recover(stored), (steps, tool_calls, usage))) => {
+                let checkpoint = Checkpoint {
+                    messages: stored.messages,
+                    steps,
+                    tool_calls,
+                    usage,
+                    last_sequence: stored.last_sequence,
+                    elapsed: stored.running,
+                    pending: Vec::new(),
+                };
+                harness
+                    .recover(config, checkpoint, stored.started_calls, &self.live.stop)
+                    .await
+            }
+            Some((Begin::Resume(stored), (steps, tool_calls, usage))) => {
                 let answers: Answers = stored
                     .answers
                     .iter()

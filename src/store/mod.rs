@@ -38,8 +38,8 @@ use crate::run::{ActionAnswer, ModelSpec, Run, RunSpec, RunStatus, Tenant};
 pub use connect::Engine;
 use connect::{STREAM_KEY, open_postgres, open_sqlite, server_key};
 pub use live::{Channels, Closing, LiveEvent, StatusChange};
-pub use recover::Recovered;
-use recover::{interrupt, recover};
+pub use recover::{Recovered, ResumeReason};
+use recover::{interrupt, recover, rest};
 pub use writer::{Finish, NewEvent, Pause, Transition, Transitioned, Writer, WriterStats};
 
 #[derive(Debug, thiserror::Error)]
@@ -83,6 +83,23 @@ pub struct Unfinished {
     /// A paused run whose every action was answered: it resumes from its
     /// checkpoint rather than starting.
     pub answered_pause: bool,
+    /// A run whose process stopped while it ran: it goes on from what was
+    /// stored (see [`Store::recovery`]).
+    pub recovered: bool,
+}
+
+/// Where a run whose process stopped stands, to go on from there.
+#[derive(Debug)]
+pub struct StoredRecovery {
+    pub messages: Vec<Arc<Message>>,
+    pub last_sequence: u64,
+    pub steps: u32,
+    pub tool_calls: u32,
+    pub usage: crate::harness::UsageTotals,
+    pub running: Duration,
+    /// Calls of its last batch whose `tool_start` is stored (with or
+    /// without a result).
+    pub started_calls: std::collections::HashSet<String>,
 }
 
 /// Which runs a listing shows.
@@ -352,6 +369,58 @@ impl Store {
             running: Duration::from_millis(count("running_ms")?),
             pending: rows::json(&row, "pending_actions")?,
             answers: rows::json(&row, "answers")?,
+        })
+    }
+
+    /// Where a run whose process stopped stands (see [`StoredRecovery`]).
+    pub async fn recovery(&self, id: Uuid) -> Result<StoredRecovery, StoreError> {
+        let row = sqlx::query(
+            "SELECT steps, tool_calls, input_tokens, output_tokens, model_calls_with_usage, \
+             running_ms, \
+             (SELECT COALESCE(MAX(sequence), 0) FROM events WHERE run_id = runs.id) AS last \
+             FROM runs WHERE id = $1",
+        )
+        .bind(id.to_string())
+        .fetch_optional(&self.read)
+        .await?
+        .ok_or_else(|| StoreError::Corrupt(format!("run {id} vanished")))?;
+        let count = |column: &str| {
+            u64::try_from(row.get::<i64, _>(column))
+                .map_err(|_| StoreError::Corrupt(format!("{column} out of range")))
+        };
+        let narrow = |column: &str| {
+            u32::try_from(count(column)?)
+                .map_err(|_| StoreError::Corrupt(format!("{column} out of range")))
+        };
+        // The calls started since the last model response: its batch.
+        let started = sqlx::query(
+            "SELECT body FROM events WHERE run_id = $1 AND type = 'tool_start' AND sequence > \
+             (SELECT COALESCE(MAX(sequence), 0) FROM events WHERE run_id = $1 \
+              AND type = 'model_end')",
+        )
+        .bind(id.to_string())
+        .fetch_all(&self.read)
+        .await?;
+        let started_calls = started
+            .iter()
+            .filter_map(|row| {
+                let body: serde_json::Value =
+                    serde_json::from_str(&row.get::<String, _>(0)).ok()?;
+                body.get("call_id")?.as_str().map(str::to_owned)
+            })
+            .collect();
+        Ok(StoredRecovery {
+            messages: self.transcript(id).await?,
+            last_sequence: count("last")?,
+            steps: narrow("steps")?,
+            tool_calls: narrow("tool_calls")?,
+            usage: crate::harness::UsageTotals {
+                input_tokens: count("input_tokens")?,
+                output_tokens: count("output_tokens")?,
+                model_calls_with_usage: count("model_calls_with_usage")?,
+            },
+            running: Duration::from_millis(count("running_ms")?),
+            started_calls,
         })
     }
 

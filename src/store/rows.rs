@@ -19,7 +19,8 @@ macro_rules! select_runs {
             "input_tokens, output_tokens, model_calls_with_usage, limits, context, tools, ",
             "commands, model, metadata, model_spec, request_hash, created_at, started_at, ",
             "finished_at, approval, client_tools, pending_actions, answers, running_ms, ",
-            "action_deadline, instructions, thread_id, previous_run_id, mcp_servers, webhook ",
+            "action_deadline, instructions, thread_id, previous_run_id, mcp_servers, webhook, ",
+            "resumes ",
             "FROM runs ",
             $filter
         )
@@ -77,6 +78,7 @@ pub(super) fn run_from_row(row: &AnyRow) -> Result<Run, StoreError> {
             output_tokens: count(row, "output_tokens")?,
             model_calls_with_usage: count(row, "model_calls_with_usage")?,
         },
+        resumes: count(row, "resumes")?,
         limits: json(row, "limits")?,
         context: json(row, "context")?,
         tools: json(row, "tools")?,
@@ -114,11 +116,14 @@ pub(super) fn run_from_row(row: &AnyRow) -> Result<Run, StoreError> {
 }
 
 pub(super) fn unfinished_from_row(row: &AnyRow) -> Result<Unfinished, StoreError> {
+    let run = run_from_row(row)?;
+    let answered_pause = row.get::<String, _>("pending_actions") != "[]";
     Ok(Unfinished {
-        run: run_from_row(row)?,
+        recovered: run.resumes > 0 && !answered_pause,
+        run,
         tenant: Tenant(row.get("tenant")),
         model: json(row, "model_spec")?,
-        answered_pause: row.get::<String, _>("pending_actions") != "[]",
+        answered_pause,
     })
 }
 

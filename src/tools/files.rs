@@ -61,6 +61,11 @@ impl ReadFile {
 
 #[async_trait]
 impl Tool for ReadFile {
+    /// It only reads.
+    fn idempotent(&self, _arguments: &Value) -> bool {
+        true
+    }
+
     fn definition(&self) -> Arc<ToolDefinition> {
         Arc::clone(&self.definition)
     }
@@ -110,6 +115,11 @@ impl WriteFile {
 
 #[async_trait]
 impl Tool for WriteFile {
+    /// Writing the same content to the same file twice leaves what once does.
+    fn idempotent(&self, _arguments: &Value) -> bool {
+        true
+    }
+
     fn definition(&self) -> Arc<ToolDefinition> {
         Arc::clone(&self.definition)
     }
@@ -161,6 +171,11 @@ impl ListDir {
 
 #[async_trait]
 impl Tool for ListDir {
+    /// It only reads.
+    fn idempotent(&self, _arguments: &Value) -> bool {
+        true
+    }
+
     fn definition(&self) -> Arc<ToolDefinition> {
         Arc::clone(&self.definition)
     }

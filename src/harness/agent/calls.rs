@@ -111,7 +111,13 @@ impl Run<'_, '_> {
     }
 
     /// Emits a call's `tool_end` and records its result, bounded.
-    fn ended_call(&mut self, call: &ToolCall, content: String, is_error: bool, duration_ms: f64) {
+    pub(super) fn ended_call(
+        &mut self,
+        call: &ToolCall,
+        content: String,
+        is_error: bool,
+        duration_ms: f64,
+    ) {
         self.emitter.emit(|| EventKind::ToolEnd {
             call_id: call.id.clone(),
             name: call.name.clone(),
@@ -124,5 +130,6 @@ impl Run<'_, '_> {
             bound_tool_result(&content, limit),
             is_error,
         ));
+        self.tell_totals();
     }
 }

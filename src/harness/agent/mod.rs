@@ -1,6 +1,7 @@
 //! The agent loop: the model proposes, the harness validates, budgets,
 //! executes and records.
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::panic::AssertUnwindSafe;
@@ -17,8 +18,8 @@ use uuid::Uuid;
 mod calls;
 
 use super::context::{self, ContextError, ContextIndex};
-use super::events::{Emitter, EventKind, Observer, Outcome};
-use super::message::{Message, UsageTotals};
+use super::events::{Emitter, EventKind, Observer, Outcome, Totals};
+use super::message::{Message, ToolCall, UsageTotals};
 use super::model::{DeltaSink, Model, ModelError, ModelRequest};
 use super::pause::{Answer, Answers, Approval, Checkpoint, PendingAction};
 use super::registry::ToolRegistry;
@@ -176,7 +177,15 @@ enum End {
 enum Begin {
     Fresh,
     Resume(Checkpoint, Answers),
+    /// After its process stopped: the calls of its last batch that were
+    /// started (their `tool_start` stored) without a stored result.
+    Recover(Checkpoint, HashSet<String>),
 }
+
+/// The result of a call that was running when the run's process stopped,
+/// whose tool is not safe to run twice.
+pub const OUTCOME_UNKNOWN: &str = "Outcome unknown: the server stopped while this call was running; \
+     check its effects before trying again";
 
 impl Harness<'_> {
     /// Runs the loop to its end. Never panics on anything a model or a tool
@@ -210,6 +219,26 @@ impl Harness<'_> {
     ) -> Progress {
         let (run, end, stopped) = self
             .drive(&config, Begin::Resume(checkpoint, answers), stop)
+            .await;
+        run.progress(end, stopped)
+    }
+
+    /// Continues a run whose process stopped while it ran, from what was
+    /// stored (`checkpoint`; no pending actions): the calls of its last
+    /// batch without a result run now, except that one of them that was
+    /// `started` runs again only if its tool is idempotent, and otherwise
+    /// gets the error result [`OUTCOME_UNKNOWN`]; a last answer without
+    /// calls ends it. Then it goes on. Every call ends with exactly one
+    /// result.
+    pub async fn recover(
+        &self,
+        config: RunConfig,
+        checkpoint: Checkpoint,
+        started: HashSet<String>,
+        stop: &Stop,
+    ) -> Progress {
+        let (run, end, stopped) = self
+            .drive(&config, Begin::Recover(checkpoint, started), stop)
             .await;
         run.progress(end, stopped)
     }
@@ -252,7 +281,14 @@ impl Harness<'_> {
                     })
                     .collect();
                 run.restore(checkpoint);
-                (run, Some(answers))
+                (run, Some(Entry::Answers(answers)))
+            }
+            Begin::Recover(checkpoint, started) => {
+                let emitter =
+                    Emitter::continuing(config.run_id, self.observer, checkpoint.last_sequence);
+                let mut run = Run::new(self, config, emitter);
+                run.restore(checkpoint);
+                (run, Some(Entry::Recovered(started)))
             }
         };
         // The deadline counts running time only: what a pause used is not
@@ -311,6 +347,14 @@ async fn with_deadline<F: Future>(
     body.await
 }
 
+/// What a drive does before its loop, after a pause or a stop.
+enum Entry {
+    /// The paused batch, with its answers.
+    Answers(Vec<(PendingAction, Option<Answer>)>),
+    /// The batch its stopped process left (see [`Harness::recover`]).
+    Recovered(HashSet<String>),
+}
+
 struct Run<'h, 'c> {
     harness: &'h Harness<'h>,
     config: &'c RunConfig,
@@ -325,6 +369,8 @@ struct Run<'h, 'c> {
     elapsed_before: Duration,
     /// What the instructions take of the context budget, measured once.
     instructions_chars: usize,
+    /// When this drive began.
+    began: Instant,
 }
 
 impl<'h, 'c> Run<'h, 'c> {
@@ -340,7 +386,76 @@ impl<'h, 'c> Run<'h, 'c> {
             usage: UsageTotals::default(),
             elapsed_before: Duration::ZERO,
             instructions_chars: config.instructions.as_deref().map_or(0, json_string_chars),
+            began: Instant::now(),
         }
+    }
+
+    /// Tells the observer the run's totals (after a model response or a
+    /// tool's result).
+    fn tell_totals(&self) {
+        self.emitter.progress(&Totals {
+            steps: self.steps,
+            tool_calls: self.tool_calls,
+            usage: self.usage,
+            elapsed: self.elapsed_before + self.began.elapsed(),
+        });
+    }
+
+    /// The calls of the transcript's last batch that have no result, run
+    /// (or answered `Outcome unknown`) in call order, counted as every call
+    /// is. A transcript that ends with an answer ends the run with it.
+    async fn recover_batch(
+        &mut self,
+        started: &HashSet<String>,
+        token: &CancellationToken,
+    ) -> Option<End> {
+        let batch = self
+            .messages
+            .iter()
+            .rposition(|message| matches!(**message, Message::Assistant { .. }))?;
+        let assistant = Arc::clone(&self.messages[batch]);
+        if batch + 1 == self.messages.len() && assistant.tool_calls().is_empty() {
+            let Message::Assistant { content, .. } = &*assistant else {
+                return None;
+            };
+            return Some(End::Completed(content.clone()));
+        }
+        let answered: HashSet<&str> = self.messages[batch + 1..]
+            .iter()
+            .filter_map(|message| match &**message {
+                Message::Tool { call_id, .. } => Some(call_id.as_str()),
+                _ => None,
+            })
+            .collect();
+        let unanswered: Vec<ToolCall> = assistant
+            .tool_calls()
+            .iter()
+            .filter(|call| !answered.contains(call.id.as_str()))
+            .cloned()
+            .collect();
+        drop(answered);
+        for call in &unanswered {
+            if token.is_cancelled() {
+                return Some(End::Stopped);
+            }
+            self.tool_calls += 1;
+            let rerun = !started.contains(&call.id)
+                || self
+                    .harness
+                    .tools
+                    .get(&call.name)
+                    .is_some_and(|tool| tool.idempotent(&call.arguments));
+            if rerun {
+                self.call_tool(call, token).await;
+            } else {
+                self.emitter.emit(|| EventKind::ToolStart {
+                    call_id: call.id.clone(),
+                    name: call.name.clone(),
+                });
+                self.ended_call(call, OUTCOME_UNKNOWN.to_owned(), true, 0.0);
+            }
+        }
+        None
     }
 
     /// A continued transcript may end with calls that never ran (its run
@@ -407,9 +522,13 @@ impl Run<'_, '_> {
         &mut self,
         token: &CancellationToken,
         deadline: Option<tokio::time::Instant>,
-        answers: Option<Vec<(PendingAction, Option<Answer>)>>,
+        entry: Option<Entry>,
     ) -> End {
-        if let Some(answers) = answers {
+        if let Some(Entry::Recovered(started)) = entry {
+            if let Some(end) = self.recover_batch(&started, token).await {
+                return end;
+            }
+        } else if let Some(Entry::Answers(answers)) = entry {
             // The paused batch, in call order: pending calls as answered,
             // the others (needing no answer) as usual. Counted at the pause.
             let calls = self
@@ -482,6 +601,7 @@ impl Run<'_, '_> {
             self.emitter
                 .emit(|| EventKind::ModelEnd { duration_ms, usage });
             self.steps += 1;
+            self.tell_totals();
 
             let batch = response.tool_calls.len();
             if batch > limits.max_tool_calls.saturating_sub(self.tool_calls) as usize {

@@ -19,8 +19,9 @@
 //! - **Claims.** Queued runs belong to no replica: one with a free slot takes
 //!   the oldest with `FOR UPDATE SKIP LOCKED`, so two never take the same.
 //! - **Takeover.** Any replica deletes the rows of replicas whose lease ran
-//!   out, then ends every running run whose owner has no row `interrupted`,
-//!   with its `run_end`.
+//!   out, then queues again every running run whose owner has no row, to
+//!   resume (with a `run_resumed` event), or past its resumes ends it
+//!   `interrupted` with its `run_end`.
 //! - **Notifications.** `LISTEN`/`NOTIFY`, sent inside the transaction that
 //!   wrote what they announce (so they arrive only once it is committed):
 //!   new events of runs ([`EVENTS`]), a run waiting to be claimed
@@ -44,7 +45,7 @@ pub use notify::{CANCEL, EVENTS, Notice, QUEUED, STATUSES};
 pub(super) use notify::{notify, notify_events, notify_statuses};
 
 use super::rows;
-use super::{Channels, StatusChange, StoreError, Unfinished};
+use super::{Channels, ResumeReason, StatusChange, StoreError, Unfinished};
 use crate::harness::Outcome;
 use crate::run::{RunStatus, format_time};
 
@@ -410,14 +411,22 @@ impl Cluster {
             .await?;
         let mut ended = Vec::with_capacity(orphans.len());
         for row in &orphans {
-            ended.push(self.interrupt(&mut tx, row, at).await?);
+            let run = rows::run_from_row(row)?;
+            let tenant = sqlx::Row::get(row, "tenant");
+            ended.push(super::rest(&mut tx, &run, tenant, ResumeReason::LeaseLost, at).await?);
+        }
+        if ended
+            .iter()
+            .any(|change| change.status == RunStatus::Queued)
+        {
+            notify(&mut tx, QUEUED, "").await?;
         }
         let ended = self.commit_ended(tx, ended).await?;
         for replica in &dead {
             tracing::warn!(%replica, "a replica's lease ran out; it is taken for dead");
         }
         for run_id in &ended {
-            tracing::warn!(%run_id, "the run's replica is gone; the run is interrupted");
+            tracing::warn!(%run_id, "the run's replica is gone; the run is queued to resume, or interrupted past its resumes");
         }
         Ok(ended)
     }

@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use super::sql::RunRow;
 use super::transition::{Transition, Transitioned};
-use crate::harness::{Outcome, UsageTotals};
+use crate::harness::{Outcome, Totals, UsageTotals};
 use crate::run::RunStatus;
 use crate::store::StoreError;
 use crate::store::live::{Channels, Closing, LiveEvent, StatusChange};
@@ -74,6 +74,12 @@ pub(super) enum Op {
         done: oneshot::Sender<Result<(), StoreError>>,
     },
     Event(NewEvent),
+    /// A running run's totals after a step or a tool's result: what it
+    /// resumes from should its process stop.
+    Progress {
+        run_id: Uuid,
+        totals: Totals,
+    },
     /// The tools a run may call, once its MCP servers have listed theirs (a
     /// JSON array of names).
     Tools {
@@ -114,7 +120,9 @@ impl Op {
                 ),
                 (None, None) => return None,
             },
-            Self::Tools { .. } | Self::Transition(..) | Self::Close(_) => return None,
+            Self::Tools { .. } | Self::Progress { .. } | Self::Transition(..) | Self::Close(_) => {
+                return None;
+            }
         };
         Some(StatusChange {
             run_id,
@@ -180,7 +188,7 @@ pub(super) fn finish(op: Op, stored: bool, channels: &Channels) {
         Op::Transition(_, done) => {
             let _ = done.send(Err(StoreError::Refused("the write was given up".into())));
         }
-        Op::Tools { .. } | Op::Close(_) => {}
+        Op::Tools { .. } | Op::Progress { .. } | Op::Close(_) => {}
     }
 }
 
@@ -199,6 +207,11 @@ fn apply(op: &Op, channels: &Channels) {
         Op::Tools { run_id, names, .. } => {
             channels.apply(*run_id, |run| run.tools.clone_from(names));
         }
+        Op::Progress { run_id, totals } => channels.apply(*run_id, |run| {
+            run.steps = totals.steps;
+            run.tool_calls = totals.tool_calls;
+            run.usage = totals.usage;
+        }),
         Op::Event(NewEvent {
             run_id,
             finish: Some(finish),

@@ -167,6 +167,16 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
     let mut finishes = Vec::new();
     let mut pauses = Vec::new();
     let mut tools = Vec::new();
+    // The last totals of each run in the batch.
+    let mut progress: Vec<(String, &crate::harness::Totals)> = Vec::new();
+    for op in ops.iter().rev() {
+        if let Op::Progress { run_id, totals } = op {
+            let run_id = run_id.to_string();
+            if !progress.iter().any(|(seen, _)| *seen == run_id) {
+                progress.push((run_id, totals));
+            }
+        }
+    }
     for op in ops {
         match op {
             Op::InsertRun(row, _) => runs.push(&**row),
@@ -190,7 +200,7 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
                 events.push((run_id, saturate(event.sequence), event.kind, &*event.body));
             }
             // Committed alone (see `Task::commit`).
-            Op::Transition(..) | Op::Close(_) => {}
+            Op::Transition(..) | Op::Close(_) | Op::Progress { .. } => {}
         }
     }
     for chunk in chunks(&runs) {
@@ -312,6 +322,31 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
                 .bind(*sequence)
                 .bind(*kind)
                 .bind(*body);
+        }
+        query.execute(&mut *connection).await?;
+    }
+    for chunk in chunks(&progress) {
+        let sql = values_statement(
+            placeholders,
+            "UPDATE runs SET steps = v.column2, tool_calls = v.column3, \
+             input_tokens = v.column4, output_tokens = v.column5, \
+             model_calls_with_usage = v.column6, running_ms = v.column7 FROM (",
+            chunk.len(),
+            7,
+            ") AS v WHERE runs.id = v.column1 AND runs.status = 'running'",
+        );
+        let mut query = sqlx::query(&sql);
+        for (run_id, totals) in chunk {
+            query = query
+                .bind(run_id.as_str())
+                .bind(i64::from(totals.steps))
+                .bind(i64::from(totals.tool_calls))
+                .bind(saturate(totals.usage.input_tokens))
+                .bind(saturate(totals.usage.output_tokens))
+                .bind(saturate(totals.usage.model_calls_with_usage))
+                .bind(saturate(
+                    u64::try_from(totals.elapsed.as_millis()).unwrap_or(u64::MAX),
+                ));
         }
         query.execute(&mut *connection).await?;
     }

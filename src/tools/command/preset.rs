@@ -35,6 +35,10 @@ pub struct CommandPreset {
     /// Overrides `[sandbox] pids_max`.
     #[serde(default)]
     pub pids_max: Option<u64>,
+    /// Safe to run again when a crash left it unknown whether it ran to its
+    /// end (it only reads, or running it twice leaves what once does).
+    #[serde(default)]
+    pub idempotent: bool,
 }
 
 impl CommandPreset {
@@ -50,6 +54,7 @@ impl CommandPreset {
             network: false,
             memory_max_bytes: None,
             pids_max: None,
+            idempotent: false,
         }
     }
 

@@ -92,6 +92,15 @@ impl Tool for RunCommand {
         Arc::clone(&self.definition)
     }
 
+    /// As its preset is marked (`idempotent = true`).
+    fn idempotent(&self, arguments: &Value) -> bool {
+        arguments
+            .get("command")
+            .and_then(Value::as_str)
+            .and_then(|name| self.runner.presets().get(name))
+            .is_some_and(|preset| preset.idempotent)
+    }
+
     async fn execute(
         &self,
         arguments: &Value,

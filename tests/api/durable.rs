@@ -1,0 +1,225 @@
+//! Durable runs (SPEC section 14): a run whose server is killed in the
+//! middle goes on after the restart from its last stored step. Real
+//! processes, real SIGKILLs, on SQLite (a PostgreSQL replica's takeover is
+//! in `replicas.rs`).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::helpers::{
+    Remote, SseEvent, assert_gap_free, binary_command, call, read_sse, spawn_listening, types,
+};
+
+/// The real binary on SQLite in `dir`, with `config` as its config file.
+fn start(dir: &tempfile::TempDir, config: &str) -> (std::process::Child, Remote) {
+    let file = dir.path().join("durable.toml");
+    std::fs::write(&file, config).unwrap();
+    let database = format!("sqlite://{}/runs.db", dir.path().display());
+    let mut command = binary_command(
+        dir,
+        &[("AGENT_RUNNER_STORAGE__DATABASE_URL", database.as_str())],
+    );
+    command.arg("--config").arg(&file);
+    command.stderr(std::process::Stdio::null());
+    let (child, address) = spawn_listening(command);
+    (child, Remote::new(address))
+}
+
+fn kill(child: &mut std::process::Child) {
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// Polls `ready` (10 s at most) until it holds.
+async fn until<F: Future<Output = bool>>(what: &str, mut ready: impl FnMut() -> F) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !ready().await {
+        assert!(Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn events(server: &Remote, id: &str) -> Vec<SseEvent> {
+    read_sse(server.get(&format!("/v1/runs/{id}/events")).await)
+        .await
+        .0
+}
+
+async fn messages(server: &Remote, id: &str) -> Vec<Value> {
+    server.get_json(&format!("/v1/runs/{id}/messages")).await["messages"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+/// Every call of the transcript has exactly one result.
+fn assert_whole(messages: &[Value]) {
+    for message in messages {
+        for call in message["tool_calls"].as_array().into_iter().flatten() {
+            let id = &call["id"];
+            let results = messages
+                .iter()
+                .filter(|m| m["role"] == "tool" && &m["call_id"] == id)
+                .count();
+            assert_eq!(results, 1, "call {id} has {results} results: {messages:?}");
+        }
+    }
+}
+
+fn count(kinds: &[&str], kind: &str) -> usize {
+    kinds.iter().filter(|k| **k == kind).count()
+}
+
+#[tokio::test]
+async fn a_run_killed_mid_model_call_resumes_after_the_restart_and_completes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, server) = start(&dir, "");
+    let run = server
+        .post_json(
+            "/v1/runs",
+            &json!({
+                "prompt": "three steps",
+                "model": {"scripted": [
+                    {"content": "", "tool_calls": [call("w", "write_file", json!({"path": "a.txt", "content": "one"}))],
+                     "usage": {"input_tokens": 5, "output_tokens": 1}},
+                    {"delay_ms": 1500, "content": "", "tool_calls": [call("l", "list_dir", json!({}))],
+                     "usage": {"input_tokens": 7, "output_tokens": 2}},
+                    {"content": "done", "usage": {"input_tokens": 9, "output_tokens": 3}}
+                ]}
+            }),
+        )
+        .await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    // Killed while its second model call is in flight (its first step and
+    // its tool's result stored).
+    until("the first step is stored", || async {
+        messages(&server, &id).await.len() == 3
+    })
+    .await;
+    kill(&mut child);
+
+    let (mut child, server) = start(&dir, "");
+    let done = server.wait_status(&id, "completed").await;
+    assert_eq!(done["answer"], "done");
+    assert_eq!(done["resumes"], 1);
+    assert_eq!(done["steps"], 3, "the lost model call is not counted");
+    assert_eq!(done["tool_calls"], 2);
+    assert_eq!(done["usage"]["input_tokens"], 21, "{done}");
+    let events = events(&server, &id).await;
+    assert_gap_free(&events);
+    let kinds = types(&events);
+    assert_eq!(count(&kinds, "run_start"), 1, "{kinds:?}");
+    assert_eq!(count(&kinds, "run_resumed"), 1, "{kinds:?}");
+    assert_eq!(count(&kinds, "run_end"), 1, "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&"run_end"));
+    let resumed = events.iter().find(|e| e.event == "run_resumed").unwrap();
+    assert_eq!(resumed.data["attempt"], 1);
+    assert_eq!(resumed.data["reason"], "crash");
+    let transcript = messages(&server, &id).await;
+    assert_whole(&transcript);
+    assert_eq!(transcript.len(), 6, "{transcript:?}");
+    kill(&mut child);
+}
+
+/// A preset that appends a line to `log.txt`, then takes a while.
+fn appending(idempotent: bool) -> String {
+    format!(
+        "[commands.append]\nprogram = \"/bin/sh\"\n\
+         args = [\"-c\", \"echo line >> log.txt; sleep 2\"]\nidempotent = {idempotent}\n"
+    )
+}
+
+async fn killed_in_a_command(idempotent: bool) -> (Value, Vec<Value>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = appending(idempotent);
+    let (mut child, server) = start(&dir, &config);
+    let run = server
+        .post_json(
+            "/v1/runs",
+            &json!({
+                "prompt": "append",
+                "tools": ["run_command"],
+                "commands": ["append"],
+                "model": {"scripted": [
+                    {"content": "", "tool_calls": [call("a", "run_command", json!({"command": "append"}))]},
+                    {"content": "done"}
+                ]}
+            }),
+        )
+        .await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    let log = dir.path().join("workspaces").join(&id).join("log.txt");
+    until("the command ran", || async { Path::exists(&log) }).await;
+    kill(&mut child);
+
+    let (mut child, server) = start(&dir, &config);
+    let done = server.wait_status(&id, "completed").await;
+    let transcript = messages(&server, &id).await;
+    assert_whole(&transcript);
+    let written = std::fs::read_to_string(&log).unwrap();
+    kill(&mut child);
+    (done, transcript, written)
+}
+
+#[tokio::test]
+async fn a_command_that_was_running_is_never_run_twice_unless_idempotent() {
+    let (done, transcript, written) = killed_in_a_command(false).await;
+    assert_eq!(done["resumes"], 1);
+    assert_eq!(written, "line\n", "the call did not run again");
+    let result = transcript
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .expect("the call has a result");
+    assert_eq!(result["is_error"], true);
+    assert!(
+        result["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("Outcome unknown"),
+        "{result}"
+    );
+
+    let (done, transcript, written) = killed_in_a_command(true).await;
+    assert_eq!(done["resumes"], 1);
+    assert_eq!(written, "line\nline\n", "an idempotent preset runs again");
+    let result = transcript.iter().find(|m| m["role"] == "tool").unwrap();
+    assert_eq!(result["is_error"], false, "{result}");
+}
+
+#[tokio::test]
+async fn max_resumes_zero_keeps_the_old_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, server) = start(&dir, "");
+    let run = server
+        .post_json(
+            "/v1/runs",
+            &json!({
+                "prompt": "no resume",
+                "limits": {"max_resumes": 0},
+                "model": {"scripted": [
+                    {"content": "", "tool_calls": [call("l", "list_dir", json!({}))]},
+                    {"delay_ms": 60000, "content": "never"}
+                ]}
+            }),
+        )
+        .await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    assert_eq!(run["limits"]["max_resumes"], 0);
+    until("the first step is stored", || async {
+        messages(&server, &id).await.len() == 3
+    })
+    .await;
+    kill(&mut child);
+    let (mut child, server) = start(&dir, "");
+    let ended = server.wait_status(&id, "interrupted").await;
+    assert_eq!(ended["resumes"], 0);
+    let kinds: Vec<String> = events(&server, &id)
+        .await
+        .iter()
+        .map(|e| e.event.clone())
+        .collect();
+    assert!(!kinds.contains(&"run_resumed".to_owned()), "{kinds:?}");
+    kill(&mut child);
+}
