@@ -29,14 +29,16 @@ pub struct TestApp {
 /// each data directory. Unset: SQLite, a file in the data directory.
 pub const POSTGRES_VARIABLE: &str = "AGENT_RUNNER_TEST_POSTGRES";
 
-/// Whether the suite runs on PostgreSQL; says so when it does not (a test
-/// of what only PostgreSQL has then passes without running).
-pub fn on_postgres() -> bool {
-    let on = std::env::var(POSTGRES_VARIABLE).is_ok();
-    if !on {
-        eprintln!("not run: the suite runs on SQLite ({POSTGRES_VARIABLE} is unset)");
-    }
-    on
+/// Fails a test of what only PostgreSQL has when the suite does not run on
+/// PostgreSQL. Such a test is `#[ignore]`d, so that a run on SQLite reports
+/// it as not run; this is for when it is asked for anyway
+/// (`--include-ignored`) without a PostgreSQL to run on.
+pub fn require_postgres() {
+    assert!(
+        std::env::var(POSTGRES_VARIABLE).is_ok(),
+        "this test needs PostgreSQL: set {POSTGRES_VARIABLE} to a PostgreSQL server's URL \
+         (see the README), or leave out --include-ignored"
+    );
 }
 
 /// The database of a test server whose data directory is `dir`: a SQLite
