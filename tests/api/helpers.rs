@@ -29,14 +29,16 @@ pub struct TestApp {
 /// each data directory. Unset: SQLite, a file in the data directory.
 pub const POSTGRES_VARIABLE: &str = "AGENT_RUNNER_TEST_POSTGRES";
 
-/// Whether the suite runs on PostgreSQL; says so when it does not (a test
-/// of what only PostgreSQL has then passes without running).
-pub fn on_postgres() -> bool {
-    let on = std::env::var(POSTGRES_VARIABLE).is_ok();
-    if !on {
-        eprintln!("not run: the suite runs on SQLite ({POSTGRES_VARIABLE} is unset)");
-    }
-    on
+/// Fails a test of what only PostgreSQL has when the suite does not run on
+/// PostgreSQL. Such a test is `#[ignore]`d, so that a run on SQLite reports
+/// it as not run; this is for when it is asked for anyway
+/// (`--include-ignored`) without a PostgreSQL to run on.
+pub fn require_postgres() {
+    assert!(
+        std::env::var(POSTGRES_VARIABLE).is_ok(),
+        "this test needs PostgreSQL: set {POSTGRES_VARIABLE} to a PostgreSQL server's URL \
+         (see the README), or leave out --include-ignored"
+    );
 }
 
 /// The database of a test server whose data directory is `dir`: a SQLite
@@ -220,26 +222,45 @@ impl TestApp {
 
     /// Polls a run until it leaves `queued`/`running`.
     pub async fn wait_terminal(&self, id: &str) -> Value {
-        for _ in 0..500 {
+        eventually(&format!("run {id} to end"), async || {
             let run = self.get(&format!("/v1/runs/{id}")).await.body;
-            if !matches!(run["status"].as_str(), Some("queued" | "running")) {
-                return run;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!("run {id} did not end");
+            (!matches!(run["status"].as_str(), Some("queued" | "running"))).then_some(run)
+        })
+        .await
     }
 
     /// Polls a run until it has the given status.
     pub async fn wait_status(&self, id: &str, status: &str) -> Value {
-        for _ in 0..500 {
+        eventually(&format!("run {id} to reach {status}"), async || {
             let run = self.get(&format!("/v1/runs/{id}")).await.body;
-            if run["status"] == status {
-                return run;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!("run {id} never reached {status}");
+            (run["status"] == status).then_some(run)
+        })
+        .await
+    }
+
+    /// Polls the list of runs until one has the given status, and returns
+    /// the first listed (for a run whose id the test cannot know yet, one
+    /// made with `?wait=true`).
+    pub async fn wait_listed(&self, status: &str) -> Value {
+        eventually(&format!("a run listed as {status}"), async || {
+            let listed = self.get(&format!("/v1/runs?status={status}")).await.body;
+            listed["runs"]
+                .as_array()
+                .and_then(|runs| runs.first())
+                .cloned()
+        })
+        .await
+    }
+
+    /// Polls `/metrics` until it has every one of `lines` (whole sample
+    /// lines, e.g. `agent_runner_active_runs 0`), and returns its text.
+    pub async fn wait_metrics(&self, lines: &[&str]) -> String {
+        eventually(&format!("/metrics to show {lines:?}"), async || {
+            let text = self.get("/metrics").await.text;
+            let has = |line: &&str| text.lines().any(|l| l == *line);
+            lines.iter().all(has).then_some(text)
+        })
+        .await
     }
 
     pub async fn messages(&self, id: &str) -> Vec<Value> {
@@ -251,6 +272,23 @@ impl TestApp {
     /// Reads a run's whole event stream, until the server closes it.
     pub async fn events(&self, id: &str) -> Vec<SseEvent> {
         self.events_from(id, None).await.0
+    }
+
+    /// Opens a run's event stream, to be read as far as the test asks.
+    pub async fn follow(&self, id: &str) -> Following {
+        let response = self
+            .request(Method::GET, &format!("/v1/runs/{id}/events"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert!(
+            response.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/event-stream")
+        );
+        Following::new(response)
     }
 
     pub async fn events_from(
@@ -310,23 +348,95 @@ pub struct SseEvent {
 
 /// Reads events until the stream ends; also counts keep-alive comments.
 pub async fn read_sse(response: reqwest::Response) -> (Vec<SseEvent>, usize) {
-    let mut stream = response.bytes_stream();
-    let mut parser = SseParser::new();
-    let mut events = Vec::new();
-    while let Some(chunk) = tokio::time::timeout(Duration::from_secs(30), stream.next())
-        .await
-        .expect("the stream goes on or ends")
-    {
-        for event in parser.push_and_take(&chunk.unwrap()) {
-            events.push(SseEvent {
-                id: event.id.map(|id| id.parse().unwrap()),
-                event: event.event.unwrap_or_else(|| "message".into()),
-                data: serde_json::from_str(&event.data)
-                    .unwrap_or_else(|e| panic!("bad event data {:?}: {e}", event.data)),
-            });
+    let mut following = Following::new(response);
+    while following.next().await.is_some() {}
+    let comments = following.parser.comments();
+    (following.events, comments)
+}
+
+/// An event stream, read as far as asked: a test that must know its
+/// follower is there before it acts reads the events stored so far first
+/// (once one has come, the stream follows the run live).
+pub struct Following {
+    stream: std::pin::Pin<
+        Box<dyn futures_util::Stream<Item = reqwest::Result<axum::body::Bytes>> + Send>,
+    >,
+    parser: SseParser,
+    /// Parsed, not yet handed out by [`Following::next`].
+    pending: std::collections::VecDeque<SseEvent>,
+    /// Every event handed out so far, in order.
+    pub events: Vec<SseEvent>,
+}
+
+impl Following {
+    pub fn new(response: reqwest::Response) -> Self {
+        Self {
+            stream: Box::pin(response.bytes_stream()),
+            parser: SseParser::new(),
+            pending: std::collections::VecDeque::new(),
+            events: Vec::new(),
         }
     }
-    (events, parser.comments())
+
+    /// The next event, or `None` once the server closed the stream (30 s at
+    /// most between two chunks: keep-alives come far more often).
+    pub async fn next(&mut self) -> Option<SseEvent> {
+        while self.pending.is_empty() {
+            let chunk = tokio::time::timeout(Duration::from_secs(30), self.stream.next())
+                .await
+                .expect("the stream goes on or ends")?;
+            for event in self.parser.push_and_take(&chunk.unwrap()) {
+                self.pending.push_back(SseEvent {
+                    id: event.id.map(|id| id.parse().unwrap()),
+                    event: event.event.unwrap_or_else(|| "message".into()),
+                    data: serde_json::from_str(&event.data)
+                        .unwrap_or_else(|e| panic!("bad event data {:?}: {e}", event.data)),
+                });
+            }
+        }
+        let event = self.pending.pop_front()?;
+        self.events.push(event.clone());
+        Some(event)
+    }
+
+    /// Reads until an event of type `kind`, and returns it.
+    pub async fn until(&mut self, kind: &str) -> SseEvent {
+        loop {
+            match self.next().await {
+                Some(event) if event.event == kind => return event,
+                Some(_) => {}
+                None => panic!("the stream ended before a {kind}: {:?}", self.events),
+            }
+        }
+    }
+
+    /// Reads the rest, until the server closes the stream, and returns
+    /// every event read (from the first).
+    pub async fn rest(mut self) -> Vec<SseEvent> {
+        while self.next().await.is_some() {}
+        self.events
+    }
+}
+
+/// How long a test waits for what it waits for before it fails: far more
+/// than anything takes on a busy machine, so that only what never comes
+/// runs into it.
+pub const WAIT_AT_MOST: Duration = Duration::from_secs(30);
+
+/// Polls `check` until it gives a value, and returns it; fails the test,
+/// naming what it waited for, once [`WAIT_AT_MOST`] has passed.
+pub async fn eventually<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = tokio::time::Instant::now() + WAIT_AT_MOST;
+    loop {
+        if let Some(found) = check().await {
+            return found;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "waited in vain for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 pub fn call(id: &str, name: &str, arguments: Value) -> Value {

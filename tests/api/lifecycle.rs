@@ -35,13 +35,11 @@ async fn a_graceful_stop_interrupts_running_runs_and_a_restart_resumes_queued_on
         app.get(&format!("/v1/runs/{queued_id}")).await.body["status"],
         "queued"
     );
-    // A stream open on the running run ends with its run_end.
-    let stream = app.request(
-        reqwest::Method::GET,
-        &format!("/v1/runs/{running_id}/events"),
-    );
-    let follower = tokio::spawn(async move { read_sse(stream.send().await.unwrap()).await.0 });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // A stream open on the running run (following it live once it has read
+    // what is stored) ends with its run_end.
+    let mut following = app.follow(&running_id).await;
+    following.until("model_start").await;
+    let follower = tokio::spawn(following.rest());
 
     let started = Instant::now();
     let dir = app.stop().await;
@@ -81,14 +79,19 @@ async fn a_stopping_server_takes_no_new_runs() {
     let running = app.create_run(slow(1_000)).await;
     let id = running["id"].as_str().unwrap().to_owned();
     app.wait_status(&id, "running").await;
-    let stream = app.request(reqwest::Method::GET, &format!("/v1/runs/{id}/events"));
-    let follower = tokio::spawn(async move { read_sse(stream.send().await.unwrap()).await.0 });
+    let mut following = app.follow(&id).await;
+    following.until("model_start").await;
+    let follower = tokio::spawn(following.rest());
     app.begin_stop();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Stopping, once it says so: not ready, and no new run.
+    eventually("the server to say it is stopping", async || {
+        let ready = app.get("/readyz").await;
+        (ready.status == 503).then(|| assert_eq!(ready.error_code(), "shutting_down"))
+    })
+    .await;
     let refused = app.post_run(json!({"prompt": "too late"})).await;
     assert_eq!(refused.status, 503);
     assert_eq!(refused.error_code(), "shutting_down");
-    assert_eq!(app.get("/readyz").await.status, 503);
     // The running run gets its grace and completes; then the server stops.
     let events = follower.await.unwrap();
     assert_eq!(events.last().unwrap().data["status"], "completed");

@@ -59,16 +59,9 @@ async fn metrics_are_histograms_and_labelled_counters_a_parser_reads() {
     .await;
     assert_eq!(app.get("/v1/nothing-here").await.status, 404);
     // A run's end is answered once stored; its task counts it a moment later.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let mut reply = app.get("/metrics").await;
-    while !reply
-        .text
-        .contains("agent_runner_runs_finished_total{status=\"completed\"} 2")
-    {
-        assert!(std::time::Instant::now() < deadline, "{}", reply.text);
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        reply = app.get("/metrics").await;
-    }
+    app.wait_metrics(&["agent_runner_runs_finished_total{status=\"completed\"} 2"])
+        .await;
+    let reply = app.get("/metrics").await;
     assert_eq!(reply.status, 200);
     assert!(
         reply.headers["content-type"]

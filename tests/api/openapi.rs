@@ -1190,10 +1190,14 @@ async fn every_event_of_a_stream_matches_the_event_schema() {
     );
 }
 
-/// A stand-in for an OpenAI-compatible provider that streams its answer,
-/// after a pause that leaves time to subscribe to the run's events.
-async fn streaming_provider() -> (String, tokio::task::JoinHandle<()>) {
-    async fn answer() -> axum::response::Response {
+/// A stand-in for an OpenAI-compatible provider that streams its answer
+/// once `go` is notified: `model_delta` events go only to those following
+/// the run live, so the test subscribes first.
+async fn streaming_provider(
+    go: std::sync::Arc<tokio::sync::Notify>,
+) -> (String, tokio::task::JoinHandle<()>) {
+    let answer = move || async move {
+        go.notified().await;
         let chunk = |delta: Value, finish: Value| {
             let event = json!({
                 "id": "chatcmpl-1",
@@ -1211,20 +1215,17 @@ async fn streaming_provider() -> (String, tokio::task::JoinHandle<()>) {
             chunk(json!({}), json!("stop")),
             "data: [DONE]\n\n".to_owned(),
         ];
-        let stream = futures_util::stream::unfold(
-            (chunks.into_iter(), true),
-            |(mut rest, first)| async move {
-                let pause = if first { 1000 } else { 20 };
-                tokio::time::sleep(Duration::from_millis(pause)).await;
-                let chunk = rest.next()?;
-                Some((Ok::<_, Infallible>(chunk), (rest, false)))
-            },
-        );
+        let stream = futures_util::stream::unfold(chunks.into_iter(), |mut rest| async move {
+            // A gap between chunks, as a provider's tokens come.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let chunk = rest.next()?;
+            Some((Ok::<_, Infallible>(chunk), rest))
+        });
         axum::response::Response::builder()
             .header("content-type", "text/event-stream")
             .body(axum::body::Body::from_stream(stream))
             .unwrap()
-    }
+    };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}/v1", listener.local_addr().unwrap());
     let router = axum::Router::new().fallback(answer);
@@ -1236,7 +1237,8 @@ async fn streaming_provider() -> (String, tokio::task::JoinHandle<()>) {
 
 #[tokio::test]
 async fn model_delta_events_match_the_event_schema() {
-    let (base, provider) = streaming_provider().await;
+    let go = std::sync::Arc::new(tokio::sync::Notify::new());
+    let (base, provider) = streaming_provider(std::sync::Arc::clone(&go)).await;
     let profile = toml::from_str(&format!(
         "kind = \"openai\"\nbase_url = \"{base}\"\nmodel = \"m\"\nstream = true\nmax_attempts = 1"
     ))
@@ -1249,7 +1251,10 @@ async fn model_delta_events_match_the_event_schema() {
         .create_run(json!({"prompt": "hi", "model": {"profile": "streamer"}}))
         .await;
     let id = run["id"].as_str().unwrap();
-    let events = app.events(id).await;
+    let mut following = app.follow(id).await;
+    following.until("model_start").await;
+    go.notify_one();
+    let events = following.rest().await;
     let mut seen = BTreeSet::new();
     check_events(&events, &mut seen);
     assert!(

@@ -1,8 +1,6 @@
 //! Runs that pause for a decision (SPEC section 8): approvals and client
 //! tools, answered over HTTP, durable across restarts.
 
-use std::time::Duration;
-
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
@@ -159,7 +157,9 @@ async fn denied_calls_never_run_and_tell_the_model_why() {
 
 #[tokio::test]
 async fn answers_may_come_one_by_one_and_the_batch_then_runs_in_call_order() {
-    let app = spawn_app().await;
+    // One slot, so that a run made later starts only once this one let go
+    // of it.
+    let app = spawn_with(|config| config.runs.max_concurrent = 1).await;
     let run = app
         .create_run(json!({
             "prompt": "mixed",
@@ -201,8 +201,12 @@ async fn answers_may_come_one_by_one_and_the_batch_then_runs_in_call_order() {
     assert_eq!(first.body["status"], "requires_action");
     assert_eq!(first.body["pending_actions"][0]["call_id"], "w1");
     assert_eq!(first.body["pending_actions"].as_array().unwrap().len(), 1);
-    // Still paused: nothing of the batch ran yet.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Still paused: nothing of the batch ran yet. Had the first answer
+    // resumed the run, it would have taken the only slot before a run made
+    // after it, and let go of it only once its batch ran: that run's end
+    // comes after all of it.
+    let later = app.run_to_end(json!({"prompt": "meanwhile"})).await;
+    assert_eq!(later["status"], "completed");
     assert_eq!(
         app.get(&format!("/v1/runs/{id}")).await.body["status"],
         "requires_action"
@@ -590,13 +594,15 @@ async fn the_run_timeout_counts_running_time_only() {
     let over = app.create_run(over).await;
     let over_id = over["id"].as_str().unwrap();
     app.wait_status(within_id, "requires_action").await;
-    for _ in 0..300 {
-        if app.get(&format!("/v1/runs/{over_id}")).await.body["status"] == "requires_action" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    app.wait_status(over_id, "requires_action").await;
+    // The pauses outlast the budget: a run with the same budget, made once
+    // both have paused and never paused itself, ends `timeout` after both
+    // would have, had their pauses counted.
+    let mut clock = json!({"prompt": "the clock", "model": {"scripted": [{"delay_ms": 60000, "content": "late"}]}});
+    clock["limits"] = json!({"timeout_ms": 2000});
+    let clock = app.create_run(clock).await;
+    app.wait_status(clock["id"].as_str().unwrap(), "timeout")
+        .await;
     for id in [within_id, over_id] {
         let reply = app
             .answer(id, json!([{"call_id": "l1", "decision": "approve"}]))
@@ -625,11 +631,9 @@ async fn deleting_a_paused_run_ends_it_aborted() {
         .await;
     let id = run["id"].as_str().unwrap();
     app.wait_status(id, "requires_action").await;
-    let following = {
-        let request = app.request(Method::GET, &format!("/v1/runs/{id}/events"));
-        tokio::spawn(async move { read_sse(request.send().await.unwrap()).await.0 })
-    };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // A follower that has read what is stored so far follows the run live.
+    let mut following = app.follow(id).await;
+    following.until("actions_required").await;
     let deleted = app.delete(&format!("/v1/runs/{id}")).await;
     assert_eq!(deleted.status, StatusCode::ACCEPTED, "{}", deleted.text);
     assert_eq!(deleted.body["status"], "aborted");
@@ -638,7 +642,7 @@ async fn deleting_a_paused_run_ends_it_aborted() {
     assert_eq!(stored["status"], "aborted");
     assert_eq!(stored["tool_calls"], 1);
     // A follower of the paused run sees its end.
-    let events = following.await.unwrap();
+    let events = following.rest().await;
     assert_eq!(events.last().unwrap().data["status"], "aborted");
     assert_eq!(
         types(&events).iter().filter(|t| **t == "run_end").count(),
@@ -661,20 +665,17 @@ async fn wait_true_answers_once_the_run_ends_across_its_pause() {
     );
     let request = app.request(Method::POST, "/v1/runs?wait=true").json(&body);
     let waiting = tokio::spawn(async move { request.send().await.unwrap() });
-    let id = loop {
-        let listed = app.get("/v1/runs?status=requires_action").await;
-        if let Some(run) = listed.body["runs"].as_array().unwrap().first() {
-            break run["id"].as_str().unwrap().to_owned();
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(!waiting.is_finished(), "a pause is not an end");
-    app.answer(&id, json!([{"call_id": "l1", "decision": "approve"}]))
+    let paused = app.wait_listed("requires_action").await;
+    let id = paused["id"].as_str().unwrap();
+    app.answer(id, json!([{"call_id": "l1", "decision": "approve"}]))
         .await;
+    // A pause is not an end: the one answer the request gets is the
+    // completed run, which exists only once the pause was answered (an
+    // answer at the pause would have been the paused run, or a 503).
     let response = waiting.await.unwrap();
     assert_eq!(response.status(), StatusCode::CREATED);
     let run: Value = response.json().await.unwrap();
+    assert_eq!(run["id"], id);
     assert_eq!(run["status"], "completed");
     assert_eq!(run["answer"], "ok");
 }
@@ -777,6 +778,9 @@ async fn an_answered_pause_waiting_for_a_slot_resumes_after_a_restart() {
             &json!({"prompt": "long", "model": {"scripted": [{"delay_ms": 60000, "content": "late"}]}}),
         )
         .await;
+    server
+        .wait_status(long["id"].as_str().unwrap(), "running")
+        .await;
     let answered = server
         .post_json(
             &format!("/v1/runs/{id}/actions"),
@@ -784,13 +788,9 @@ async fn an_answered_pause_waiting_for_a_slot_resumes_after_a_restart() {
         )
         .await;
     assert_eq!(answered["status"], "queued");
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(
-        server.get_json(&format!("/v1/runs/{id}")).await["status"],
-        "queued"
-    );
     child.kill().unwrap();
     child.wait().unwrap();
+    let killed_at = chrono::Utc::now();
 
     let (mut child, address) = start_binary_with(&dir, &one_slot);
     let server = Remote::new(address);
@@ -800,6 +800,10 @@ async fn an_answered_pause_waiting_for_a_slot_resumes_after_a_restart() {
         .await;
     let done = server.wait_status(&id, "completed").await;
     assert_eq!(done["answer"], "resumed");
+    // It waited through the kill: it ended in the second process.
+    let finished_at: chrono::DateTime<chrono::Utc> =
+        done["finished_at"].as_str().unwrap().parse().unwrap();
+    assert!(finished_at > killed_at, "{done}");
     let (events, _) = read_sse(server.get(&format!("/v1/runs/{id}/events")).await).await;
     assert_gap_free(&events);
     let status = terminate(&mut child);

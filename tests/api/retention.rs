@@ -2,8 +2,6 @@
 //! `[retention] keep_days`, whose clock the tests move by back-dating when
 //! runs ended, in the real database.
 
-use std::time::{Duration, Instant};
-
 use reqwest::Method;
 use serde_json::json;
 use sqlx::Connection;
@@ -102,28 +100,41 @@ async fn runs_past_their_retention_are_removed_and_the_rest_kept() {
         .await
         .unwrap();
     for (id, days) in [(old, 8), (recent, 6), (live, 30)] {
-        let ended =
-            agent_runner::run::format_time(&(chrono::Utc::now() - chrono::TimeDelta::days(days)));
-        sqlx::query("UPDATE runs SET finished_at = $1 WHERE id = $2")
-            .bind(ended)
-            .bind(id)
-            .execute(&mut db)
-            .await
-            .unwrap();
+        ended_days_ago(&mut db, id, days).await;
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while app.get(&format!("/v1/runs/{old}")).await.status != 404 {
-        assert!(Instant::now() < deadline, "the old run was not removed");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    removed(&app, old).await;
     assert!(!app.dir.path().join("workspaces").join(old).exists());
     assert_eq!(app.get(&format!("/v1/runs/{old}/events")).await.status, 404);
-    // A few sweeps later the others are still there.
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // A later sweep, the one that removes a run past its retention only
+    // now, still keeps the others.
+    let later = app.run_to_end(json!({"prompt": "later"})).await;
+    let later = later["id"].as_str().unwrap();
+    ended_days_ago(&mut db, later, 9).await;
+    removed(&app, later).await;
     assert_eq!(app.get(&format!("/v1/runs/{recent}")).await.status, 200);
     assert_eq!(app.events(recent).await.len(), 12);
     assert_eq!(
         app.get(&format!("/v1/runs/{live}")).await.body["status"],
         "running"
     );
+}
+
+/// Waits until run `id` is gone (a sweep removed it).
+async fn removed(app: &TestApp, id: &str) {
+    eventually(&format!("run {id} to be removed"), async || {
+        (app.get(&format!("/v1/runs/{id}")).await.status == 404).then_some(())
+    })
+    .await;
+}
+
+/// Moves the clock for run `id`: it ended `days` days ago.
+async fn ended_days_ago(db: &mut sqlx::AnyConnection, id: &str, days: i64) {
+    let ended =
+        agent_runner::run::format_time(&(chrono::Utc::now() - chrono::TimeDelta::days(days)));
+    sqlx::query("UPDATE runs SET finished_at = $1 WHERE id = $2")
+        .bind(ended)
+        .bind(id)
+        .execute(db)
+        .await
+        .unwrap();
 }

@@ -188,8 +188,9 @@ async fn a_waited_run_is_answered_exactly_as_it_is_stored() {
     let slow =
         json!({"prompt": "first", "model": {"scripted": [{"delay_ms": 300, "content": "one"}]}});
     let quick = two_step("list_dir", json!({}), "two");
+    // The second is made once the first has the only slot.
     let (first, second) = tokio::join!(app.run_to_end(slow), async {
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        app.wait_listed("running").await;
         app.run_to_end(quick).await
     });
     for waited in [first, second] {

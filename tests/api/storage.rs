@@ -152,8 +152,13 @@ async fn a_full_disk_loses_nothing_a_client_was_told_and_runs_nothing_twice() {
     assert_eq!(leftovers, Vec::<String>::new());
 
     // Past write_retry_ms, the long run is stopped; neither run is reported
-    // ended while its end is unstored.
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    // ended while its end is unstored. Both have ended in memory once their
+    // tasks counted them (the short one completed, the long one failed).
+    app.wait_metrics(&[
+        "agent_runner_runs_finished_total{status=\"completed\"} 2",
+        "agent_runner_runs_finished_total{status=\"failed\"} 1",
+    ])
+    .await;
     for id in [&short_id, &long_id] {
         let run = app.get(&format!("/v1/runs/{id}")).await.body;
         assert_eq!(run["status"], "running", "{run}");

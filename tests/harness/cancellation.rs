@@ -34,23 +34,29 @@ async fn a_run_cancelled_before_it_starts_never_calls_the_model() {
 #[tokio::test]
 async fn cancel_during_a_model_call_aborts_promptly() {
     let cancel = Stop::new();
-    let trigger = cancel.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        trigger.cancel();
-    });
-    let started = Instant::now();
     let noop = noop();
-    let result = run_with(
-        vec![json!({"delay_ms": 10_000, "content": "", "tool_calls": [call("1", "noop", json!({}))]})],
-        std::slice::from_ref(&noop),
-        RunConfig::new("go"),
-        &cancel,
-        None,
-    )
-    .await;
+    let model = ScriptedModel::new(vec![
+        json!({"delay_ms": 10_000, "content": "", "tool_calls": [call("1", "noop", json!({}))]}),
+    ]);
+    let registry = registry(std::slice::from_ref(&noop));
+    let harness = Harness {
+        model: &model,
+        tools: &registry,
+        observer: None,
+    };
+    let (result, cancelled) = tokio::join!(harness.run(RunConfig::new("go"), &cancel), async {
+        // The call is under way once it has taken its answer from the
+        // script (it then waits out its delay).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while model.remaining() > 0 {
+            assert!(Instant::now() < deadline, "the model was never called");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        cancel.cancel();
+        Instant::now()
+    });
     assert_eq!(result.status, Outcome::Aborted);
-    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(cancelled.elapsed() < Duration::from_secs(5));
     assert_eq!(noop.executions.load(Ordering::SeqCst), 0);
     assert_eq!(result.steps, 0);
 }
@@ -181,7 +187,6 @@ async fn a_client_cancel_is_not_reported_as_a_timeout() {
     cancel.cancel();
     let mut config = RunConfig::new("go");
     config.limits.timeout = Some(Duration::from_millis(1));
-    tokio::time::sleep(Duration::from_millis(5)).await;
     let result = run_with(vec![answer("x")], &[], config, &cancel, None).await;
     assert_eq!(result.status, Outcome::Aborted);
 }

@@ -34,30 +34,41 @@ async fn wait_for(mut condition: impl FnMut() -> bool) -> bool {
     condition()
 }
 
+/// Waits until the server has more than `before` requests (the one in
+/// flight, which it holds), then cancels; returns when it cancelled.
+async fn cancel_once_received(
+    server: &MockServer,
+    before: usize,
+    cancel: impl FnOnce(),
+) -> Instant {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.request_count() <= before {
+        assert!(
+            Instant::now() < deadline,
+            "the request never reached the server"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    cancel();
+    Instant::now()
+}
+
 #[tokio::test]
 async fn cancelling_aborts_a_hanging_request_within_500_ms() {
     let server = MockServer::start(vec![]).await;
     server.otherwise(Reply::Hang);
     for (name, model) in adapters(&server) {
         let before = server.abandoned();
+        let asked = server.request_count();
         let cancel = CancellationToken::new();
-        let trigger = cancel.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(150)).await;
-            trigger.cancel();
-        });
-        let began = Instant::now();
-        let error = generate(
-            &*model,
-            &[Message::user("Hi")],
-            &[],
-            &cancel,
-            None,
-            &Deltas::default(),
-        )
-        .await
-        .unwrap_err();
-        let cancelled_after = began.elapsed().saturating_sub(Duration::from_millis(150));
+        let deltas = Deltas::default();
+        let prompt = [Message::user("Hi")];
+        let (error, cancelled) = tokio::join!(
+            generate(&*model, &prompt, &[], &cancel, None, &deltas),
+            cancel_once_received(&server, asked, || cancel.cancel()),
+        );
+        let error = error.unwrap_err();
+        let cancelled_after = cancelled.elapsed();
         assert!(
             cancelled_after < Duration::from_millis(500),
             "{name}: {cancelled_after:?}"
@@ -81,23 +92,23 @@ async fn a_cancelled_run_against_a_hanging_server_ends_aborted_promptly() {
     for (name, model) in adapters(&server) {
         let tools = weather_tools();
         let cancel = Stop::new();
-        let trigger = cancel.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            trigger.cancel();
-        });
+        let asked = server.request_count();
         let harness = Harness {
             model: &*model,
             tools: &tools,
             observer: None,
         };
-        let began = Instant::now();
-        let result = harness.run(RunConfig::new("Hi"), &cancel).await;
+        let (result, cancelled) = tokio::join!(
+            harness.run(RunConfig::new("Hi"), &cancel),
+            cancel_once_received(&server, asked, || {
+                cancel.cancel();
+            }),
+        );
         assert_eq!(result.status, Outcome::Aborted, "{name}");
         assert!(
-            began.elapsed() < Duration::from_millis(600),
+            cancelled.elapsed() < Duration::from_millis(500),
             "{name}: {:?}",
-            began.elapsed()
+            cancelled.elapsed()
         );
     }
 }

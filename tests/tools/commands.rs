@@ -373,7 +373,10 @@ async fn dropping_a_running_command_kills_its_tree() {
 async fn what_a_command_leaves_running_is_ended_with_it() {
     let f = Fixture::detected(&[(
         "background",
-        sh("sh -c 'echo $$ > gc.pid; exec sleep 300' & sleep 0.2; echo started"),
+        // It ends once the sleeper has written its pid (it is then there
+        // to be left running).
+        sh("sh -c 'echo $$ > gc.pid; exec sleep 300' & \
+             while [ ! -s gc.pid ]; do sleep 0.01; done; echo started"),
     )]);
     let started = Instant::now();
     let output = f.run("background").await.unwrap();
