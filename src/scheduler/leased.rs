@@ -96,7 +96,7 @@ impl Scheduler for Leased {
         }
         let (place, before) = shared.slots.place();
         let queued = shared
-            .cluster
+            .store
             .queued()
             .await
             // The database cannot count: the server's failure.
@@ -367,7 +367,7 @@ async fn sweep(shared: Arc<Shared>) {
             }
             Err(error) => tracing::warn!(%error, "taking over dead replicas failed"),
         }
-        match cluster.queued().await {
+        match shared.store.queued().await {
             Ok(queued) => shared.queued.store(queued, Ordering::Relaxed),
             Err(error) => tracing::warn!(%error, "counting the queued runs failed"),
         }

@@ -319,6 +319,16 @@ impl Store {
             .collect()
     }
 
+    /// Runs waiting to be started, on the whole database. Read through the
+    /// read pool: admissions ask it often, and must not take the
+    /// connections that renew a replica's lease.
+    pub async fn queued(&self) -> Result<u64, StoreError> {
+        let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM runs WHERE status = 'queued'")
+            .fetch_one(&self.read)
+            .await?;
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
     /// A run's status, whoever's it is.
     pub async fn run_status(&self, id: Uuid) -> Result<Option<RunStatus>, StoreError> {
         let status: Option<String> = sqlx::query_scalar("SELECT status FROM runs WHERE id = $1")

@@ -1080,6 +1080,56 @@ async fn a_full_queue_gets_the_documented_429() {
 
 /// Checks one stream's events against the document: each `data` matches the
 /// event schema, its `event:` is its type and its `id:` its sequence.
+/// The events of a run whose server (the real binary) was killed after its
+/// first step and started again.
+async fn resumed_after_a_kill() -> Vec<SseEvent> {
+    use crate::helpers::{Remote, binary_command, spawn_listening};
+    let dir = tempfile::tempdir().unwrap();
+    let database = format!("sqlite://{}/runs.db", dir.path().display());
+    let start = || {
+        let mut command = binary_command(
+            &dir,
+            &[("AGENT_RUNNER_STORAGE__DATABASE_URL", database.as_str())],
+        );
+        command.stderr(std::process::Stdio::null());
+        let (child, address) = spawn_listening(command);
+        (child, Remote::new(address))
+    };
+    let (mut child, server) = start();
+    let run = server
+        .post_json(
+            "/v1/runs",
+            &json!({"prompt": "resume", "model": {"scripted": [
+                {"content": "", "tool_calls": [call("l", "list_dir", json!({}))]},
+                {"delay_ms": 1000, "content": "done"}
+            ]}}),
+        )
+        .await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while server.get_json(&format!("/v1/runs/{id}/messages")).await["messages"]
+        .as_array()
+        .map_or(0, Vec::len)
+        < 3
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "its first step never got stored"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let (mut child, server) = start();
+    server.wait_status(&id, "completed").await;
+    let events = read_sse(server.get(&format!("/v1/runs/{id}/events")).await)
+        .await
+        .0;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    events
+}
+
 fn check_events(events: &[SseEvent], seen: &mut BTreeSet<String>) {
     let schema = event_schema();
     for event in events {
@@ -1180,6 +1230,10 @@ async fn every_event_of_a_stream_matches_the_event_schema() {
     let followed = following.await.unwrap();
     check_events(&followed, &mut seen);
     assert_eq!(followed.last().unwrap().data["status"], "completed");
+
+    // A run whose server is killed mid-run resumes after the restart: its
+    // stream carries run_resumed (the real binary, on SQLite).
+    check_events(&resumed_after_a_kill().await, &mut seen);
 
     let mut expected = documented_event_types();
     expected.remove("model_delta");
@@ -1316,7 +1370,8 @@ fn the_schemas_refuse_wrong_shapes() {
         "id": run_id, "status": "completed", "prompt": "hi", "answer": "x", "error": null,
         "steps": 1, "tool_calls": 0,
         "usage": {"input_tokens": 0, "output_tokens": 0, "model_calls_with_usage": 0},
-        "limits": {"max_steps": 10, "max_tool_calls": 30, "timeout_ms": 120000, "action_timeout_ms": 3600000},
+        "resumes": 0,
+        "limits": {"max_steps": 10, "max_tool_calls": 30, "timeout_ms": 120000, "action_timeout_ms": 3600000, "max_resumes": 3},
         "context": {"max_context_chars": 32000, "max_tool_result_chars": 8000},
         "tools": ["read_file"], "commands": [], "model": {"provider": "scripted"}, "metadata": {},
         "pending_actions": [], "approval": {"tools": []}, "client_tools": [], "mcp_servers": [],

@@ -91,6 +91,12 @@ fn waits(ms: u64, answer: &str) -> Value {
     json!({"prompt": "wait", "model": {"scripted": [{"delay_ms": ms, "content": answer}]}})
 }
 
+/// `body` with resumes off: a run whose replica dies ends `interrupted`.
+fn unresumable(mut body: Value) -> Value {
+    body["limits"] = json!({"max_resumes": 0});
+    body
+}
+
 /// A run of a few steps, each a tool call after a pause.
 fn steps(count: usize, delay_ms: u64) -> Value {
     let mut script: Vec<Value> = (0..count)
@@ -289,12 +295,58 @@ async fn a_pause_answered_on_another_replica_resumes() {
 
 #[tokio::test]
 #[ignore = "needs PostgreSQL: set AGENT_RUNNER_TEST_POSTGRES"]
+async fn a_killed_replica_s_running_run_is_resumed_by_another_and_completes() {
+    require_postgres();
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = Replica::start(&dir, &[]);
+    let b = Replica::start(&dir, &[]);
+    // Posted to A, which has a free slot: it executes there.
+    let run = id_of(&a.server.post_json("/v1/runs", &steps(3, 400)).await);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let messages = a.server.get_json(&format!("/v1/runs/{run}/messages")).await;
+        if messages["messages"].as_array().unwrap().len() >= 3 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "its first step never got stored");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    a.kill();
+    let done = b.server.wait_status(&run, "completed").await;
+    assert_eq!(done["answer"], "done");
+    assert_eq!(done["resumes"], 1);
+    assert_eq!(done["steps"], 4);
+    let events = b.events(&run).await;
+    assert_gap_free(&events);
+    let kinds = types(&events);
+    assert_eq!(kinds.iter().filter(|k| **k == "run_start").count(), 1);
+    let resumed: Vec<_> = events.iter().filter(|e| e.event == "run_resumed").collect();
+    assert_eq!(resumed.len(), 1, "{kinds:?}");
+    assert_eq!(resumed[0].data["reason"], "lease_lost");
+    assert_eq!(kinds.last(), Some(&"run_end"));
+    let messages = b.server.get_json(&format!("/v1/runs/{run}/messages")).await;
+    let messages = messages["messages"].as_array().unwrap();
+    let calls = messages
+        .iter()
+        .flat_map(|m| m["tool_calls"].as_array().cloned().unwrap_or_default())
+        .count();
+    let results = messages.iter().filter(|m| m["role"] == "tool").count();
+    assert_eq!(calls, results, "every call has one result: {messages:?}");
+}
+
+#[tokio::test]
+#[ignore = "needs PostgreSQL: set AGENT_RUNNER_TEST_POSTGRES"]
 async fn a_killed_replica_s_runs_are_taken_over_within_two_leases() {
     require_postgres();
     let dir = tempfile::tempdir().unwrap();
     // B is busy; A runs one run and a third waits.
     let (mut a, b, busy) = two_with_one_busy(&dir).await;
-    let running = id_of(&a.server.post_json("/v1/runs", &steps(1, 60_000)).await);
+    // Resumes off: it ends `interrupted` (the resume is tested below).
+    let running = id_of(
+        &a.server
+            .post_json("/v1/runs", &unresumable(steps(1, 60_000)))
+            .await,
+    );
     a.server.wait_status(&running, "running").await;
     let queued = a.server.post_json("/v1/runs", &steps(2, 10)).await;
     assert_eq!(queued["status"], "queued", "{queued}");
@@ -522,7 +574,10 @@ async fn a_replica_whose_lease_was_taken_stops_and_writes_nothing_more() {
     require_postgres();
     let dir = tempfile::tempdir().unwrap();
     let mut a = Replica::start(&dir, &[]);
-    let run = id_of(&a.server.post_json("/v1/runs", &steps(50, 100)).await);
+    // Five seconds of steps: its lease is taken while it runs.
+    let mut body = unresumable(steps(50, 100));
+    body["limits"]["max_steps"] = json!(60);
+    let run = id_of(&a.server.post_json("/v1/runs", &body).await);
     a.server.wait_status(&run, "running").await;
     // Taken for dead while alive (a long pause, a partition): its row goes.
     sqlx::query("DELETE FROM replicas")

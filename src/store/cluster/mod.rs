@@ -93,9 +93,12 @@ impl Cluster {
             })
             .connect(url)
             .await?;
+        // The lock and its release on one connection: a session's lock is
+        // released only by that session.
+        let mut probe = pool.acquire().await?;
         let alone: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock_shared($1)")
             .bind(SINGLE_SERVER_LOCK)
-            .fetch_one(&pool)
+            .fetch_one(&mut *probe)
             .await?;
         if !alone {
             return Err(StoreError::Database(sqlx::Error::Configuration(
@@ -106,8 +109,9 @@ impl Cluster {
         }
         sqlx::query("SELECT pg_advisory_unlock_shared($1)")
             .bind(SINGLE_SERVER_LOCK)
-            .execute(&pool)
+            .execute(&mut *probe)
             .await?;
+        drop(probe);
         let id = Uuid::now_v7().to_string();
         sqlx::query(
             "INSERT INTO replicas (id, lease_until) \
@@ -381,14 +385,6 @@ impl Cluster {
         tx.commit().await?;
         self.channels.publish_statuses(changes);
         Ok(())
-    }
-
-    /// Runs waiting to be claimed, on the whole database.
-    pub async fn queued(&self) -> Result<u64, StoreError> {
-        let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM runs WHERE status = 'queued'")
-            .fetch_one(&self.pool)
-            .await?;
-        Ok(u64::try_from(count).unwrap_or(0))
     }
 
     /// Takes over the replicas whose lease ran out: deletes their rows, then
