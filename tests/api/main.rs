@@ -31,5 +31,6 @@ mod sse;
 mod statuses;
 mod storage;
 mod tenants;
+mod tools;
 mod webhooks;
 mod writer;
