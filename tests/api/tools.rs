@@ -1,9 +1,12 @@
 //! The built-in tools of SPEC section 15 through the real server: a scripted
 //! model calls them, and the transcript shows what the model was answered.
 
+use agent_runner::models::profile::{HttpProfile, ModelProfile};
+use agent_runner::tools::CommandPreset;
 use serde_json::{Value, json};
 
 use crate::helpers::*;
+use crate::providers::mock_providers;
 
 /// Room for every result whole, in the context and in the transcript.
 fn roomy() -> Value {
@@ -261,4 +264,73 @@ async fn edit_file_and_search_are_built_in_and_named_in_refusals() {
         message.contains("edit_file") && message.contains("search"),
         "{message}"
     );
+}
+
+/// What reaches a real provider: every built-in's definition, `run_command`
+/// listing each preset with its configured description, and no description
+/// naming an example path the workspace may not have.
+#[tokio::test]
+async fn the_model_is_told_what_each_preset_runs() {
+    let (address, seen) = mock_providers().await;
+    let app = spawn_with(move |config| {
+        config.models.insert(
+            "oa".into(),
+            ModelProfile::OpenAi(HttpProfile {
+                base_url: Some(format!("{address}/v1")),
+                model: Some("mock".into()),
+                api_key_env: Some("PATH".into()),
+                max_attempts: Some(1),
+                ..HttpProfile::default()
+            }),
+        );
+        let preset = |text: &str| toml::from_str::<CommandPreset>(text).unwrap();
+        config.commands.insert(
+            "test".into(),
+            preset(
+                "description = \"Runs the examples against main.py\"\n\
+                 program = \"python3\"\nargs = [\"check.py\"]\ntimeout_ms = 20000",
+            ),
+        );
+        config
+            .commands
+            .insert("lint".into(), preset("program = \"true\""));
+    })
+    .await;
+    let run = app
+        .run_to_end(json!({"prompt": "hello", "model": {"profile": "oa"}}))
+        .await;
+    assert_eq!(run["status"], "completed", "{run}");
+    let requests = seen.lock().unwrap().clone();
+    let tools = requests[0]["tools"].as_array().unwrap();
+    let names: Vec<&str> = tools
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "read_file",
+            "write_file",
+            "edit_file",
+            "list_dir",
+            "search",
+            "run_command"
+        ]
+    );
+    let run_command = &tools[5]["function"]["description"];
+    let text = run_command.as_str().unwrap();
+    assert!(
+        text.ends_with(
+            "The presets:\n- lint (runs `true`, timeout 10000 ms)\n\
+             - test: Runs the examples against main.py (runs `python3 check.py`, timeout 20000 ms)"
+        ),
+        "{text}"
+    );
+    for tool in tools {
+        let definition = tool.to_string();
+        assert!(
+            !definition.contains("src/main.rs") && !definition.contains("e.g."),
+            "{definition}"
+        );
+    }
 }
