@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use super::{
     Config, ConfigError, MAX_LEASE_MS, MAX_TENANT_BYTES, MAX_TIME_LIMIT_MS, MIN_LEASE_MS, REDACTED,
 };
+use crate::tools::command::MAX_DESCRIPTION_CHARS as MAX_PRESET_DESCRIPTION_CHARS;
 use crate::tools::sandbox::MIN_MEMORY_MAX_BYTES;
 
 impl Config {
@@ -77,6 +78,18 @@ impl Config {
             }
             if preset.timeout_ms == 0 {
                 return invalid(format!("commands.{name}.timeout_ms must be at least 1"));
+            }
+            if let Some(description) = &preset.description {
+                if description.trim().is_empty() {
+                    return invalid(format!(
+                        "commands.{name}.description must not be empty (leave it out instead)"
+                    ));
+                }
+                if description.chars().count() > MAX_PRESET_DESCRIPTION_CHARS {
+                    return invalid(format!(
+                        "commands.{name}.description must be at most {MAX_PRESET_DESCRIPTION_CHARS} characters"
+                    ));
+                }
             }
             check_sandbox_settings(
                 &format!("commands.{name}."),

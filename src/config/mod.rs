@@ -378,6 +378,7 @@ mod tests {
             [runs]
             max_concurrent = 2
             [commands.test]
+            description = "Runs the unit tests"
             program = "cargo"
             args = ["test", "--quiet"]
             timeout_ms = 60000
@@ -391,6 +392,10 @@ mod tests {
         assert_eq!(config.server.max_body_bytes, 2048);
         assert_eq!(config.runs.max_concurrent, 2);
         assert_eq!(config.commands["test"].args, ["test", "--quiet"]);
+        assert_eq!(
+            config.commands["test"].description.as_deref(),
+            Some("Runs the unit tests")
+        );
         assert_eq!(config.auth.tokens[0].tenant, "team-a");
         assert!(!format!("{config:?}").contains("hunter2"));
     }
@@ -470,6 +475,15 @@ mod tests {
             error("[commands.t]\nprogram = \"x\"\nmemory_max_bytes = 10")
                 .contains("commands.t.memory_max_bytes")
         );
+        assert!(
+            error("[commands.t]\nprogram = \"x\"\ndescription = \" \"")
+                .contains("commands.t.description must not be empty")
+        );
+        let long = format!(
+            "[commands.t]\nprogram = \"x\"\ndescription = \"{}\"",
+            "d".repeat(1001)
+        );
+        assert!(error(&long).contains("commands.t.description must be at most 1000"));
     }
 
     #[test]

@@ -12,7 +12,9 @@ use crate::harness::ToolError;
 /// variants to pick a status.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkspaceError {
-    #[error("Path is empty: give a path relative to the workspace root, such as \"notes.txt\"")]
+    #[error(
+        "Path is empty: give a path relative to the workspace root (list_dir shows what is there)"
+    )]
     EmptyPath,
     #[error("Path is too long: at most {limit} bytes, and 255 bytes per name")]
     PathTooLong { limit: usize },

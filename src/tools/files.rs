@@ -1,15 +1,20 @@
-//! The three file tools: `read_file`, `write_file` and `list_dir`, each a thin
-//! [`Tool`] over a shared [`Workspace`].
+//! The three plain file tools: `read_file`, `write_file` and `list_dir`,
+//! each a thin [`Tool`] over a shared [`Workspace`] (`edit_file` and
+//! `search` are in their own modules).
 //!
 //! Results, as the model sees them:
-//! - `read_file {path}` → the file's text, as a JSON string.
+//! - `read_file {path}` → the file's text, as a JSON string;
+//!   `read_file {path, offset?, limit?}` with either → `{"path", "start_line",
+//!   "end_line", "total_lines", "text"}`: lines `offset..offset + limit`
+//!   (1-based; to the end without a limit).
 //! - `write_file {path, content}` → `{"path": PATH, "bytes_written": N}`.
 //! - `list_dir {path?}` → `{"entries": [{"name": NAME, "kind": KIND}, ...]}`,
 //!   sorted by name, where `kind` is `"file"`, `"dir"`, `"symlink"` or
 //!   `"other"`; an absent path, `""` or `"."` lists the workspace root.
 //!
 //! Every refusal is a [`ToolError`] whose message comes from
-//! [`super::WorkspaceError`].
+//! [`super::WorkspaceError`]; a path that does not exist adds the
+//! workspace's paths closest to it (see [`super::suggest`]).
 
 use std::sync::Arc;
 
@@ -19,6 +24,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::definitions::shared;
 use super::run_workspace::RunWorkspace;
+use super::suggest::{Want, explain};
+use super::text;
 use super::workspace::Workspace;
 use crate::harness::{Tool, ToolDefinition, ToolError};
 
@@ -40,15 +47,32 @@ impl ReadFile {
             definition: shared(&format!("{READ_FILE}:{limit}"), || ToolDefinition {
                 name: READ_FILE.into(),
                 description: format!(
-                    "Read a UTF-8 text file of the workspace (at most {limit} bytes). The path is \
-                     relative to the workspace root; symbolic links are not followed."
+                    "Read a text file of the workspace. Use it to see a file's current content \
+                     before changing it or to check what you wrote. Returns the file's whole \
+                     text; with offset and/or limit, returns {{path, start_line, end_line, \
+                     total_lines, text}} for that window of lines instead, for long files. \
+                     Files over {limit} bytes, and files that are not UTF-8 text, are refused. \
+                     Symbolic links are not followed."
                 ),
                 parameters: json!({
                     "type": "object",
                     "properties": {
                         "path": {
                             "type": "string",
-                            "description": "File path relative to the workspace root, e.g. \"src/main.rs\"."
+                            "description": "Path of the file, relative to the workspace root \
+                                            (list_dir shows what is there)."
+                        },
+                        "offset": {
+                            "type": "integer",
+                            "minimum": 1,
+                            "description": "The first line to return, counting from 1. \
+                                            Default: 1."
+                        },
+                        "limit": {
+                            "type": "integer",
+                            "minimum": 1,
+                            "description": "How many lines to return at most. Default: to the \
+                                            end of the file."
                         }
                     },
                     "required": ["path"],
@@ -72,8 +96,34 @@ impl Tool for ReadFile {
 
     async fn execute(&self, arguments: &Value, _: &CancellationToken) -> Result<Value, ToolError> {
         let path = string_argument(arguments, "path")?;
-        let text = blocking(&self.workspace, Access::Read, move |ws| ws.read_file(&path)).await?;
-        Ok(Value::String(text))
+        let offset = line_argument(arguments, "offset")?;
+        let limit = line_argument(arguments, "limit")?;
+        let text = {
+            let path = path.clone();
+            blocking(&self.workspace, Access::Read, move |ws| {
+                ws.read_file(&path)
+                    .map_err(|error| explain(ws, error, Want::File))
+            })
+            .await?
+        };
+        if offset.is_none() && limit.is_none() {
+            return Ok(Value::String(text));
+        }
+        let offset = offset.unwrap_or(1);
+        let Some(window) = text::window(&text, offset, limit) else {
+            let total = text::count_lines(&text);
+            return Err(ToolError::new(format!(
+                "offset {offset} is past the end of {path}: it has {total} line{}",
+                if total == 1 { "" } else { "s" }
+            )));
+        };
+        Ok(json!({
+            "path": path,
+            "start_line": window.start_line,
+            "end_line": window.end_line,
+            "total_lines": window.total_lines,
+            "text": window.text,
+        }))
     }
 }
 
@@ -89,16 +139,18 @@ impl WriteFile {
             workspace,
             definition: shared(WRITE_FILE, || ToolDefinition {
                 name: WRITE_FILE.into(),
-                description: "Write a text file of the workspace, replacing it if it exists. The \
-                              parent directory must already exist (directories are not created); \
-                              the path is relative to the workspace root."
+                description: "Create a text file, or replace a file's whole content. Use it for \
+                              new files and complete rewrites; to change part of an existing \
+                              file, edit_file is shorter and safer. The parent directory must \
+                              already exist (directories are not created). The file is replaced \
+                              atomically. Returns {path, bytes_written}."
                     .into(),
                 parameters: json!({
                     "type": "object",
                     "properties": {
                         "path": {
                             "type": "string",
-                            "description": "File path relative to the workspace root, e.g. \"notes.txt\"."
+                            "description": "Path of the file, relative to the workspace root."
                         },
                         "content": {
                             "type": "string",
@@ -131,6 +183,7 @@ impl Tool for WriteFile {
             let path = path.clone();
             blocking(&self.workspace, Access::Write, move |ws| {
                 ws.write_file(&path, content.as_bytes())
+                    .map_err(|error| explain(ws, error, Want::File))
             })
             .await?
         };
@@ -151,8 +204,9 @@ impl ListDir {
             definition: shared(LIST_DIR, || ToolDefinition {
                 name: LIST_DIR.into(),
                 description: "List a directory of the workspace: each entry's name and kind \
-                              (file, dir, symlink or other), sorted by name. Without a path, \
-                              lists the workspace root."
+                              (file, dir, symlink or other), sorted by name. Use it to find your \
+                              way around the workspace; without a path it lists the root. \
+                              Returns {entries: [{name, kind}]}."
                     .into(),
                 parameters: json!({
                     "type": "object",
@@ -185,14 +239,18 @@ impl Tool for ListDir {
             None | Some(Value::Null) => ".".to_owned(),
             Some(_) => string_argument(arguments, "path")?,
         };
-        let entries = blocking(&self.workspace, Access::Read, move |ws| ws.list_dir(&path)).await?;
+        let entries = blocking(&self.workspace, Access::Read, move |ws| {
+            ws.list_dir(&path)
+                .map_err(|error| explain(ws, error, Want::Dir))
+        })
+        .await?;
         Ok(json!({ "entries": entries }))
     }
 }
 
 /// The harness has checked the schema already; this only guards against a
 /// tool being called without that check.
-fn string_argument(arguments: &Value, key: &str) -> Result<String, ToolError> {
+pub(super) fn string_argument(arguments: &Value, key: &str) -> Result<String, ToolError> {
     arguments
         .get(key)
         .and_then(Value::as_str)
@@ -200,17 +258,38 @@ fn string_argument(arguments: &Value, key: &str) -> Result<String, ToolError> {
         .ok_or_else(|| ToolError::new(format!("Invalid arguments: $.{key}: expected string")))
 }
 
+/// An optional line number or count: a positive integer. The schema says
+/// so already; a number like `3.0` passes it, and is taken as `3`.
+fn line_argument(arguments: &Value, key: &str) -> Result<Option<usize>, ToolError> {
+    let value = match arguments.get(key) {
+        None | Some(Value::Null) => return Ok(None),
+        Some(value) => value,
+    };
+    let whole = value.as_u64().or_else(|| {
+        value
+            .as_f64()
+            .filter(|n| n.fract() == 0.0 && *n >= 1.0 && *n <= u32::MAX as f64)
+            .map(|n| n as u64)
+    });
+    match whole.and_then(|n| usize::try_from(n).ok()) {
+        Some(n) if n >= 1 => Ok(Some(n)),
+        _ => Err(ToolError::new(format!(
+            "Invalid arguments: $.{key}: expected a positive whole number (lines count from 1)"
+        ))),
+    }
+}
+
 /// What a workspace operation does: a read sees an empty workspace until the
 /// run's directory exists; a write makes it.
 #[derive(Clone, Copy)]
-enum Access {
+pub(super) enum Access {
     Read,
     Write,
 }
 
 /// Runs a workspace operation on the blocking pool: it is a handful of
 /// syscalls, but on a slow disk those can block.
-async fn blocking<T, E>(
+pub(super) async fn blocking<T, E>(
     workspace: &Arc<RunWorkspace>,
     access: Access,
     operation: impl FnOnce(&Workspace) -> Result<T, E> + Send + 'static,

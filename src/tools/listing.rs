@@ -1,7 +1,7 @@
-//! Reading directories of a workspace: one directory's entries, and every
-//! regular file below the root, never following a link.
+//! Reading directories of a workspace: one directory's entries, and walks
+//! of a tree below it, never following a link.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, openat, statat};
 use rustix::io::Errno;
@@ -44,54 +44,134 @@ pub(super) fn read_entries(dir: OwnedFd) -> Result<Vec<(String, EntryKind)>, Err
     Ok(entries)
 }
 
-/// Depth-first over `dir`, holding one descriptor per level and opening each
-/// subdirectory from its parent with `O_NOFOLLOW`.
-pub(super) fn collect_files(
+/// What a walk meets: a regular file or a directory, by the account of the
+/// directory holding it. Links and special files are never shown.
+pub(super) enum Found<'a> {
+    /// A regular file, to be opened (if at all) from `dir` by `name`, with
+    /// `O_NOFOLLOW`: it may have been replaced since the directory was read.
+    File {
+        dir: BorrowedFd<'a>,
+        name: &'a str,
+        path: &'a str,
+    },
+    /// A directory; [`Flow::Skip`] keeps the walk out of it.
+    Dir { name: &'a str, path: &'a str },
+}
+
+/// What a walk does after a visit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Flow {
+    /// On, and into the directory just met.
+    Continue,
+    /// On, but not into the directory just met.
+    Skip,
+    /// Nothing more.
+    Stop,
+}
+
+/// Depth-first over `dir` (whose path is `prefix`, `""` for the root),
+/// holding one descriptor per level and opening each subdirectory from its
+/// parent with `O_NOFOLLOW`. Each directory's entries are taken in the order
+/// of their names with a `/` after a directory's, so that the paths met come
+/// in the order of the paths themselves (`a.txt` before `a/b`), and a walk
+/// cut short has met the smallest ones. Returns whether it was stopped.
+pub(super) fn walk_tree(
     dir: OwnedFd,
-    prefix: String,
+    prefix: &str,
+    visit: &mut dyn FnMut(Found<'_>) -> Result<Flow, WorkspaceError>,
+) -> Result<bool, WorkspaceError> {
+    walk_level(dir, prefix, 0, visit)
+}
+
+fn walk_level(
+    dir: OwnedFd,
+    prefix: &str,
     depth: usize,
-    files: &mut Vec<FileInfo>,
-) -> Result<(), WorkspaceError> {
+    visit: &mut dyn FnMut(Found<'_>) -> Result<Flow, WorkspaceError>,
+) -> Result<bool, WorkspaceError> {
     if depth > MAX_LIST_DEPTH {
         return Err(WorkspaceError::TooDeep {
             limit: MAX_LIST_DEPTH,
         });
     }
-    let here = if prefix.is_empty() { "." } else { &prefix };
+    let here = if prefix.is_empty() { "." } else { prefix };
     let failed = |errno: Errno| WorkspaceError::Io {
         path: here.to_owned(),
         source: errno.into(),
     };
     let base = rustix::io::dup(&dir).map_err(failed)?;
-    for (name, kind) in read_entries(dir).map_err(failed)? {
+    let mut entries: Vec<(String, EntryKind)> = read_entries(dir)
+        .map_err(failed)?
+        .into_iter()
+        .filter(|(_, kind)| matches!(kind, EntryKind::File | EntryKind::Dir))
+        .collect();
+    entries.sort_by_cached_key(|(name, kind)| match kind {
+        EntryKind::Dir => format!("{name}/"),
+        _ => name.clone(),
+    });
+    for (name, kind) in entries {
         let path = if prefix.is_empty() {
             name.clone()
         } else {
             format!("{prefix}/{name}")
         };
-        match kind {
-            EntryKind::File => match statat(&base, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
-                Ok(stat) if FileType::from_raw_mode(stat.st_mode) == FileType::RegularFile => {
-                    files.push(FileInfo {
-                        path,
-                        size: u64::try_from(stat.st_size).unwrap_or(0),
-                    });
-                }
-                // Replaced or removed since the directory was read.
-                Ok(_) | Err(Errno::NOENT) => {}
-                Err(errno) => return Err(failed(errno)),
-            },
-            EntryKind::Dir => {
-                let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-                match openat(&base, name.as_str(), flags, Mode::empty()) {
-                    Ok(sub) => collect_files(sub, path, depth + 1, files)?,
-                    // Replaced by a link or removed since the directory was read.
-                    Err(Errno::NOTDIR | Errno::LOOP | Errno::NOENT) => {}
-                    Err(errno) => return Err(failed(errno)),
+        if kind == EntryKind::File {
+            let found = Found::File {
+                dir: base.as_fd(),
+                name: &name,
+                path: &path,
+            };
+            if visit(found)? == Flow::Stop {
+                return Ok(true);
+            }
+            continue;
+        }
+        match visit(Found::Dir {
+            name: &name,
+            path: &path,
+        })? {
+            Flow::Stop => return Ok(true),
+            Flow::Skip => continue,
+            Flow::Continue => {}
+        }
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        match openat(&base, name.as_str(), flags, Mode::empty()) {
+            Ok(sub) => {
+                if walk_level(sub, &path, depth + 1, visit)? {
+                    return Ok(true);
                 }
             }
-            EntryKind::Symlink | EntryKind::Other => {}
+            // Replaced by a link or removed since the directory was read.
+            Err(Errno::NOTDIR | Errno::LOOP | Errno::NOENT) => {}
+            Err(errno) => return Err(failed(errno)),
         }
     }
+    Ok(false)
+}
+
+/// Every regular file below `dir` with its size.
+pub(super) fn collect_files(dir: OwnedFd, files: &mut Vec<FileInfo>) -> Result<(), WorkspaceError> {
+    walk_tree(dir, "", &mut |found| {
+        let Found::File { dir, name, path } = found else {
+            return Ok(Flow::Continue);
+        };
+        match statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(stat) if FileType::from_raw_mode(stat.st_mode) == FileType::RegularFile => {
+                files.push(FileInfo {
+                    path: path.to_owned(),
+                    size: u64::try_from(stat.st_size).unwrap_or(0),
+                });
+            }
+            // Replaced or removed since the directory was read.
+            Ok(_) | Err(Errno::NOENT) => {}
+            Err(errno) => {
+                return Err(WorkspaceError::Io {
+                    path: path.to_owned(),
+                    source: errno.into(),
+                });
+            }
+        }
+        Ok(Flow::Continue)
+    })?;
     Ok(())
 }

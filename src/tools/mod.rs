@@ -7,6 +7,10 @@
 //! - [`path`]: workspace-relative paths, checked once at the edge.
 //! - [`error`]: why a workspace operation was refused.
 //! - [`files`]: the `read_file`, `write_file` and `list_dir` tools.
+//! - [`edit`]: the `edit_file` tool.
+//! - [`search`]: the `search` tool.
+//! - [`suggest`]: the paths a "no such file" error suggests.
+//! - [`text`]: windows of lines, numbered lines, long lines cut.
 //! - [`command`]: command presets and the `run_command` tool.
 //! - [`sandbox`]: what a command can touch (Landlock, seccomp, limits), and
 //!   its process tree, kept together so the whole of it can be killed.
@@ -20,12 +24,16 @@ pub mod command;
 pub mod confine;
 pub mod copy;
 mod definitions;
+pub mod edit;
 pub mod error;
 pub mod files;
 mod listing;
 pub mod path;
 pub mod run_workspace;
 pub mod sandbox;
+pub mod search;
+pub mod suggest;
+pub mod text;
 pub mod workspace;
 
 use std::sync::Arc;
@@ -34,6 +42,7 @@ pub use command::{
     CommandError, CommandOutput, CommandPreset, CommandPresets, CommandRunner, RunCommand,
 };
 pub use confine::Resolver;
+pub use edit::EditFile;
 pub use error::WorkspaceError;
 pub use files::{ListDir, ReadFile, WriteFile};
 pub use path::RelativePath;
@@ -41,22 +50,27 @@ pub use run_workspace::{RunWorkspace, Workspaces};
 pub use sandbox::{
     CommandPolicy, Containment, ContainmentKind, Sandbox, SandboxConfig, SandboxMode, SandboxReport,
 };
+pub use search::Search;
 pub use workspace::{DirEntry, EntryKind, FileInfo, Workspace, WorkspaceOptions};
 
 use crate::harness::Tool;
 
 /// Every built-in tool, in the order they are offered.
-pub const BUILTIN_TOOL_NAMES: [&str; 4] = [
+pub const BUILTIN_TOOL_NAMES: [&str; 6] = [
     files::READ_FILE,
     files::WRITE_FILE,
+    edit::EDIT_FILE,
     files::LIST_DIR,
+    search::SEARCH,
     command::RUN_COMMAND,
 ];
 
 /// A run asked for something the server does not have.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SelectionError {
-    #[error("Unknown tool: {0} (built-in tools: read_file, write_file, list_dir, run_command)")]
+    #[error(
+        "Unknown tool: {0} (built-in tools: read_file, write_file, edit_file, list_dir, search, run_command)"
+    )]
     UnknownTool(String),
     #[error("Unknown command: {0} (not a preset configured on the server)")]
     UnknownCommand(String),
@@ -89,7 +103,9 @@ pub fn builtin_tools(
         let tool: Arc<dyn Tool> = match name {
             files::READ_FILE => Arc::new(ReadFile::new(workspace.clone())),
             files::WRITE_FILE => Arc::new(WriteFile::new(workspace.clone())),
+            edit::EDIT_FILE => Arc::new(EditFile::new(workspace.clone())),
             files::LIST_DIR => Arc::new(ListDir::new(workspace.clone())),
+            search::SEARCH => Arc::new(Search::new(workspace.clone())),
             command::RUN_COMMAND => Arc::new(RunCommand::new(
                 runner.clone(),
                 workspace.clone(),

@@ -125,6 +125,24 @@ impl RelativePath {
         self.depth == 0
     }
 
+    /// The path with its `.` and empty segments dropped and each `..`
+    /// folded into the name before it: `./src//a/../b.py` is `src/b.py`,
+    /// and the root is `""`. For showing paths found below this one; it
+    /// names the same file as this path only where no link is involved,
+    /// which is all a workspace resolves.
+    pub fn normalized(&self) -> String {
+        let mut names: Vec<&str> = Vec::new();
+        for step in &self.steps {
+            match step {
+                Step::Name(name) => names.push(name),
+                Step::Up => {
+                    names.pop();
+                }
+            }
+        }
+        names.join("/")
+    }
+
     pub(crate) fn steps(&self) -> &[Step] {
         &self.steps
     }
@@ -231,6 +249,15 @@ mod tests {
                 .is_none()
         );
         assert!(RelativePath::parse(".").unwrap().split_last().is_none());
+    }
+
+    #[test]
+    fn normalising_folds_dots_and_dot_dots() {
+        let normalized = |text: &str| RelativePath::parse(text).unwrap().normalized();
+        assert_eq!(normalized("./src//a/../b.py"), "src/b.py");
+        assert_eq!(normalized("."), "");
+        assert_eq!(normalized("a/.."), "");
+        assert_eq!(normalized("a/b/"), "a/b");
     }
 
     #[test]

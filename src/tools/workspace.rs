@@ -10,6 +10,7 @@
 
 use std::fs::File;
 use std::io::{self, Read, Write};
+use std::ops::ControlFlow;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Once;
@@ -23,7 +24,7 @@ use serde::Serialize;
 
 use super::confine::{self, Resolver};
 use super::error::WorkspaceError;
-use super::listing::{collect_files, read_entries};
+use super::listing::{Flow, Found, collect_files, read_entries, walk_tree};
 use super::path::{RelativePath, Step, check_file_path};
 
 /// The default read limit: 1 MiB.
@@ -32,6 +33,11 @@ pub const DEFAULT_MAX_READ_BYTES: u64 = 1024 * 1024;
 /// [`Workspace::list_files`] does not descend deeper than this: it holds one
 /// descriptor per level.
 pub const MAX_LIST_DEPTH: usize = 128;
+
+/// How a file is opened for reading. `O_NONBLOCK` so that a FIFO does not
+/// block the open (it is refused once opened); it changes nothing for
+/// regular files.
+const READ_FLAGS: OFlags = OFlags::RDONLY.union(OFlags::NONBLOCK).union(OFlags::NOCTTY);
 
 /// Mode of a file created by a write (less the umask); an overwrite keeps the
 /// mode of the file it replaces.
@@ -160,16 +166,15 @@ impl Workspace {
         if path.is_root() {
             return Err(WorkspaceError::Root);
         }
-        let fd = confine::open(
-            self.root_dir(),
-            self.resolver,
-            path.steps(),
-            // O_NONBLOCK so that a FIFO does not block the open; it is refused
-            // just below, and it changes nothing for regular files.
-            OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY,
-        )
-        .map_err(|errno| refusal(errno, &path, Purpose::Read))?;
-        let stat = fstat(&fd).map_err(|errno| refusal(errno, &path, Purpose::Read))?;
+        let fd = confine::open(self.root_dir(), self.resolver, path.steps(), READ_FLAGS)
+            .map_err(|errno| refusal(errno, &path, Purpose::Read))?;
+        self.read_opened(fd, &path)
+    }
+
+    /// The bytes of the file `fd`, which must be a regular file within the
+    /// read limit.
+    fn read_opened(&self, fd: OwnedFd, path: &RelativePath) -> Result<Vec<u8>, WorkspaceError> {
+        let stat = fstat(&fd).map_err(|errno| refusal(errno, path, Purpose::Read))?;
         match FileType::from_raw_mode(stat.st_mode) {
             FileType::RegularFile => {}
             FileType::Directory => return Err(WorkspaceError::IsADirectory(path.to_string())),
@@ -184,18 +189,47 @@ impl Workspace {
         if size > self.max_read_bytes {
             return Err(too_large(size));
         }
-        // The file may grow after the fstat: read one byte past the limit to
-        // notice.
-        let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
-        File::from(fd)
-            .take(self.max_read_bytes.saturating_add(1))
-            .read_to_end(&mut bytes)
-            .map_err(|source| io_error(&path, source))?;
+        let bytes =
+            read_at_most(fd, size, self.max_read_bytes).map_err(|source| io_error(path, source))?;
         let read = bytes.len() as u64;
         if read > self.max_read_bytes {
             return Err(too_large(read));
         }
         Ok(bytes)
+    }
+
+    /// Replaces the text of an existing file with what `edit` makes of it
+    /// (the new text, and anything else the caller wants back), atomically
+    /// as [`Workspace::write_file`] does, keeping the file's mode. The file
+    /// is read and replaced through one descriptor of its directory, so the
+    /// text edited and the file replaced are in the same place even if a
+    /// component of the path is swapped meanwhile. Nothing is written when
+    /// `edit` fails.
+    pub fn edit_file<T, E>(
+        &self,
+        path: &str,
+        edit: impl FnOnce(String) -> Result<(String, T), E>,
+    ) -> Result<T, E>
+    where
+        E: From<WorkspaceError>,
+    {
+        let path = RelativePath::parse(path)?;
+        let (parent, name) = split_for_write(&path)?;
+        let dir = confine::open_dir(self.root_dir(), self.resolver, parent)
+            .map_err(|errno| refusal(errno, &path, Purpose::Read))?;
+        let fd = openat(
+            &dir,
+            name,
+            READ_FLAGS | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|errno| refusal(errno, &path, Purpose::Read))?;
+        let bytes = self.read_opened(fd, &path)?;
+        let text =
+            String::from_utf8(bytes).map_err(|_| WorkspaceError::NotUtf8(path.to_string()))?;
+        let (edited, out) = edit(text)?;
+        write_atomically(dir.as_fd(), name, edited.as_bytes(), &path)?;
+        Ok(out)
     }
 
     /// Writes `content` to a file whose parent directory must exist, replacing
@@ -257,9 +291,100 @@ impl Workspace {
             }
         })?;
         let mut files = Vec::new();
-        collect_files(root, String::new(), 0, &mut files)?;
+        collect_files(root, &mut files)?;
         files.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(files)
+    }
+
+    /// The paths of the files and directories below the root, in the order
+    /// of the paths, at most `limit` of them; directories for which
+    /// `skip_dir` (given the directory's name) is true are listed but not
+    /// entered. Links are neither listed nor followed. For suggestions, so
+    /// it gives what it found before anything went wrong.
+    pub fn list_paths(
+        &self,
+        limit: usize,
+        skip_dir: &dyn Fn(&str) -> bool,
+    ) -> Vec<(String, EntryKind)> {
+        let mut paths = Vec::new();
+        let Ok(root) = confine::open_dir(self.root_dir(), self.resolver, &[]) else {
+            return paths;
+        };
+        let _ = walk_tree(root, "", &mut |found| {
+            if paths.len() >= limit {
+                return Ok(Flow::Stop);
+            }
+            let (path, kind, flow) = match found {
+                Found::File { path, .. } => (path, EntryKind::File, Flow::Continue),
+                Found::Dir { name, path } if skip_dir(name) => (path, EntryKind::Dir, Flow::Skip),
+                Found::Dir { path, .. } => (path, EntryKind::Dir, Flow::Continue),
+            };
+            paths.push((path.to_owned(), kind));
+            Ok(flow)
+        });
+        paths
+    }
+
+    /// Shows `visit` every regular file at `path` (one file) or below it (a
+    /// directory) with its bytes, in the order of their paths (relative to
+    /// the root, lexically normalised), until it breaks. Files larger than
+    /// `max_bytes`, and files that cannot be opened or read (gone, or not
+    /// readable), are passed over; links are never followed, and
+    /// directories for which `skip_dir` (given the directory's name) is
+    /// true are not entered. Each file is opened from its directory's
+    /// descriptor with `O_NOFOLLOW`, like every walk here.
+    pub fn scan_files(
+        &self,
+        path: &str,
+        max_bytes: u64,
+        skip_dir: &dyn Fn(&str) -> bool,
+        visit: &mut dyn FnMut(&str, &[u8]) -> ControlFlow<()>,
+    ) -> Result<(), WorkspaceError> {
+        let path = RelativePath::parse(if path.is_empty() { "." } else { path })?;
+        let fd = confine::open(self.root_dir(), self.resolver, path.steps(), READ_FLAGS)
+            .map_err(|errno| refusal(errno, &path, Purpose::Read))?;
+        let stat = fstat(&fd).map_err(|errno| refusal(errno, &path, Purpose::Read))?;
+        let shown = path.normalized();
+        match FileType::from_raw_mode(stat.st_mode) {
+            FileType::Directory => {}
+            FileType::RegularFile => {
+                let size = u64::try_from(stat.st_size).unwrap_or(0);
+                if size <= max_bytes
+                    && let Ok(bytes) = read_at_most(fd, size, max_bytes)
+                    && bytes.len() as u64 <= max_bytes
+                {
+                    let _ = visit(&shown, &bytes);
+                }
+                return Ok(());
+            }
+            _ => return Err(WorkspaceError::NotRegularFile(path.to_string())),
+        }
+        walk_tree(fd, &shown, &mut |found| {
+            let (dir, name, path) = match found {
+                Found::Dir { name, .. } if skip_dir(name) => return Ok(Flow::Skip),
+                Found::Dir { .. } => return Ok(Flow::Continue),
+                Found::File { dir, name, path } => (dir, name, path),
+            };
+            let flags = READ_FLAGS | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            let Ok(file) = openat(dir, name, flags, Mode::empty()) else {
+                return Ok(Flow::Continue);
+            };
+            let Ok(stat) = fstat(&file) else {
+                return Ok(Flow::Continue);
+            };
+            let size = u64::try_from(stat.st_size).unwrap_or(0);
+            if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile || size > max_bytes {
+                return Ok(Flow::Continue);
+            }
+            match read_at_most(file, size, max_bytes) {
+                Ok(bytes) if bytes.len() as u64 <= max_bytes => match visit(path, &bytes) {
+                    ControlFlow::Continue(()) => Ok(Flow::Continue),
+                    ControlFlow::Break(()) => Ok(Flow::Stop),
+                },
+                _ => Ok(Flow::Continue),
+            }
+        })?;
+        Ok(())
     }
 
     fn root_dir(&self) -> BorrowedFd<'_> {
@@ -294,6 +419,17 @@ fn refusal(errno: Errno, path: &RelativePath, purpose: Purpose) -> WorkspaceErro
         Errno::NXIO => WorkspaceError::NotRegularFile(text),
         other => io_error(path, other.into()),
     }
+}
+
+/// The content of the open file `fd`, whose size was `size`: at most one
+/// byte past `max_bytes`, so that a file that grew after its `fstat` is
+/// noticed.
+fn read_at_most(fd: OwnedFd, size: u64, max_bytes: u64) -> io::Result<Vec<u8>> {
+    let mut bytes = Vec::with_capacity(usize::try_from(size.min(max_bytes)).unwrap_or(0));
+    File::from(fd)
+        .take(max_bytes.saturating_add(1))
+        .read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 fn io_error(path: &RelativePath, source: io::Error) -> WorkspaceError {

@@ -33,5 +33,6 @@ mod sse;
 mod statuses;
 mod storage;
 mod tenants;
+mod tools;
 mod webhooks;
 mod writer;

@@ -5,5 +5,6 @@
 #![allow(clippy::unwrap_used)]
 
 mod commands;
+mod edits;
 mod files;
 mod race;

@@ -35,7 +35,7 @@
 mod preset;
 mod tool;
 
-pub use preset::{CommandPreset, CommandPresets};
+pub use preset::{CommandPreset, CommandPresets, MAX_DESCRIPTION_CHARS};
 pub use tool::RunCommand;
 
 use std::ffi::OsString;

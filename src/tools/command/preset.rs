@@ -8,6 +8,10 @@ use serde::{Deserialize, Serialize};
 use super::DEFAULT_TIMEOUT_MS;
 use crate::tools::sandbox::CommandPolicy;
 
+/// Longest `description` a preset may have, in characters: it is shown to
+/// the model in every request.
+pub const MAX_DESCRIPTION_CHARS: usize = 1000;
+
 fn default_timeout_ms() -> u64 {
     DEFAULT_TIMEOUT_MS
 }
@@ -16,6 +20,11 @@ fn default_timeout_ms() -> u64 {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CommandPreset {
+    /// What the preset is for, in a sentence ("Runs the unit tests"):
+    /// `run_command`'s definition shows it beside the preset's name, so a
+    /// model knows what `test` runs without guessing from the program.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
     /// A program name looked up in `PATH`, or a path.
     pub program: String,
     #[serde(default)]
@@ -47,6 +56,7 @@ impl CommandPreset {
         args: impl IntoIterator<Item = impl Into<String>>,
     ) -> Self {
         Self {
+            description: None,
             program: program.into(),
             args: args.into_iter().map(Into::into).collect(),
             timeout_ms: DEFAULT_TIMEOUT_MS,
@@ -72,6 +82,11 @@ impl CommandPreset {
 
     pub fn with_timeout_ms(mut self, timeout_ms: u64) -> Self {
         self.timeout_ms = timeout_ms;
+        self
+    }
+
+    pub fn with_description(mut self, description: impl Into<String>) -> Self {
+        self.description = Some(description.into());
         self
     }
 }
@@ -127,7 +142,8 @@ mod tests {
     fn a_preset_defaults_its_timeout_and_refuses_unknown_keys() {
         let presets: CommandPresets = serde_json::from_value(json!({
             "test": {"program": "cargo", "args": ["test", "--quiet"]},
-            "slow": {"program": "sleep", "args": ["5"], "timeout_ms": 100},
+            "slow": {"program": "sleep", "args": ["5"], "timeout_ms": 100,
+                     "description": "Waits five seconds"},
         }))
         .unwrap();
         assert_eq!(
@@ -135,6 +151,11 @@ mod tests {
             Some(&CommandPreset::new("cargo", ["test", "--quiet"]))
         );
         assert_eq!(presets.get("slow").unwrap().timeout_ms, 100);
+        assert_eq!(
+            presets.get("slow").unwrap().description.as_deref(),
+            Some("Waits five seconds")
+        );
+        assert_eq!(presets.get("test").unwrap().description, None);
         assert_eq!(presets.names().collect::<Vec<_>>(), ["slow", "test"]);
         assert!(
             serde_json::from_value::<CommandPresets>(json!({

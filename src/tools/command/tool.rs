@@ -40,23 +40,31 @@ impl RunCommand {
             .iter()
             .filter_map(|name| {
                 let preset = runner.presets.get(name)?;
-                let mut line = std::iter::once(preset.program.as_str())
+                let runs = std::iter::once(preset.program.as_str())
                     .chain(preset.args.iter().map(String::as_str))
                     .collect::<Vec<_>>()
                     .join(" ");
-                line = format!("{name} (runs `{line}`, timeout {} ms)", preset.timeout_ms);
-                Some(line)
+                let what = match &preset.description {
+                    Some(description) => format!("{name}: {}", description.trim()),
+                    None => name.clone(),
+                };
+                Some(format!(
+                    "- {what} (runs `{runs}`, timeout {} ms)",
+                    preset.timeout_ms
+                ))
             })
             .collect();
         let description = format!(
-            "Run one of the server's preset commands in the workspace, with no shell and no \
-             stdin. Returns {{exit_code, stdout, stderr, timed_out, truncated}} (and signal when \
-             a signal ended it); stdout and stderr keep at most {MAX_OUTPUT_CHARS} characters \
-             each, and more ends the command. Available: {}.",
+            "Run one of the server's preset commands in the workspace: you pick a preset by \
+             name and cannot pass it arguments; it runs with no shell and no stdin. Use it to \
+             build, test or run your work and check that it does what was asked. Returns \
+             {{exit_code, stdout, stderr, timed_out, truncated}} (and signal when a signal \
+             ended it); stdout and stderr keep at most {MAX_OUTPUT_CHARS} characters each, \
+             and more ends the command. The presets:\n{}",
             if listed.is_empty() {
-                "none".to_owned()
+                "(none)".to_owned()
             } else {
-                listed.join("; ")
+                listed.join("\n")
             }
         );
         // The description names every allowed preset and what it runs, and
@@ -140,7 +148,10 @@ mod tests {
     #[test]
     fn the_schema_lists_exactly_the_allowed_presets() {
         let presets: CommandPresets = [
-            ("test", CommandPreset::new("cargo", ["test"])),
+            (
+                "test",
+                CommandPreset::new("cargo", ["test"]).with_description("Runs the unit tests"),
+            ),
             ("lint", CommandPreset::new("cargo", ["clippy"])),
             ("fmt", CommandPreset::new("cargo", ["fmt"])),
         ]
@@ -165,10 +176,13 @@ mod tests {
                 "additionalProperties": false
             })
         );
+        let description = &tool.definition().description;
         assert!(
-            tool.definition()
-                .description
-                .contains("test (runs `cargo test`")
+            description.ends_with(
+                "The presets:\n- lint (runs `cargo clippy`, timeout 10000 ms)\n\
+                 - test: Runs the unit tests (runs `cargo test`, timeout 10000 ms)"
+            ),
+            "{description}"
         );
         assert_eq!(
             RunCommand::new(runner, workspace, ["test", "deploy"]).err(),

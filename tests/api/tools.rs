@@ -1,0 +1,336 @@
+//! The built-in tools of SPEC section 15 through the real server: a scripted
+//! model calls them, and the transcript shows what the model was answered.
+
+use agent_runner::models::profile::{HttpProfile, ModelProfile};
+use agent_runner::tools::CommandPreset;
+use serde_json::{Value, json};
+
+use crate::helpers::*;
+use crate::providers::mock_providers;
+
+/// Room for every result whole, in the context and in the transcript.
+fn roomy() -> Value {
+    json!({"max_context_chars": 1_000_000, "max_tool_result_chars": 1_000_000})
+}
+
+/// The tool messages of a run, by call id: `(content, is_error)`.
+async fn results(app: &TestApp, run: &Value) -> Vec<(String, String, bool)> {
+    app.messages(run["id"].as_str().unwrap())
+        .await
+        .into_iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| {
+            (
+                m["call_id"].as_str().unwrap().to_owned(),
+                m["content"].as_str().unwrap().to_owned(),
+                m["is_error"].as_bool().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The result of a call that succeeded, as the JSON it was serialised from.
+fn ok(results: &[(String, String, bool)], id: &str) -> Value {
+    let (_, content, is_error) = results.iter().find(|r| r.0 == id).unwrap();
+    assert!(!is_error, "{id}: {content}");
+    serde_json::from_str(content).unwrap()
+}
+
+/// The message of a call that failed.
+fn refused<'a>(results: &'a [(String, String, bool)], id: &str) -> &'a str {
+    let (_, content, is_error) = results.iter().find(|r| r.0 == id).unwrap();
+    assert!(is_error, "{id}: {content}");
+    content
+}
+
+const CALC: &str = "\
+def add(a, b):
+    return a + b
+
+
+def sub(a, b):
+    return a - b
+
+
+def total(items):
+    result = 0
+    for item in items:
+        result = add(result, item)
+    return result
+";
+
+#[tokio::test]
+async fn files_are_read_in_windows_and_edited_with_answers_a_model_can_act_on() {
+    let app = spawn_app().await;
+    let edit = |id: &str, old: &str, new: &str| {
+        call(
+            id,
+            "edit_file",
+            json!({"path": "calc.py", "old_text": old, "new_text": new}),
+        )
+    };
+    let run = app
+        .run_to_end(json!({
+            "prompt": "fix it",
+            "context": roomy(),
+            "workspace": {"files": {"calc.py": CALC, "lib/util.py": "x = 1\n"}},
+            "model": {"scripted": [
+                {"content": "", "tool_calls": [
+                    call("window", "read_file", json!({"path": "calc.py", "offset": 5, "limit": 2})),
+                    call("past", "read_file", json!({"path": "calc.py", "offset": 40})),
+                    edit("missing", "def sub(a, b):\n    return a-b", "x"),
+                    edit("edit", "    return a - b\n", "    return a - b  # checked\n"),
+                    edit("twice", "result", "acc"),
+                    call("all", "edit_file", json!({"path": "calc.py", "old_text": "result",
+                                                    "new_text": "acc", "replace_all": true})),
+                    call("guess", "read_file", json!({"path": "lib/utils.py"})),
+                    call("zero", "read_file", json!({"path": "calc.py", "offset": 0})),
+                ]},
+                {"content": "fixed"}
+            ]}
+        }))
+        .await;
+    assert_eq!(run["status"], "completed", "{run}");
+    let results = results(&app, &run).await;
+
+    assert_eq!(
+        ok(&results, "window"),
+        json!({"path": "calc.py", "start_line": 5, "end_line": 6, "total_lines": 13,
+               "text": "def sub(a, b):\n    return a - b\n"})
+    );
+    assert_eq!(
+        refused(&results, "past"),
+        "offset 40 is past the end of calc.py: it has 13 lines"
+    );
+    let snippet = [
+        "3 | ",
+        "4 | ",
+        "5 | def sub(a, b):",
+        "6 |     return a - b  # checked",
+        "7 | ",
+        "8 | ",
+        "9 | def total(items):",
+    ]
+    .join("\n");
+    assert_eq!(
+        ok(&results, "edit"),
+        json!({"path": "calc.py", "replacements": 1, "snippet": snippet})
+    );
+    let missing = refused(&results, "missing");
+    assert!(
+        missing.starts_with(
+            "old_text was not found in calc.py. The closest text is at lines 5-6:\n\
+             5 | def sub(a, b):\n\
+             6 |     return a - b\n"
+        ),
+        "{missing}"
+    );
+    let twice = refused(&results, "twice");
+    assert!(
+        twice.starts_with("old_text occurs 4 times in calc.py, at lines 10, 12, 13."),
+        "{twice}"
+    );
+    assert!(twice.contains("Add surrounding lines"), "{twice}");
+    assert!(twice.contains("set replace_all"), "{twice}");
+    let all = ok(&results, "all");
+    assert_eq!(all["replacements"], 4);
+    assert_eq!(
+        all["snippet"],
+        [
+            " 7 | ",
+            " 8 | ",
+            " 9 | def total(items):",
+            "10 |     acc = 0",
+            "11 |     for item in items:",
+            "12 |         acc = add(acc, item)",
+            "13 |     return acc",
+        ]
+        .join("\n")
+    );
+    assert_eq!(
+        refused(&results, "guess"),
+        "No such file or directory: lib/utils.py\nDid you mean: lib/util.py?"
+    );
+    assert!(
+        refused(&results, "zero").contains("$.offset"),
+        "{results:?}"
+    );
+
+    // What is on disk is the two edits that were made, and nothing of the
+    // refused ones.
+    let file = app
+        .get(&format!(
+            "/v1/runs/{}/workspace/calc.py",
+            run["id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(
+        file.text,
+        CALC.replace("return a - b", "return a - b  # checked")
+            .replace("result", "acc")
+    );
+}
+
+#[tokio::test]
+async fn a_search_is_narrowed_by_folder_and_glob_and_capped_at_a_hundred() {
+    let app = spawn_app().await;
+    let many: String = (1..=150).map(|i| format!("TODO item {i}\n")).collect();
+    let search = |id: &str, arguments: Value| call(id, "search", arguments);
+    let run = app
+        .run_to_end(json!({
+            "prompt": "look",
+            "context": roomy(),
+            "workspace": {"files": {
+                "src/app.py": "import os\n# TODO: tidy\n",
+                "src/app.js": "// TODO: port\n",
+                "src/deep/mod.py": "def f():\n    pass  # TODO\n",
+                "docs/notes.md": "TODO write docs\n",
+                "many.txt": many,
+            }},
+            "model": {"scripted": [
+                {"content": "", "tool_calls": [
+                    search("python", json!({"pattern": "TODO", "path": "src", "glob": "*.py"})),
+                    search("rooted", json!({"pattern": r"TODO\b", "glob": "src/*.js"})),
+                    search("capped", json!({"pattern": "^TODO item \\d+$"})),
+                    search("invalid", json!({"pattern": "def (f"})),
+                    search("badglob", json!({"pattern": "x", "glob": "[a-"})),
+                    search("gone", json!({"pattern": "x", "path": "srcs"})),
+                ]},
+                {"content": "found"}
+            ]}
+        }))
+        .await;
+    assert_eq!(run["status"], "completed", "{run}");
+    let results = results(&app, &run).await;
+
+    assert_eq!(
+        ok(&results, "python"),
+        json!({"matches": [
+            {"path": "src/app.py", "line": 2, "text": "# TODO: tidy"},
+            {"path": "src/deep/mod.py", "line": 2, "text": "    pass  # TODO"},
+        ], "total": 2, "truncated": false})
+    );
+    assert_eq!(
+        ok(&results, "rooted"),
+        json!({"matches": [{"path": "src/app.js", "line": 1, "text": "// TODO: port"}],
+               "total": 1, "truncated": false})
+    );
+    let capped = ok(&results, "capped");
+    let matches = capped["matches"].as_array().unwrap();
+    assert_eq!(matches.len(), 100);
+    assert_eq!(
+        (capped["total"].clone(), capped["truncated"].clone()),
+        (json!(150), json!(true))
+    );
+    let lines: Vec<u64> = matches
+        .iter()
+        .map(|m| m["line"].as_u64().unwrap())
+        .collect();
+    assert_eq!(lines, (1..=100).collect::<Vec<u64>>());
+    assert!(matches.iter().all(|m| m["path"] == "many.txt"));
+
+    let invalid = refused(&results, "invalid");
+    assert!(invalid.starts_with("Invalid pattern: "), "{invalid}");
+    assert!(invalid.contains("unclosed group"), "{invalid}");
+    let glob = refused(&results, "badglob");
+    assert!(glob.starts_with("Invalid glob \"[a-\": "), "{glob}");
+    assert_eq!(
+        refused(&results, "gone"),
+        "No such file or directory: srcs\nDid you mean: src?"
+    );
+}
+
+#[tokio::test]
+async fn edit_file_and_search_are_built_in_and_named_in_refusals() {
+    let app = spawn_app().await;
+    let run = app
+        .create_run(json!({"prompt": "x", "tools": ["edit_file", "search"],
+                           "model": {"scripted": [{"content": "ok"}]}}))
+        .await;
+    assert_eq!(run["tools"], json!(["edit_file", "search"]));
+    let everything = app
+        .create_run(json!({"prompt": "x", "model": {"scripted": [{"content": "ok"}]}}))
+        .await;
+    assert_eq!(
+        everything["tools"],
+        json!(["read_file", "write_file", "edit_file", "list_dir", "search"])
+    );
+    let unknown = app
+        .post_run(json!({"prompt": "x", "tools": ["grep"]}))
+        .await;
+    assert_eq!(unknown.status, 422, "{}", unknown.text);
+    let message = unknown.body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("edit_file") && message.contains("search"),
+        "{message}"
+    );
+}
+
+/// What reaches a real provider: every built-in's definition, `run_command`
+/// listing each preset with its configured description, and no description
+/// naming an example path the workspace may not have.
+#[tokio::test]
+async fn the_model_is_told_what_each_preset_runs() {
+    let (address, seen) = mock_providers().await;
+    let app = spawn_with(move |config| {
+        config.models.insert(
+            "oa".into(),
+            ModelProfile::OpenAi(HttpProfile {
+                base_url: Some(format!("{address}/v1")),
+                model: Some("mock".into()),
+                api_key_env: Some("PATH".into()),
+                max_attempts: Some(1),
+                ..HttpProfile::default()
+            }),
+        );
+        let preset = |text: &str| toml::from_str::<CommandPreset>(text).unwrap();
+        config.commands.insert(
+            "test".into(),
+            preset(
+                "description = \"Runs the examples against main.py\"\n\
+                 program = \"python3\"\nargs = [\"check.py\"]\ntimeout_ms = 20000",
+            ),
+        );
+        config
+            .commands
+            .insert("lint".into(), preset("program = \"true\""));
+    })
+    .await;
+    let run = app
+        .run_to_end(json!({"prompt": "hello", "model": {"profile": "oa"}}))
+        .await;
+    assert_eq!(run["status"], "completed", "{run}");
+    let requests = seen.lock().unwrap().clone();
+    let tools = requests[0]["tools"].as_array().unwrap();
+    let names: Vec<&str> = tools
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "read_file",
+            "write_file",
+            "edit_file",
+            "list_dir",
+            "search",
+            "run_command"
+        ]
+    );
+    let run_command = &tools[5]["function"]["description"];
+    let text = run_command.as_str().unwrap();
+    assert!(
+        text.ends_with(
+            "The presets:\n- lint (runs `true`, timeout 10000 ms)\n\
+             - test: Runs the examples against main.py (runs `python3 check.py`, timeout 20000 ms)"
+        ),
+        "{text}"
+    );
+    for tool in tools {
+        let definition = tool.to_string();
+        assert!(
+            !definition.contains("src/main.rs") && !definition.contains("e.g."),
+            "{definition}"
+        );
+    }
+}
