@@ -375,7 +375,9 @@ async fn a_continued_run_left_queued_by_a_restart_starts_from_its_history() {
     server
         .post_json(
             "/v1/runs",
-            &json!({"prompt": "long", "model": {"scripted": [{"delay_ms": 60000, "content": "late"}]}}),
+            // Not resumed after the kill: it frees the slot.
+            &json!({"prompt": "long", "limits": {"max_resumes": 0},
+                    "model": {"scripted": [{"delay_ms": 60000, "content": "late"}]}}),
         )
         .await;
     let next = server

@@ -775,7 +775,9 @@ async fn an_answered_pause_waiting_for_a_slot_resumes_after_a_restart() {
     let long = server
         .post_json(
             "/v1/runs",
-            &json!({"prompt": "long", "model": {"scripted": [{"delay_ms": 60000, "content": "late"}]}}),
+            // Not resumed after the kill: it frees the slot.
+            &json!({"prompt": "long", "limits": {"max_resumes": 0},
+                    "model": {"scripted": [{"delay_ms": 60000, "content": "late"}]}}),
         )
         .await;
     server

@@ -37,6 +37,7 @@ async fn a_created_run_is_answered_with_its_object_and_location() {
         "steps",
         "tool_calls",
         "usage",
+        "resumes",
         "limits",
         "context",
         "tools",
@@ -59,9 +60,10 @@ async fn a_created_run_is_answered_with_its_object_and_location() {
     keys.sort();
     assert_eq!(keys, expected);
     assert_eq!(run["prompt"], "Inspect the project");
+    assert_eq!(run["resumes"], 0);
     assert_eq!(
         run["limits"],
-        json!({"max_steps": 3, "max_tool_calls": 4, "timeout_ms": 5000, "action_timeout_ms": 3_600_000})
+        json!({"max_steps": 3, "max_tool_calls": 4, "timeout_ms": 5000, "action_timeout_ms": 3_600_000, "max_resumes": 3})
     );
     assert_eq!(
         run["context"],
