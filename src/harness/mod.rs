@@ -13,8 +13,8 @@ pub mod stop;
 pub mod tool;
 
 pub use agent::{
-    CANNOT_PAUSE, ContextLimits, Harness, Limits, OUTCOME_UNKNOWN, Progress, RunConfig, RunResult,
-    TOOL_CANCEL_GRACE,
+    CANNOT_PAUSE, ContextLimits, HANDED_OVER, Harness, Limits, OUTCOME_UNKNOWN, Progress,
+    RunConfig, RunResult, TOOL_CANCEL_GRACE,
 };
 pub use context::{ContextError, ContextIndex, bound_tool_result, select_context};
 pub use events::{Event, EventKind, Observer, ObserverError, Outcome, Totals};

@@ -18,6 +18,10 @@ pub enum StopReason {
     /// The service can no longer run it (its records cannot be stored): it
     /// ends `failed` with this message.
     Failed(String),
+    /// The server stops and hands it over: it leaves at its next safe point
+    /// without an end (a model call in flight is given up, to be made
+    /// again), to be resumed by another process.
+    HandOver,
 }
 
 /// A run's stop signal; clones share it. The first reason given wins; later

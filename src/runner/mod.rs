@@ -315,8 +315,7 @@ impl Runner {
         channels.open(id, run);
         let events = follow.then(|| channels.subscribe(id)).flatten();
         if self.lifecycle.past_grace.is_cancelled() {
-            live.stop
-                .stop(StopReason::Interrupted(INTERRUPTED.to_owned()));
+            live.stop.stop(StopReason::HandOver);
         }
         let span = tracing::info_span!("run", run_id = %id);
         let task = task::RunTask {
@@ -349,9 +348,10 @@ impl Runner {
     }
 
     /// Stops the service's runs: no new run is accepted; running runs get
-    /// `grace` to finish, then end `interrupted`; queued runs stay queued, to
-    /// start again with the next process (on PostgreSQL, any replica claims
-    /// them). Returns once everything is stored.
+    /// `grace` to finish, then are handed over at their next safe point
+    /// (queued again to resume, see [`StopReason::HandOver`]); queued runs
+    /// stay queued, to start again with the next process (on PostgreSQL,
+    /// any replica claims them at once). Returns once everything is stored.
     pub async fn shutdown(&self, grace: Duration) {
         let lifecycle = &self.lifecycle;
         lifecycle.closing.cancel();
@@ -371,12 +371,11 @@ impl Runner {
             self.services.store.close().await;
             return;
         }
-        // Whatever starts after this (accepted during the grace) is
-        // interrupted by `start` itself.
+        // Whatever starts after this (accepted during the grace) is handed
+        // over by `start` itself.
         lifecycle.past_grace.cancel();
         for run in self.runs.all() {
-            run.stop
-                .stop(StopReason::Interrupted(INTERRUPTED.to_owned()));
+            run.stop.stop(StopReason::HandOver);
         }
         lifecycle.tasks.wait().await;
         self.services.store.close().await;

@@ -107,6 +107,7 @@ impl Runner {
             | Transitioned::Forwarded { .. }
             | Transitioned::Purged
             | Transitioned::Live(_)
+            | Transitioned::HandedOver(_)
             | Transitioned::Expired(_) => {
                 return Err(SubmitError::Store(StoreError::Corrupt(
                     "an answer was taken for another transition".into(),

@@ -18,8 +18,9 @@ use crate::harness::{
 };
 use crate::mcp::RunServers;
 use crate::models::ScriptedModel;
+use crate::run::RunStatus;
 use crate::run::{ModelSpec, RunSpec, format_time};
-use crate::store::{Closing, Pause, StoredPause, StoredRecovery};
+use crate::store::{Closing, Pause, StoredPause, StoredRecovery, Transition, Transitioned};
 
 /// Where a run's transcript starts.
 enum Begin {
@@ -30,6 +31,16 @@ enum Begin {
     Continue(Vec<Arc<Message>>),
     /// Where its process stopped, as stored.
     Recover(StoredRecovery),
+}
+
+/// How a run's drive left it.
+enum Left {
+    /// Its `run_end` was handed to the store.
+    Ended,
+    /// Paused for a decision.
+    Paused(Checkpoint),
+    /// Stopped to be handed over: no end.
+    HandedOver,
 }
 
 pub(super) struct RunTask {
@@ -78,7 +89,12 @@ impl RunTask {
         );
 
         let stop = &self.live.stop;
-        let interrupted = || matches!(stop.reason(), Some(StopReason::Interrupted(_)));
+        let interrupted = || {
+            matches!(
+                stop.reason(),
+                Some(StopReason::Interrupted(_) | StopReason::HandOver)
+            )
+        };
         let mut slot = match entry {
             // Stored running already: it runs, even if the server began to
             // stop meanwhile (it gets the grace every running run gets).
@@ -148,10 +164,10 @@ impl RunTask {
             .await;
         // Its MCP servers are gone by now: its end may be told.
         observer.release_end();
-        let (failure, paused) = match outcome {
-            Ok(Ok(paused)) => (None, paused),
-            Ok(Err(error)) => (Some(error), None),
-            Err(_) => (Some("the run's task panicked".to_owned()), None),
+        let (failure, left) = match outcome {
+            Ok(Ok(left)) => (None, left),
+            Ok(Err(error)) => (Some(error), Left::Ended),
+            Err(_) => (Some("the run's task panicked".to_owned()), Left::Ended),
         };
         if let Some(error) = failure
             && observer.ended().is_none()
@@ -160,11 +176,37 @@ impl RunTask {
             observer.end_without_harness(Outcome::Failed, Some(error));
         }
         shared.metrics.run_duration(began.elapsed());
+        let slot_holder = slot.holder().map(str::to_owned);
         drop(slot);
-        match paused {
-            Some(checkpoint) => self.paused(&observer, checkpoint).await,
-            None => self.ended(&observer).await,
+        match left {
+            Left::Paused(checkpoint) => self.paused(&observer, checkpoint).await,
+            Left::HandedOver if observer.ended().is_none() => self.handed_over(slot_holder).await,
+            Left::Ended | Left::HandedOver => self.ended(&observer).await,
         }
+    }
+
+    /// The server stops: the run, stopped at a safe point without an end,
+    /// is queued again to resume (or, past its resumes, ended
+    /// `interrupted`), after everything it handed to the writer.
+    async fn handed_over(&self, holder: Option<String>) {
+        let store = &self.runner.services.store;
+        let transition = Transition::HandOver {
+            run_id: self.live.id,
+            holder,
+            at: Utc::now(),
+        };
+        match store.writer().transition(transition).await {
+            Ok(Transitioned::HandedOver(change)) => {
+                tracing::info!(status = %change.status, "run handed over");
+                if let RunStatus::Ended(outcome) = change.status {
+                    self.runner.services.metrics.finished(outcome);
+                }
+            }
+            Ok(_) => tracing::info!("run no longer held here; nothing to hand over"),
+            Err(error) => tracing::error!(%error, "the run could not be handed over"),
+        }
+        store.live().close(self.live.id, Closing::GivenUp);
+        self.runner.runs.forget(&self.live);
     }
 
     /// After the run's end was handed to the store: counts it, and waits for
@@ -266,14 +308,14 @@ impl RunTask {
 
     /// Builds the run's model and tools and runs the harness, from where
     /// `begin` says; then ends the run's MCP sessions, whatever happened,
-    /// before its end is told. Returns the checkpoint of a run that
-    /// paused. An error is the service's own failure (the run ends
+    /// before its end is told. Returns how the drive left it (ended,
+    /// paused with its checkpoint, or handed over). An error is the service's own failure (the run ends
     /// `failed`).
     async fn run_harness(
         &self,
         observer: &observer::RunObserver,
         begin: Begin,
-    ) -> Result<Option<Checkpoint>, String> {
+    ) -> Result<Left, String> {
         let mut servers = RunServers::default();
         let progress = self.drive(observer, begin, &mut servers).await;
         servers.close().await;
@@ -285,7 +327,7 @@ impl RunTask {
         observer: &observer::RunObserver,
         begin: Begin,
         servers: &mut RunServers,
-    ) -> Result<Option<Checkpoint>, String> {
+    ) -> Result<Left, String> {
         let shared = &self.runner.services;
         let spec = &self.spec;
         // A resumed run's counters are as its pause (or its last step)
@@ -390,9 +432,10 @@ impl RunTask {
         match progress {
             Progress::Ended(result) => {
                 tracing::info!(status = %result.status, steps = result.steps, tool_calls = result.tool_calls, "run ended");
-                Ok(None)
+                Ok(Left::Ended)
             }
-            Progress::Paused(checkpoint) => Ok(Some(checkpoint)),
+            Progress::Paused(checkpoint) => Ok(Left::Paused(checkpoint)),
+            Progress::HandedOver(_) => Ok(Left::HandedOver),
         }
     }
 }

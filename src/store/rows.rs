@@ -20,7 +20,7 @@ macro_rules! select_runs {
             "commands, model, metadata, model_spec, request_hash, created_at, started_at, ",
             "finished_at, approval, client_tools, pending_actions, answers, running_ms, ",
             "action_deadline, instructions, thread_id, previous_run_id, mcp_servers, webhook, ",
-            "resumes ",
+            "resumes, owner ",
             "FROM runs ",
             $filter
         )

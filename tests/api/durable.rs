@@ -223,3 +223,43 @@ async fn max_resumes_zero_keeps_the_old_rule() {
     assert!(!kinds.contains(&"run_resumed".to_owned()), "{kinds:?}");
     kill(&mut child);
 }
+
+#[tokio::test]
+async fn a_graceful_stop_past_its_grace_hands_the_run_over_to_the_next_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = "[runs]\nshutdown_grace_ms = 200\n";
+    let (mut child, server) = start(&dir, config);
+    let run = server
+        .post_json(
+            "/v1/runs",
+            &json!({
+                "prompt": "outlast the grace",
+                "model": {"scripted": [
+                    {"content": "", "tool_calls": [call("l", "list_dir", json!({}))]},
+                    {"delay_ms": 2000, "content": "done"}
+                ]}
+            }),
+        )
+        .await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    until("the first step is stored", || async {
+        messages(&server, &id).await.len() == 3
+    })
+    .await;
+    let status = crate::helpers::terminate(&mut child);
+    assert!(status.success(), "a graceful stop exits 0: {status:?}");
+
+    let (mut child, server) = start(&dir, config);
+    let done = server.wait_status(&id, "completed").await;
+    assert_eq!(done["resumes"], 1);
+    let events = events(&server, &id).await;
+    assert_gap_free(&events);
+    let kinds = types(&events);
+    for kind in ["run_start", "run_resumed", "run_end"] {
+        assert_eq!(count(&kinds, kind), 1, "{kinds:?}");
+    }
+    let resumed = events.iter().find(|e| e.event == "run_resumed").unwrap();
+    assert_eq!(resumed.data["reason"], "shutdown");
+    assert_whole(&messages(&server, &id).await);
+    kill(&mut child);
+}

@@ -12,7 +12,7 @@ fn slow(ms: u64) -> serde_json::Value {
 }
 
 #[tokio::test]
-async fn a_graceful_stop_interrupts_running_runs_and_a_restart_resumes_queued_ones() {
+async fn a_graceful_stop_hands_running_runs_over_and_a_restart_resumes_them() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = test_config(&dir);
     config.runs.max_concurrent = 1;
@@ -24,9 +24,14 @@ async fn a_graceful_stop_interrupts_running_runs_and_a_restart_resumes_queued_on
         .await;
     let finished_id = finished["id"].as_str().unwrap().to_owned();
     let finished_events = app.events(&finished_id).await;
-    let running = app.create_run(slow(30_000)).await;
+    // Its second model call outlasts the grace.
+    let running = app
+        .create_run(json!({"prompt": "two steps", "model": {"scripted": [
+            {"content": "", "tool_calls": [call("l", "list_dir", json!({}))]},
+            {"delay_ms": 1500, "content": "late"}
+        ]}}))
+        .await;
     let running_id = running["id"].as_str().unwrap().to_owned();
-    app.wait_status(&running_id, "running").await;
     let queued = app
         .create_run(json!({"prompt": "later", "model": {"scripted": [{"content": "resumed"}]}}))
         .await;
@@ -35,11 +40,9 @@ async fn a_graceful_stop_interrupts_running_runs_and_a_restart_resumes_queued_on
         app.get(&format!("/v1/runs/{queued_id}")).await.body["status"],
         "queued"
     );
-    // A stream open on the running run (following it live once it has read
-    // what is stored) ends with its run_end.
     let mut following = app.follow(&running_id).await;
+    following.until("tool_end").await;
     following.until("model_start").await;
-    let follower = tokio::spawn(following.rest());
 
     let started = Instant::now();
     let dir = app.stop().await;
@@ -48,9 +51,6 @@ async fn a_graceful_stop_interrupts_running_runs_and_a_restart_resumes_queued_on
         "{:?}",
         started.elapsed()
     );
-    let followed = follower.await.unwrap();
-    assert_eq!(followed.last().unwrap().event, "run_end");
-    assert_eq!(followed.last().unwrap().data["status"], "interrupted");
 
     let app = spawn_in(dir, config).await;
     // Nothing of the finished run was lost.
@@ -59,15 +59,24 @@ async fn a_graceful_stop_interrupts_running_runs_and_a_restart_resumes_queued_on
         finished
     );
     assert_eq!(app.events(&finished_id).await, finished_events);
-    let interrupted = app.get(&format!("/v1/runs/{running_id}")).await.body;
-    assert_eq!(interrupted["status"], "interrupted");
-    assert!(interrupted["finished_at"].is_string());
+    // The handed-over run goes on from its stored step and completes.
+    let resumed = app.wait_terminal(&running_id).await;
+    assert_eq!(resumed["status"], "completed", "{resumed}");
+    assert_eq!(resumed["answer"], "late");
+    assert_eq!(resumed["resumes"], 1);
+    assert_eq!(resumed["steps"], 2);
     let events = app.events(&running_id).await;
-    assert_eq!(events.iter().filter(|e| e.event == "run_end").count(), 1);
+    assert_gap_free(&events);
+    let kinds = types(&events);
+    for kind in ["run_start", "run_resumed", "run_end"] {
+        assert_eq!(kinds.iter().filter(|k| **k == kind).count(), 1, "{kinds:?}");
+    }
+    let handed = events.iter().find(|e| e.event == "run_resumed").unwrap();
+    assert_eq!(handed.data["reason"], "shutdown");
     // The queued run starts again and completes.
-    let resumed = app.wait_terminal(&queued_id).await;
-    assert_eq!(resumed["status"], "completed");
-    assert_eq!(resumed["answer"], "resumed");
+    let queued = app.wait_terminal(&queued_id).await;
+    assert_eq!(queued["status"], "completed");
+    assert_eq!(queued["answer"], "resumed");
 }
 
 #[tokio::test]

@@ -408,10 +408,11 @@ async fn the_server_process_is_gone_after_every_kind_of_run_end() {
         assert_server_gone(&app, &run, status);
     }
 
-    // The server shutting down: the run is interrupted, its server killed.
+    // The server shutting down: the run (not to be resumed) is
+    // interrupted, its server killed.
     let run = app
         .create_run(json!({
-            "prompt": "wait", "mcp_servers": ["everything"],
+            "prompt": "wait", "mcp_servers": ["everything"], "limits": {"max_resumes": 0},
             "model": {"scripted": [{"content": "", "tool_calls": [long(60)]}, {"content": "done"}]}
         }))
         .await;

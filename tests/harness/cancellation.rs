@@ -205,11 +205,14 @@ async fn a_stop_ends_the_run_with_its_reason() {
             StopReason::Failed("storage refused".into()),
             Outcome::Failed,
         ),
+        // A caller that cannot hand a run over (`Harness::run`) ends it.
+        (StopReason::HandOver, Outcome::Interrupted),
     ] {
         let stop = Stop::new();
         let trigger = stop.clone();
         let expected = match &reason {
             StopReason::Interrupted(why) | StopReason::Failed(why) => why.clone(),
+            StopReason::HandOver => agent_runner::harness::HANDED_OVER.to_owned(),
             StopReason::Cancelled => unreachable!(),
         };
         let tool = tool("wait", json!({"type": "object"}), move |_, token| {

@@ -79,6 +79,7 @@ fn paused(progress: Progress) -> Checkpoint {
     match progress {
         Progress::Paused(checkpoint) => checkpoint,
         Progress::Ended(result) => panic!("expected a pause, the run ended: {result:?}"),
+        Progress::HandedOver(checkpoint) => panic!("expected a pause, handed over: {checkpoint:?}"),
     }
 }
 
@@ -86,6 +87,7 @@ fn ended(progress: Progress) -> RunResult {
     match progress {
         Progress::Ended(result) => result,
         Progress::Paused(checkpoint) => panic!("expected an end, the run paused: {checkpoint:?}"),
+        Progress::HandedOver(checkpoint) => panic!("expected an end, handed over: {checkpoint:?}"),
     }
 }
 

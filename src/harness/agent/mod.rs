@@ -117,7 +117,13 @@ impl RunConfig {
 pub enum Progress {
     Ended(RunResult),
     Paused(Checkpoint),
+    /// Stopped to be handed over ([`StopReason::HandOver`]): no `run_end`;
+    /// where it stood, to be resumed from what was stored.
+    HandedOver(Checkpoint),
 }
+
+/// The error of a run handed over by a caller that cannot hand it over.
+pub const HANDED_OVER: &str = "The server stopped while the run was running";
 
 /// The result a continued transcript's call that never ran is given.
 pub const UNANSWERED: &str = "The run ended before this call ran";
@@ -660,6 +666,17 @@ impl Run<'_, '_> {
     /// Where the drive left the run: paused, or ended (see [`Run::finish`]).
     fn progress(self, end: End, stopped: Stopped) -> Progress {
         match end {
+            End::Stopped if matches!(stopped, Stopped::From(StopReason::HandOver)) => {
+                Progress::HandedOver(Checkpoint {
+                    messages: self.messages,
+                    steps: self.steps,
+                    tool_calls: self.tool_calls,
+                    usage: self.usage,
+                    last_sequence: self.emitter.sequence(),
+                    elapsed: self.elapsed_before,
+                    pending: Vec::new(),
+                })
+            }
             End::Paused(pending) => Progress::Paused(Checkpoint {
                 messages: self.messages,
                 steps: self.steps,
@@ -685,6 +702,9 @@ impl Run<'_, '_> {
                     (Outcome::Interrupted, None, Some(why))
                 }
                 Stopped::From(StopReason::Failed(why)) => (Outcome::Failed, None, Some(why)),
+                Stopped::From(StopReason::HandOver) => {
+                    (Outcome::Interrupted, None, Some(HANDED_OVER.to_owned()))
+                }
             },
             End::ModelError(error) => (Outcome::ModelError, None, Some(error)),
             End::ContextLimit(error) => (Outcome::ContextLimit, None, Some(error)),

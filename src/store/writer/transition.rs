@@ -11,7 +11,7 @@ use uuid::Uuid;
 use crate::harness::{Outcome, PendingAction, check_answers};
 use crate::run::{ActionAnswer, ModelSpec, NO_ANSWER, Run, RunStatus, Tenant, format_time};
 use crate::store::rows::{self, Answers};
-use crate::store::{Engine, StatusChange, StoreError, cluster, run_end_body};
+use crate::store::{Engine, ResumeReason, StatusChange, StoreError, cluster, run_end_body};
 
 /// A change to a paused run.
 #[derive(Debug)]
@@ -41,6 +41,16 @@ pub enum Transition {
     /// which another replica executes, is marked, and that replica told
     /// (see [`crate::store::cluster::CANCEL`]).
     Cancel { run_id: Uuid, at: DateTime<Utc> },
+    /// A running run whose server stops hands it over (see
+    /// [`crate::harness::StopReason::HandOver`]): queued again to resume,
+    /// with a `run_resumed` event (reason `shutdown`), or past its resumes
+    /// ended `interrupted`. Only while `holder` still holds it (on
+    /// PostgreSQL, another replica may have taken it over meanwhile).
+    HandOver {
+        run_id: Uuid,
+        holder: Option<String>,
+        at: DateTime<Utc>,
+    },
     /// Removes a run that has ended, its events and messages (a client's
     /// purge): a live one is left as it is.
     Purge { run_id: Uuid, tenant: Tenant },
@@ -78,6 +88,9 @@ pub enum Transitioned {
     },
     /// It is removed.
     Purged,
+    /// It was handed over: its change of status (queued to resume, or
+    /// ended `interrupted`).
+    HandedOver(StatusChange),
     /// Not removed: it is live.
     Live(RunStatus),
     /// The runs removed.
@@ -119,6 +132,34 @@ pub(super) async fn apply_all(
     Ok((outcomes, changes))
 }
 
+/// See [`Transition::HandOver`].
+async fn hand_over(
+    connection: &mut AnyConnection,
+    run_id: Uuid,
+    holder: Option<&str>,
+    at: DateTime<Utc>,
+) -> Result<Transitioned, StoreError> {
+    let select = match Engine::of_connection(connection) {
+        Engine::Postgres => rows::SELECT_RUN_FOR_UPDATE_LOCKED,
+        Engine::Sqlite => rows::SELECT_RUN_FOR_UPDATE,
+    };
+    let Some(row) = sqlx::query(select)
+        .bind(run_id.to_string())
+        .fetch_optional(&mut *connection)
+        .await?
+    else {
+        return Ok(Transitioned::NotFound);
+    };
+    let run = rows::run_from_row(&row)?;
+    let owner: Option<String> = sqlx::Row::get(&row, "owner");
+    if run.status != RunStatus::Running || owner.as_deref() != holder {
+        return Ok(Transitioned::NotPaused(run.status));
+    }
+    let tenant: String = sqlx::Row::get(&row, "tenant");
+    let change = crate::store::rest(connection, &run, tenant, ResumeReason::Shutdown, at).await?;
+    Ok(Transitioned::HandedOver(change))
+}
+
 /// Tells the other replicas what `outcomes` changed.
 async fn announce(
     connection: &mut AnyConnection,
@@ -129,12 +170,14 @@ async fn announce(
     cluster::notify_statuses(connection, replica, changes).await?;
     let ended = outcomes.iter().filter_map(|outcome| match outcome {
         Transitioned::Ended { run, .. } => Some(run.id.to_string()),
+        Transitioned::HandedOver(change) => Some(change.run_id.to_string()),
         _ => None,
     });
     cluster::notify_events(connection, replica, ended).await?;
-    let queued = outcomes
-        .iter()
-        .any(|outcome| matches!(outcome, Transitioned::Answered { complete: true, .. }));
+    let queued = outcomes.iter().any(|outcome| {
+        matches!(outcome, Transitioned::Answered { complete: true, .. })
+            || matches!(outcome, Transitioned::HandedOver(change) if change.status == RunStatus::Queued)
+    });
     if queued {
         cluster::notify(connection, cluster::QUEUED, "").await?;
     }
@@ -162,6 +205,10 @@ async fn decide(
             ..
         }
         | Transitioned::Ended { run, tenant } => (run, tenant),
+        Transitioned::HandedOver(change) => {
+            changes.push(change.clone());
+            return Ok(outcome);
+        }
         _ => return Ok(outcome),
     };
     let at = match run.status {
@@ -189,6 +236,9 @@ async fn decide_one(
         }
         Transition::Expire { before, limit } => {
             return super::retention::expire(connection, before, *limit).await;
+        }
+        Transition::HandOver { run_id, holder, at } => {
+            return hand_over(connection, *run_id, holder.as_deref(), *at).await;
         }
     };
     // SQLite's writer holds the database's write lock already; PostgreSQL
@@ -289,7 +339,9 @@ async fn decide_one(
         }
         Transition::Cancel { at, .. } => end(connection, run, Outcome::Aborted, None, *at).await,
         // Decided before the run is read.
-        Transition::Purge { .. } | Transition::Expire { .. } => Ok(Transitioned::NotDue),
+        Transition::Purge { .. } | Transition::Expire { .. } | Transition::HandOver { .. } => {
+            Ok(Transitioned::NotDue)
+        }
         Transition::End {
             status,
             error,
