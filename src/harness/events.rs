@@ -163,8 +163,10 @@ pub type ObserverError = Box<dyn std::error::Error + Send + Sync>;
 pub trait Observer: Send + Sync {
     fn on_event(&self, event: &Event) -> Result<(), ObserverError>;
 
-    /// The run's totals after a step's model response or a tool's result:
-    /// what a run that resumes after a crash goes on from.
+    /// The run's totals after a step's model response or a tool's result,
+    /// told just before the event that records it (`model_end`, or the
+    /// result's `message`): what a run that resumes after a crash goes on
+    /// from.
     fn on_progress(&self, _run_id: Uuid, _totals: &Totals) {}
 
     /// Text a streaming model produced, before its response is complete. Not a

@@ -41,6 +41,9 @@ pub(super) struct RunObserver {
     /// The run's `actions_required`, held back until the harness has
     /// returned the pause's checkpoint, to be stored with it.
     pausing: Mutex<Option<NewEvent>>,
+    /// Totals told just before the event that records them (see
+    /// [`Observer::on_progress`]), stored with it.
+    totals: Mutex<Option<Totals>>,
     /// Whether the run's `run_end` waits for [`RunObserver::release_end`].
     holding_end: AtomicBool,
     /// The held `run_end`, and its outcome.
@@ -76,6 +79,7 @@ impl RunObserver {
             last_sequence: AtomicU64::new(last_sequence),
             ended: OnceLock::new(),
             pausing: Mutex::new(None),
+            totals: Mutex::new(None),
             holding_end: AtomicBool::new(false),
             held_end: Mutex::new(None),
         }
@@ -258,6 +262,7 @@ impl Observer for RunObserver {
             message,
             finish,
             pause: None,
+            progress: lock(&self.totals).take(),
         };
         if let Some(outcome) = outcome
             && self.holding_end.load(Ordering::Acquire)
@@ -279,8 +284,8 @@ impl Observer for RunObserver {
         Ok(())
     }
 
-    fn on_progress(&self, run_id: Uuid, totals: &Totals) {
-        self.store.writer().progress(run_id, *totals);
+    fn on_progress(&self, _run_id: Uuid, totals: &Totals) {
+        *lock(&self.totals) = Some(*totals);
     }
 
     fn on_delta(&self, run_id: Uuid, text: &str) {

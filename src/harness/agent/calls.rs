@@ -125,11 +125,11 @@ impl Run<'_, '_> {
             is_error,
         });
         let limit = self.config.context.max_tool_result_chars.get();
+        self.tell_totals();
         self.append(Message::tool(
             call.id.clone(),
             bound_tool_result(&content, limit),
             is_error,
         ));
-        self.tell_totals();
     }
 }

@@ -396,8 +396,9 @@ impl<'h, 'c> Run<'h, 'c> {
         }
     }
 
-    /// Tells the observer the run's totals (after a model response or a
-    /// tool's result).
+    /// Tells the observer the run's totals, just before the event that
+    /// makes them (a model response's `model_end`, a tool result's
+    /// `message`): it stores them with that event.
     fn tell_totals(&self) {
         self.emitter.progress(&Totals {
             steps: self.steps,
@@ -604,10 +605,12 @@ impl Run<'_, '_> {
             }
             let duration_ms = millis(began.elapsed());
             let usage = response.usage;
-            self.emitter
-                .emit(|| EventKind::ModelEnd { duration_ms, usage });
+            // The totals first, so that they are stored with the event
+            // that makes them.
             self.steps += 1;
             self.tell_totals();
+            self.emitter
+                .emit(|| EventKind::ModelEnd { duration_ms, usage });
 
             let batch = response.tool_calls.len();
             if batch > limits.max_tool_calls.saturating_sub(self.tool_calls) as usize {

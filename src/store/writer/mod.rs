@@ -209,11 +209,6 @@ impl Writer {
         Ok(())
     }
 
-    /// Records a running run's totals (after its events so far).
-    pub fn progress(&self, run_id: Uuid, totals: crate::harness::Totals) {
-        self.send(Op::Progress { run_id, totals });
-    }
-
     /// Appends an event (and the message it announces, if any); a `run_end`
     /// carries the run's final state, written in the same transaction. Its
     /// subscribers hear of it once it is committed.

@@ -41,6 +41,9 @@ pub struct NewEvent {
     pub finish: Option<Box<Finish>>,
     /// For `actions_required`: where the run pauses, written with it.
     pub pause: Option<Box<Pause>>,
+    /// The run's totals as of this event (a step's `model_end`, a tool
+    /// result's `message`), written with it: what it resumes from.
+    pub progress: Option<Totals>,
 }
 
 /// A run pausing for a decision, written with its `actions_required` event
@@ -74,12 +77,6 @@ pub(super) enum Op {
         done: oneshot::Sender<Result<(), StoreError>>,
     },
     Event(NewEvent),
-    /// A running run's totals after a step or a tool's result: what it
-    /// resumes from should its process stop.
-    Progress {
-        run_id: Uuid,
-        totals: Totals,
-    },
     /// The tools a run may call, once its MCP servers have listed theirs (a
     /// JSON array of names).
     Tools {
@@ -120,9 +117,7 @@ impl Op {
                 ),
                 (None, None) => return None,
             },
-            Self::Tools { .. } | Self::Progress { .. } | Self::Transition(..) | Self::Close(_) => {
-                return None;
-            }
+            Self::Tools { .. } | Self::Transition(..) | Self::Close(_) => return None,
         };
         Some(StatusChange {
             run_id,
@@ -188,7 +183,7 @@ pub(super) fn finish(op: Op, stored: bool, channels: &Channels) {
         Op::Transition(_, done) => {
             let _ = done.send(Err(StoreError::Refused("the write was given up".into())));
         }
-        Op::Tools { .. } | Op::Progress { .. } | Op::Close(_) => {}
+        Op::Tools { .. } | Op::Close(_) => {}
     }
 }
 
@@ -207,7 +202,12 @@ fn apply(op: &Op, channels: &Channels) {
         Op::Tools { run_id, names, .. } => {
             channels.apply(*run_id, |run| run.tools.clone_from(names));
         }
-        Op::Progress { run_id, totals } => channels.apply(*run_id, |run| {
+        Op::Event(NewEvent {
+            run_id,
+            progress: Some(totals),
+            finish: None,
+            ..
+        }) => channels.apply(*run_id, |run| {
             run.steps = totals.steps;
             run.tool_calls = totals.tool_calls;
             run.usage = totals.usage;

@@ -170,7 +170,12 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
     // The last totals of each run in the batch.
     let mut progress: Vec<(String, &crate::harness::Totals)> = Vec::new();
     for op in ops.iter().rev() {
-        if let Op::Progress { run_id, totals } = op {
+        if let Op::Event(super::ops::NewEvent {
+            run_id,
+            progress: Some(totals),
+            ..
+        }) = op
+        {
             let run_id = run_id.to_string();
             if !progress.iter().any(|(seen, _)| *seen == run_id) {
                 progress.push((run_id, totals));
@@ -200,7 +205,7 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
                 events.push((run_id, saturate(event.sequence), event.kind, &*event.body));
             }
             // Committed alone (see `Task::commit`).
-            Op::Transition(..) | Op::Close(_) | Op::Progress { .. } => {}
+            Op::Transition(..) | Op::Close(_) => {}
         }
     }
     for chunk in chunks(&runs) {

@@ -438,6 +438,7 @@ mod tests {
             body: Arc::from("{}"),
             message: None,
             finish: None,
+            progress: None,
             pause: Some(Box::new(Pause {
                 tenant: tenant.0.clone(),
                 at: format_time(&Utc::now()),
