@@ -169,6 +169,14 @@ pub trait Observer: Send + Sync {
     /// from.
     fn on_progress(&self, _run_id: Uuid, _totals: &Totals) {}
 
+    /// Resolves once every event told so far is recorded for good (`false`
+    /// if it never will be): the harness waits on it before a tool call
+    /// that must not run unrecorded (one not safe to run twice), so that a
+    /// run resumed after a crash knows the call was started.
+    fn recorded(&self) -> futures_util::future::BoxFuture<'_, bool> {
+        Box::pin(std::future::ready(true))
+    }
+
     /// Text a streaming model produced, before its response is complete. Not a
     /// sequenced event: it is for live display only.
     fn on_delta(&self, _run_id: Uuid, _text: &str) {}
@@ -235,6 +243,14 @@ impl<'a> Emitter<'a> {
             Err(_) => {
                 tracing::warn!(run_id = %self.run_id, sequence = event.sequence, "run observer panicked");
             }
+        }
+    }
+
+    /// See [`Observer::recorded`]; `true` without an observer.
+    pub(crate) async fn recorded(&self) -> bool {
+        match self.observer {
+            Some(observer) => observer.recorded().await,
+            None => true,
         }
     }
 

@@ -284,6 +284,10 @@ impl Observer for RunObserver {
         Ok(())
     }
 
+    fn recorded(&self) -> futures_util::future::BoxFuture<'_, bool> {
+        Box::pin(self.store.writer().barrier())
+    }
+
     fn on_progress(&self, _run_id: Uuid, totals: &Totals) {
         *lock(&self.totals) = Some(*totals);
     }

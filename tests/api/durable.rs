@@ -263,3 +263,95 @@ async fn a_graceful_stop_past_its_grace_hands_the_run_over_to_the_next_start() {
     assert_whole(&messages(&server, &id).await);
     kill(&mut child);
 }
+
+/// Creates a run, with its idempotency key, until some server answers:
+/// a server killed under the request may or may not have stored it.
+async fn create(address: &std::sync::Mutex<String>, key: &str, body: &Value) -> String {
+    let client = crate::helpers::http_client();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let url = format!("{}/v1/runs", address.lock().unwrap());
+        let reply = client
+            .post(url)
+            .header("Idempotency-Key", key)
+            .json(body)
+            .send()
+            .await;
+        if let Ok(reply) = reply
+            && (reply.status() == 201 || reply.status() == 200)
+        {
+            let run: Value = reply.json().await.unwrap();
+            return run["id"].as_str().unwrap().to_owned();
+        }
+        assert!(Instant::now() < deadline, "no server took run {key}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn two_hundred_runs_over_ten_kills_all_complete_and_no_command_runs_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = "[commands.append]\nprogram = \"/bin/sh\"\n\
+                  args = [\"-c\", \"echo line >> log.txt\"]\n";
+    let (child, server) = start(&dir, config);
+    let address = std::sync::Arc::new(std::sync::Mutex::new(server.address.clone()));
+    let body = json!({
+        "prompt": "append, look, answer",
+        "tools": ["run_command", "list_dir"],
+        "commands": ["append"],
+        "limits": {"max_resumes": 10},
+        "model": {"scripted": [
+            {"content": "", "tool_calls": [call("a", "run_command", json!({"command": "append"}))]},
+            {"delay_ms": 20, "content": "", "tool_calls": [call("l", "list_dir", json!({}))]},
+            {"content": "done"}
+        ]}
+    });
+    // The clients create runs while the server is killed and started again.
+    let clients: Vec<_> = (0..4)
+        .map(|client| {
+            let (address, body) = (std::sync::Arc::clone(&address), body.clone());
+            tokio::spawn(async move {
+                let mut ids = Vec::new();
+                for i in 0..50 {
+                    ids.push(create(&address, &format!("soak-{client}-{i}"), &body).await);
+                }
+                ids
+            })
+        })
+        .collect();
+    let mut child = child;
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(150 + fastrand::u64(0..250))).await;
+        kill(&mut child);
+        let (next, server) = start(&dir, config);
+        child = next;
+        *address.lock().unwrap() = server.address.clone();
+    }
+    let mut ids = Vec::new();
+    for client in clients {
+        ids.extend(client.await.unwrap());
+    }
+    assert_eq!(ids.len(), 200);
+    let server = Remote::new(address.lock().unwrap().clone());
+    for id in &ids {
+        let done = server.wait_status(id, "completed").await;
+        let transcript = messages(&server, id).await;
+        assert_whole(&transcript);
+        let log = dir.path().join("workspaces").join(id).join("log.txt");
+        let lines = std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .count();
+        assert!(lines <= 1, "run {id}'s command ran {lines} times: {done}");
+        let unknown = transcript.iter().any(|m| {
+            m["content"]
+                .as_str()
+                .is_some_and(|text| text.starts_with("Outcome unknown"))
+        });
+        assert!(
+            lines == 1 || unknown,
+            "run {id}: no line and no unknown outcome"
+        );
+    }
+    kill(&mut child);
+}

@@ -90,6 +90,21 @@ impl Run<'_, '_> {
             ),
             Ok(None) => (format!("Unknown tool: {}", call.name), true),
             Err(errors) => (format!("Invalid arguments: {}", errors.join("; ")), true),
+            // A call not safe to run twice runs only once its start is
+            // recorded: should the process die while it runs, the resumed
+            // run knows it may have had effects.
+            Ok(Some(tool))
+                if !tool.idempotent(&call.arguments)
+                    && !tokio::select! {
+                        recorded = self.emitter.recorded() => recorded,
+                        () = token.cancelled() => false,
+                    } =>
+            {
+                (
+                    "Tool call cancelled: the run was stopped before it started".to_owned(),
+                    true,
+                )
+            }
             Ok(Some(tool)) => {
                 let execution =
                     AssertUnwindSafe(tool.execute(&call.arguments, token)).catch_unwind();

@@ -216,6 +216,14 @@ impl Writer {
         self.send(Op::Event(event));
     }
 
+    /// Resolves once everything sent before is committed: `true`, or
+    /// `false` when it was given up (the store closed first).
+    pub async fn barrier(&self) -> bool {
+        let (done, wait) = oneshot::channel();
+        self.send(Op::Barrier(done));
+        wait.await.unwrap_or(false)
+    }
+
     /// Commits everything sent before, then stops the writer.
     pub async fn close(&self) {
         let (done, wait) = oneshot::channel();

@@ -91,6 +91,10 @@ pub(super) enum Op {
         Box<Transition>,
         oneshot::Sender<Result<Transitioned, StoreError>>,
     ),
+    /// Answered `true` once everything sent before it is committed
+    /// (`false` if it was given up): what a run waits on before a side
+    /// effect that must not happen unrecorded.
+    Barrier(oneshot::Sender<bool>),
     Close(oneshot::Sender<()>),
 }
 
@@ -117,7 +121,9 @@ impl Op {
                 ),
                 (None, None) => return None,
             },
-            Self::Tools { .. } | Self::Transition(..) | Self::Close(_) => return None,
+            Self::Tools { .. } | Self::Transition(..) | Self::Barrier(_) | Self::Close(_) => {
+                return None;
+            }
         };
         Some(StatusChange {
             run_id,
@@ -182,6 +188,9 @@ pub(super) fn finish(op: Op, stored: bool, channels: &Channels) {
         }
         Op::Transition(_, done) => {
             let _ = done.send(Err(StoreError::Refused("the write was given up".into())));
+        }
+        Op::Barrier(done) => {
+            let _ = done.send(stored);
         }
         Op::Tools { .. } | Op::Close(_) => {}
     }

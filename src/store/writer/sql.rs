@@ -205,7 +205,7 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
                 events.push((run_id, saturate(event.sequence), event.kind, &*event.body));
             }
             // Committed alone (see `Task::commit`).
-            Op::Transition(..) | Op::Close(_) => {}
+            Op::Transition(..) | Op::Close(_) | Op::Barrier(_) => {}
         }
     }
     for chunk in chunks(&runs) {
