@@ -295,6 +295,59 @@ async fn a_pause_answered_on_another_replica_resumes() {
 
 #[tokio::test]
 #[ignore = "needs PostgreSQL: set AGENT_RUNNER_TEST_POSTGRES"]
+async fn a_rolling_restart_of_two_replicas_under_twenty_runs_fails_none() {
+    require_postgres();
+    let dir = tempfile::tempdir().unwrap();
+    // A short grace: runs outlast it and are handed over.
+    let settings = [("AGENT_RUNNER_RUNS__SHUTDOWN_GRACE_MS", "100")];
+    let mut a = Replica::start(&dir, &settings);
+    let mut b = Replica::start(&dir, &settings);
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        let replica = if i % 2 == 0 { &a } else { &b };
+        ids.push(id_of(
+            &replica.server.post_json("/v1/runs", &steps(4, 150)).await,
+        ));
+    }
+    // One after the other: each stops gracefully (its runs handed over to
+    // the other at once), then starts again.
+    let status = crate::helpers::terminate(&mut a.child);
+    assert!(status.success(), "{status:?}");
+    a = Replica::start(&dir, &settings);
+    let status = crate::helpers::terminate(&mut b.child);
+    assert!(status.success(), "{status:?}");
+    b = Replica::start(&dir, &settings);
+    let mut handed = 0;
+    for id in &ids {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let done = loop {
+            let run = a.server.get_json(&format!("/v1/runs/{id}")).await;
+            let status = run["status"].as_str().unwrap_or_default().to_owned();
+            if status == "completed" {
+                break run;
+            }
+            assert!(
+                !matches!(
+                    status.as_str(),
+                    "failed" | "interrupted" | "aborted" | "timeout"
+                ),
+                "run {id} ended {status}: {run}"
+            );
+            assert!(Instant::now() < deadline, "run {id} never completed: {run}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert_eq!(done["answer"], "done");
+        handed += usize::from(done["resumes"].as_u64().unwrap_or(0) > 0);
+        let events = b.events(id).await;
+        assert_gap_free(&events);
+        assert_eq!(types(&events).last(), Some(&"run_end"));
+    }
+    eprintln!("rolling restart: {handed} of 20 runs were handed over");
+    assert!(handed > 0, "the stops handed runs over");
+}
+
+#[tokio::test]
+#[ignore = "needs PostgreSQL: set AGENT_RUNNER_TEST_POSTGRES"]
 async fn a_killed_replica_s_running_run_is_resumed_by_another_and_completes() {
     require_postgres();
     let dir = tempfile::tempdir().unwrap();
