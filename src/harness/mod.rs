@@ -9,6 +9,7 @@ pub mod message;
 pub mod model;
 pub mod pause;
 pub mod registry;
+pub mod render;
 pub mod stop;
 pub mod tool;
 
@@ -22,5 +23,6 @@ pub use message::{MAX_TOKEN_COUNT, Message, ToolCall, Usage, UsageError, UsageTo
 pub use model::{ContextView, DeltaSink, Model, ModelError, ModelRequest, ModelResponse, NoDeltas};
 pub use pause::{ActionKind, Answer, Answers, Approval, Checkpoint, PendingAction, check_answers};
 pub use registry::{RegistryError, SchemaCache, ToolRegistry, compile_schema, is_valid_tool_name};
+pub use render::tool_result_for_model;
 pub use stop::{Stop, StopReason};
 pub use tool::{ClientTool, Tool, ToolDefinition, ToolError};

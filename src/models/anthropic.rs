@@ -167,7 +167,7 @@ pub fn messages_json<'a>(messages: impl Iterator<Item = &'a Message>) -> Value {
                 vec![json!({
                     "type": "tool_result",
                     "tool_use_id": call_id,
-                    "content": content,
+                    "content": crate::harness::tool_result_for_model(content, *is_error),
                     "is_error": is_error,
                 })],
             ),

@@ -157,8 +157,14 @@ pub fn messages_json<'a>(messages: impl Iterator<Item = &'a Message>) -> Value {
                 json!({"role": "assistant", "content": content, "tool_calls": calls})
             }
             Message::Tool {
-                call_id, content, ..
-            } => json!({"role": "tool", "tool_call_id": call_id, "content": content}),
+                call_id,
+                content,
+                is_error,
+            } => json!({
+                "role": "tool",
+                "tool_call_id": call_id,
+                "content": crate::harness::tool_result_for_model(content, *is_error),
+            }),
         })
         .collect();
     Value::Array(messages)

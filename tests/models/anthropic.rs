@@ -85,7 +85,7 @@ async fn blocks_translate_both_ways_and_tool_results_share_one_user_turn() {
                     {"type": "tool_use", "id": "toolu_lyon", "name": "get_weather", "input": {"location": ""}}
                 ]},
                 {"role": "user", "content": [
-                    {"type": "tool_result", "tool_use_id": "toolu_paris", "content": "\"Rain\"", "is_error": false},
+                    {"type": "tool_result", "tool_use_id": "toolu_paris", "content": "Rain", "is_error": false},
                     {"type": "tool_result", "tool_use_id": "toolu_lyon", "content": "location must not be empty", "is_error": true}
                 ]}
             ],
@@ -163,8 +163,8 @@ async fn tool_use_ids_round_trip_through_a_multi_step_run() {
                 {"type": "tool_use", "id": "toolu_01B", "name": "get_weather", "input": {"location": "Tokyo"}}
             ]},
             {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": "toolu_01A", "content": "\"Sunny, 22 C in Paris\"", "is_error": false},
-                {"type": "tool_result", "tool_use_id": "toolu_01B", "content": "\"Sunny, 22 C in Tokyo\"", "is_error": false}
+                {"type": "tool_result", "tool_use_id": "toolu_01A", "content": "Sunny, 22 C in Paris", "is_error": false},
+                {"type": "tool_result", "tool_use_id": "toolu_01B", "content": "Sunny, 22 C in Tokyo", "is_error": false}
             ]},
             {"role": "assistant", "content": [
                 {"type": "tool_use", "id": "toolu_02C", "name": "get_weather", "input": {"location": ""}}

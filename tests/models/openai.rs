@@ -97,12 +97,12 @@ async fn a_multi_tool_call_turn_translates_both_ways() {
                 {"role": "assistant", "content": "Let me look.", "tool_calls": [
                     {"id": "call_first", "type": "function", "function": {"name": "get_weather", "arguments": "{\"location\":\"Paris\"}"}}
                 ]},
-                {"role": "tool", "tool_call_id": "call_first", "content": "\"Rain\""},
+                {"role": "tool", "tool_call_id": "call_first", "content": "Rain"},
                 {"role": "assistant", "content": null, "tool_calls": [
                     {"id": "call_a", "type": "function", "function": {"name": "get_weather", "arguments": "{\"location\":\"Lyon\"}"}},
                     {"id": "call_b", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
                 ]},
-                {"role": "tool", "tool_call_id": "call_a", "content": "\"Sunny\""},
+                {"role": "tool", "tool_call_id": "call_a", "content": "Sunny"},
                 {"role": "tool", "tool_call_id": "call_b", "content": "Invalid arguments: $.location: required"}
             ],
             "tools": [{
@@ -172,16 +172,21 @@ async fn tool_call_ids_round_trip_through_a_multi_step_run() {
                 {"id": "call_67890abc", "type": "function", "function": {"name": "get_weather", "arguments": "{\"location\":\"Bogotá, Colombia\"}"}},
                 {"id": "call_99999def", "type": "function", "function": {"name": "get_weather", "arguments": "{\"location\":\"Tokyo, Japan\"}"}}
             ]},
-            {"role": "tool", "tool_call_id": "call_12345xyz", "content": "\"Sunny, 22 C in Paris, France\""},
-            {"role": "tool", "tool_call_id": "call_67890abc", "content": "\"Sunny, 22 C in Bogotá, Colombia\""},
-            {"role": "tool", "tool_call_id": "call_99999def", "content": "\"Sunny, 22 C in Tokyo, Japan\""},
+            {"role": "tool", "tool_call_id": "call_12345xyz", "content": "Sunny, 22 C in Paris, France"},
+            {"role": "tool", "tool_call_id": "call_67890abc", "content": "Sunny, 22 C in Bogotá, Colombia"},
+            {"role": "tool", "tool_call_id": "call_99999def", "content": "Sunny, 22 C in Tokyo, Japan"},
             {"role": "assistant", "content": null, "tool_calls": [
                 {"id": "call_second_turn", "type": "function", "function": {"name": "get_weather", "arguments": "{\"location\":\"Oslo\"}"}}
             ]},
-            {"role": "tool", "tool_call_id": "call_second_turn", "content": "\"Sunny, 22 C in Oslo\""}
+            {"role": "tool", "tool_call_id": "call_second_turn", "content": "Sunny, 22 C in Oslo"}
         ])
     );
-    // The transcript keeps the provider's ids too.
+    // The model reads string results as text; the transcript keeps their
+    // JSON, and the provider's ids too.
+    assert_eq!(
+        transcript(&result)[2]["content"],
+        "\"Sunny, 22 C in Paris, France\""
+    );
     let stored = transcript(&result);
     assert_eq!(stored[2]["call_id"], "call_12345xyz");
     assert_eq!(stored[5]["tool_calls"][0]["id"], "call_second_turn");
