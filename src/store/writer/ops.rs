@@ -94,6 +94,13 @@ pub(super) enum Op {
         Box<Transition>,
         oneshot::Sender<Result<Transitioned, StoreError>>,
     ),
+    /// A webhook's delivery settled: removed from the outbox (`next_at`
+    /// none: delivered or given up), or to be tried again from `next_at`.
+    Delivery {
+        id: String,
+        next_at: Option<String>,
+        done: oneshot::Sender<Result<(), StoreError>>,
+    },
     Close(oneshot::Sender<()>),
 }
 
@@ -120,7 +127,11 @@ impl Op {
                 ),
                 (None, None) => return None,
             },
-            Self::Tools { .. } | Self::Progress { .. } | Self::Transition(..) | Self::Close(_) => {
+            Self::Tools { .. }
+            | Self::Progress { .. }
+            | Self::Transition(..)
+            | Self::Delivery { .. }
+            | Self::Close(_) => {
                 return None;
             }
         };
@@ -156,7 +167,7 @@ pub(super) fn finish(op: Op, stored: bool, channels: &Channels) {
         apply(&op, channels);
     }
     match op {
-        Op::InsertRun(_, done) | Op::Started { done, .. } => {
+        Op::InsertRun(_, done) | Op::Started { done, .. } | Op::Delivery { done, .. } => {
             let _ = done.send(if stored {
                 Ok(())
             } else {
@@ -236,7 +247,7 @@ fn apply(op: &Op, channels: &Channels) {
 /// Tells an operation's waiters that it failed alone, with `error`.
 pub(super) fn fail(op: Op, error: StoreError, channels: &Channels) {
     match op {
-        Op::InsertRun(_, done) | Op::Started { done, .. } => {
+        Op::InsertRun(_, done) | Op::Started { done, .. } | Op::Delivery { done, .. } => {
             let _ = done.send(Err(error));
         }
         Op::Transition(_, done) => {
