@@ -131,7 +131,6 @@ impl Application {
                 webhooks: Arc::new(webhooks),
             },
         );
-        runner.post_ended(recovered.interrupted);
         runner.resume(recovered.queued);
         runner.keep(config.retention);
         let addr = config.server.bind;

@@ -99,6 +99,12 @@ struct Lifecycle {
     /// Fires when shutdown's grace is over: running runs are interrupted,
     /// and ended ones no longer wait for their end to be stored.
     past_grace: CancellationToken,
+    /// Fires once every run's task is done at shutdown (their ends and
+    /// hand-overs stored): the webhooks' dispatcher then tries what is due,
+    /// for a while, and stops.
+    runs_done: CancellationToken,
+    /// The webhooks' dispatcher, waited for before the store closes.
+    webhooks: TaskTracker,
 }
 
 #[derive(Clone)]
@@ -351,7 +357,9 @@ impl Runner {
     /// `grace` to finish, then are handed over at their next safe point
     /// (queued again to resume, see [`StopReason::HandOver`]); queued runs
     /// stay queued, to start again with the next process (on PostgreSQL,
-    /// any replica claims them at once). Returns once everything is stored.
+    /// any replica claims them at once). The webhooks' deliveries go on
+    /// until the runs are done, then stop (see [`webhooks`]). Returns once
+    /// everything is stored.
     pub async fn shutdown(&self, grace: Duration) {
         let lifecycle = &self.lifecycle;
         lifecycle.closing.cancel();
@@ -367,17 +375,21 @@ impl Runner {
             () = tokio::time::sleep(grace) => false,
             () = revoked.cancelled() => false,
         };
-        if finished {
-            self.services.store.close().await;
-            return;
+        if !finished {
+            // Whatever starts after this (accepted during the grace) is
+            // handed over by `start` itself.
+            lifecycle.past_grace.cancel();
+            for run in self.runs.all() {
+                run.stop.stop(StopReason::HandOver);
+            }
+            lifecycle.tasks.wait().await;
         }
-        // Whatever starts after this (accepted during the grace) is handed
-        // over by `start` itself.
-        lifecycle.past_grace.cancel();
-        for run in self.runs.all() {
-            run.stop.stop(StopReason::HandOver);
-        }
-        lifecycle.tasks.wait().await;
+        // The runs' ends are stored, and their webhooks with them: the
+        // dispatcher tries what is due now, then leaves the rest to the
+        // next start.
+        lifecycle.runs_done.cancel();
+        lifecycle.webhooks.close();
+        lifecycle.webhooks.wait().await;
         self.services.store.close().await;
     }
 }

@@ -2,36 +2,48 @@
 //! when it ends or pauses, signed as Standard Webhooks gives it
 //! (`webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64 of
 //! HMAC-SHA256 over "id.timestamp.body">`), and retried with backoff until
-//! it is answered 2xx or `[webhooks] retry_for_ms` has gone by. Deliveries
-//! run on tasks of their own, a few hundred at most at once (more wait
-//! their turn): a slow or failing receiver never holds a run back. A pause
-//! answered before its delivery was taken is no longer posted: the run
-//! moved on, and its end will be.
+//! it is answered 2xx or `[webhooks] retry_for_ms` has gone by (counted from
+//! when the end or pause was stored). A slow or failing receiver never
+//! holds a run back. A pause answered before its delivery was taken is no
+//! longer posted: the run moved on, and its end will be.
+//!
+//! Deliveries are durable: each is a row of the store's outbox
+//! ([`crate::store::outbox`]), written in the transaction of the end or
+//! pause it tells of, and removed only once delivered or given up. The
+//! dispatcher here takes due rows (woken by each end or pause committed,
+//! and by the time the next one is due), makes one attempt of each on a
+//! task of its own, a few hundred at most at once, and stores the outcome:
+//! removed, or tried again later. It goes on through shutdown's grace,
+//! until the runs are done and what is due then was tried (for a few
+//! seconds at most); whatever is left, and whatever a crash left, the next
+//! start delivers (on PostgreSQL, any replica). Delivery is at least once,
+//! with the same `webhook-id` on every attempt, for receivers to
+//! deduplicate.
 //!
 //! Only hosts of `[webhooks] allowed_hosts` are posted to (checked when the
-//! run is accepted, and again before each delivery), and redirects are not
-//! followed, so a run cannot make the server call anywhere else. The ends
-//! and pauses come from the store's outbox, once committed, on the replica
-//! that committed them: each is delivered once (at least once while this
-//! process lives; one pending when it dies is not delivered: there is no
-//! durable outbox yet).
+//! run is accepted, and again before each attempt), and redirects are not
+//! followed, so a run cannot make the server call anywhere else. The URL is
+//! never logged (it may hold a secret of the receiver's). A server without
+//! webhooks delivers nothing: what its outbox holds waits for one with.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use chrono::{DateTime, Utc};
 use hmac::{Hmac, Mac};
-use sha2::{Digest, Sha256};
-use tokio::sync::mpsc;
+use sha2::Sha256;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
 use super::Runner;
 use crate::config::WebhooksConfig;
 use crate::run::{Run, Tenant};
-use crate::store::StatusChange;
+use crate::store::{Delivery, Store, Unreadable};
 
-/// Deliveries under way at once (each may be waiting between attempts);
-/// more wait their turn, in order.
+/// Deliveries under way at once; more wait their turn in the outbox.
 const IN_FLIGHT: usize = 256;
 
 /// First pause before a delivery is tried again; it doubles up to
@@ -39,12 +51,27 @@ const IN_FLIGHT: usize = 256;
 const RETRY_FIRST: Duration = Duration::from_millis(500);
 const RETRY_MAX: Duration = Duration::from_secs(60);
 
+/// How often the outbox is looked at when nothing else wakes the
+/// dispatcher: for deliveries whose replica's claim ran out, and after the
+/// outbox could not be read.
+const POLL: Duration = Duration::from_secs(1);
+
+/// How long a replica's claim on a delivery outlasts the attempt's own
+/// timeout: reading the run before it, storing its outcome after.
+const CLAIM_MARGIN: Duration = Duration::from_secs(10);
+
+/// Once the runs are done at shutdown, how long the dispatcher goes on
+/// with what is due and under way; what is left is the next start's.
+const DRAIN: Duration = Duration::from_secs(5);
+
 /// Where and how runs' webhooks are delivered.
 pub struct Webhooks {
     allowed_hosts: Vec<String>,
     key: Vec<u8>,
     http: reqwest::Client,
     retry_for: Duration,
+    /// Longest wait for one attempt's answer.
+    timeout: Duration,
 }
 
 impl std::fmt::Debug for Webhooks {
@@ -83,6 +110,7 @@ impl Webhooks {
             key,
             http,
             retry_for: Duration::from_millis(config.retry_for_ms),
+            timeout: Duration::from_millis(config.timeout_ms),
         })
     }
 
@@ -124,50 +152,42 @@ impl Webhooks {
         format!("v1,{}", BASE64.encode(mac.finalize().into_bytes()))
     }
 
-    /// Posts the run of `change` to its webhook until it is taken (2xx) or
-    /// the retries run out: the run as stored, read before each attempt. A
-    /// pause that was answered meanwhile is no longer posted (its run goes
-    /// on, and its end will be). Whether it was taken.
-    async fn deliver(&self, runner: &Runner, change: &StatusChange) -> bool {
-        // One id for the message, whatever the attempts (receivers dedupe
-        // on it), and the same should it be sent again.
-        let digest = Sha256::digest(format!("{}.{}", change.status, change.at));
-        let id = format!(
-            "msg_{}_{}",
-            change.run_id.simple(),
-            hex::encode(&digest[..8])
-        );
+    /// One attempt of `delivery`: the run as stored now is posted, unless
+    /// it is gone, has no webhook, or moved on (a pause answered meanwhile:
+    /// its run goes on, and its end will be posted).
+    async fn attempt(&self, store: &Store, delivery: &Delivery) -> Attempt {
+        let change = &delivery.change;
         let tenant = Tenant(change.tenant.clone());
-        let began = Instant::now();
-        let mut pause = RETRY_FIRST;
-        let mut attempt = 0u32;
-        loop {
-            attempt += 1;
-            let why = match runner.services.store.get_run(&tenant, change.run_id).await {
-                // Purged, or no webhook: nothing to post.
-                Ok(None) => return false,
-                Ok(Some(run)) if run.webhook.is_none() => return false,
-                Ok(Some(run)) if run.status != change.status => {
-                    tracing::info!(run_id = %run.id, was = %change.status, now = %run.status, "a run moved on before its webhook was taken; not posted");
-                    return false;
-                }
-                Ok(Some(run)) => match self.post(&id, &run).await {
-                    Ok(()) => {
-                        tracing::info!(run_id = %run.id, status = %run.status, attempt, "webhook delivered");
-                        return true;
-                    }
-                    Err(why) => why,
-                },
-                Err(error) => format!("the run could not be read: {error}"),
-            };
-            if began.elapsed() + pause > self.retry_for {
-                tracing::warn!(run_id = %change.run_id, attempt, %why, "a webhook was not taken in time; given up");
-                return false;
+        let attempt = delivery.attempts.saturating_add(1);
+        match store.get_run(&tenant, change.run_id).await {
+            // Purged, or no webhook: nothing to post.
+            Ok(None) => Attempt::NotPosted,
+            Ok(Some(run)) if run.webhook.is_none() => Attempt::NotPosted,
+            Ok(Some(run)) if run.status != change.status => {
+                tracing::info!(run_id = %run.id, was = %change.status, now = %run.status, "a run moved on before its webhook was taken; not posted");
+                Attempt::NotPosted
             }
-            tracing::info!(run_id = %change.run_id, attempt, %why, "a webhook was not taken; tried again later");
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(RETRY_MAX);
+            Ok(Some(run)) => match self.post(&delivery.id, &run).await {
+                Ok(()) => {
+                    tracing::info!(run_id = %run.id, status = %run.status, attempt, "webhook delivered");
+                    Attempt::Taken
+                }
+                Err(why) => Attempt::Failed(why),
+            },
+            Err(error) => Attempt::Failed(format!("the run could not be read: {error}")),
         }
+    }
+
+    /// When `delivery`, whose attempt failed at `now`, is tried again:
+    /// `None` once that would be past `retry_for` from when it was stored
+    /// (it is given up).
+    fn next_attempt(&self, delivery: &Delivery, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let pause = backoff(delivery.attempts.saturating_add(1));
+        let waited = (now - delivery.created_at).to_std().unwrap_or_default();
+        if waited + pause > self.retry_for {
+            return None;
+        }
+        Some(now + chrono::TimeDelta::from_std(pause).unwrap_or_default())
     }
 
     /// One attempt: `Err` says why it was not taken (never with the URL,
@@ -210,46 +230,181 @@ fn signing_key(secret: &str) -> Result<Vec<u8>, String> {
     }
 }
 
+/// The pause after the `failed`-th failed attempt of a delivery: half a
+/// second, doubling, at most a minute.
+fn backoff(failed: u32) -> Duration {
+    let doublings = failed.saturating_sub(1).min(16);
+    RETRY_FIRST.saturating_mul(1 << doublings).min(RETRY_MAX)
+}
+
+/// How an attempt went.
+enum Attempt {
+    /// Answered 2xx.
+    Taken,
+    /// Not to be posted (any more): its run is gone or moved on.
+    NotPosted,
+    /// Not taken, why (never with the URL).
+    Failed(String),
+}
+
 impl Runner {
-    /// Delivers the webhooks of the ends and pauses committed here, each on
-    /// a task of its own, until the server stops.
+    /// Delivers the webhooks in the store's outbox, until the runs are done
+    /// at shutdown (see [`Runner::shutdown`]) or this replica's lease is
+    /// lost.
     pub(super) fn deliver_webhooks(&self, webhooks: Arc<Webhooks>) {
         if !webhooks.enabled() {
             return;
         }
-        let (outbox, mut changes) = mpsc::unbounded_channel::<StatusChange>();
-        self.services.store.live().set_outbox(outbox);
-        let runner = self.clone();
-        let slots = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
-        tokio::spawn(async move {
-            loop {
-                let change = tokio::select! {
-                    change = changes.recv() => change,
-                    () = runner.lifecycle.closing.cancelled() => None,
-                };
-                let Some(change) = change else { return };
-                let slot = tokio::select! {
-                    slot = Arc::clone(&slots).acquire_owned() => slot,
-                    () = runner.lifecycle.closing.cancelled() => return,
-                };
-                let Ok(slot) = slot else { return };
-                let (runner, webhooks) = (runner.clone(), Arc::clone(&webhooks));
-                tokio::spawn(async move {
-                    webhooks.deliver(&runner, &change).await;
-                    drop(slot);
-                });
-            }
-        });
+        let dispatcher = Dispatcher {
+            store: self.services.store.clone(),
+            webhooks,
+            runs_done: self.lifecycle.runs_done.clone(),
+            revoked: self.scheduler.revoked(),
+        };
+        self.lifecycle.webhooks.spawn(dispatcher.run());
     }
+}
 
-    /// Ends committed before the outbox was there (a previous process's
-    /// runs, brought to rest at start) go to it now.
-    pub fn post_ended(&self, changes: Vec<StatusChange>) {
-        if let Some(outbox) = self.services.store.live().outbox() {
-            for change in changes {
-                let _ = outbox.send(change);
+/// Takes the outbox's due deliveries and makes them, each on a task of its
+/// own.
+struct Dispatcher {
+    store: Store,
+    webhooks: Arc<Webhooks>,
+    /// Fires once the runs are done at shutdown: what is due then is tried,
+    /// for [`DRAIN`] at most, and the dispatcher stops.
+    runs_done: CancellationToken,
+    /// Fires when this replica's lease is lost: its claims are another
+    /// replica's to take over once they run out, and it stops at once.
+    revoked: CancellationToken,
+}
+
+impl Dispatcher {
+    async fn run(self) {
+        let mut deliveries = JoinSet::new();
+        // The deliveries under way, by their tasks' ids: never taken again
+        // until their outcome is stored (on SQLite nothing else marks them).
+        let mut under_way: HashMap<tokio::task::Id, String> = HashMap::new();
+        let claim = self.webhooks.timeout + CLAIM_MARGIN;
+        let mut drain_until: Option<tokio::time::Instant> = None;
+        loop {
+            let free = IN_FLIGHT.saturating_sub(deliveries.len());
+            // Whether as many were due as could be taken (more may be).
+            let mut full = false;
+            let mut unread = false;
+            if free > 0 {
+                let skip: HashSet<String> = under_way.values().cloned().collect();
+                match self.store.take_deliveries(free, &skip, claim).await {
+                    Ok(taken) => {
+                        full = taken.len() == free;
+                        for delivery in taken {
+                            let id = match &delivery {
+                                Ok(delivery) => delivery.id.clone(),
+                                Err(unreadable) => unreadable.id.clone(),
+                            };
+                            let task = deliveries.spawn(settle(
+                                self.store.clone(),
+                                Arc::clone(&self.webhooks),
+                                delivery,
+                            ));
+                            under_way.insert(task.id(), id);
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "the webhooks' outbox could not be read; looked at again later");
+                        unread = true;
+                    }
+                }
+            }
+            if drain_until.is_some() && deliveries.is_empty() && !full && !unread {
+                // Nothing under way, and nothing due: the rest is the next
+                // start's.
+                break;
+            }
+            let wait = if full {
+                Duration::ZERO
+            } else if unread || free == 0 {
+                POLL
+            } else {
+                match self.store.next_delivery().await {
+                    Ok(Some(at)) => (at - Utc::now()).to_std().unwrap_or_default().min(POLL),
+                    _ => POLL,
+                }
+            };
+            let drained = async {
+                match drain_until {
+                    Some(deadline) => tokio::time::sleep_until(deadline).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = self.store.live().outbox_changed() => {}
+                Some(joined) = deliveries.join_next_with_id(), if !deliveries.is_empty() => {
+                    let task = match joined {
+                        Ok((task, ())) => task,
+                        Err(error) => {
+                            tracing::error!(%error, "a webhook's delivery task failed");
+                            error.id()
+                        }
+                    };
+                    under_way.remove(&task);
+                }
+                () = tokio::time::sleep(wait) => {}
+                () = self.runs_done.cancelled(), if drain_until.is_none() => {
+                    drain_until = Some(tokio::time::Instant::now() + DRAIN);
+                }
+                () = drained => break,
+                () = self.revoked.cancelled() => break,
             }
         }
+        if !deliveries.is_empty() {
+            tracing::info!(
+                deliveries = deliveries.len(),
+                "webhooks still under way as the server stops; delivered by the next start"
+            );
+        }
+        deliveries.shutdown().await;
+    }
+}
+
+/// Makes one attempt of a delivery taken from the outbox, and stores what
+/// became of it: removed once taken or not to be posted (or given up),
+/// otherwise tried again later. An unreadable row is removed.
+async fn settle(store: Store, webhooks: Arc<Webhooks>, delivery: Result<Delivery, Unreadable>) {
+    let writer = store.writer();
+    let delivery = match delivery {
+        Ok(delivery) => delivery,
+        Err(unreadable) => {
+            tracing::error!(id = %unreadable.id, why = %unreadable.why, "a webhook's delivery is unreadable; removed");
+            if let Err(error) = writer.delivered(unreadable.id).await {
+                tracing::warn!(%error, "an unreadable webhook's delivery could not be removed");
+            }
+            return;
+        }
+    };
+    let run_id = delivery.change.run_id;
+    let pause = backoff(delivery.attempts.saturating_add(1));
+    let settled = match webhooks.attempt(&store, &delivery).await {
+        Attempt::Taken | Attempt::NotPosted => writer.delivered(delivery.id).await,
+        Attempt::Failed(why) => {
+            let attempt = delivery.attempts.saturating_add(1);
+            match webhooks.next_attempt(&delivery, Utc::now()) {
+                Some(next) => {
+                    tracing::info!(%run_id, attempt, %why, "a webhook was not taken; tried again later");
+                    writer.retry_delivery(delivery.id, next).await
+                }
+                None => {
+                    tracing::warn!(%run_id, attempt, %why, "a webhook was not taken in time; given up");
+                    writer.delivered(delivery.id).await
+                }
+            }
+        }
+    };
+    if let Err(error) = settled {
+        tracing::warn!(%run_id, %error, "what became of a webhook could not be stored; it may be posted again");
+        // Its row is still due: it stays under way here for a while rather
+        // than being taken (and posted) again at once. (On PostgreSQL its
+        // claim keeps it from every replica meanwhile.)
+        tokio::time::sleep(pause).await;
     }
 }
 
@@ -284,5 +439,44 @@ mod tests {
         assert!(webhooks.check("ftp://example.com/hook").is_err());
         let missing = Webhooks::new(&config, |_| None).unwrap_err();
         assert!(missing.contains("not set"), "{missing}");
+    }
+
+    /// The pause doubles from half a second up to a minute, and a delivery
+    /// is given up once the next attempt would come past `retry_for` from
+    /// when it was stored.
+    #[test]
+    fn a_failed_delivery_backs_off_until_its_time_is_up() {
+        assert_eq!(backoff(1), Duration::from_millis(500));
+        assert_eq!(backoff(2), Duration::from_secs(1));
+        assert_eq!(backoff(8), Duration::from_secs(60));
+        assert_eq!(backoff(u32::MAX), Duration::from_secs(60));
+        let config = WebhooksConfig {
+            allowed_hosts: vec!["example.com".into()],
+            retry_for_ms: 10_000,
+            ..WebhooksConfig::default()
+        };
+        let webhooks = Webhooks::new(&config, |_| None).unwrap();
+        let stored = Utc::now();
+        let delivery = |attempts| Delivery {
+            id: "msg".into(),
+            change: crate::store::StatusChange {
+                run_id: uuid::Uuid::now_v7(),
+                tenant: String::new(),
+                status: crate::run::RunStatus::RequiresAction,
+                at: String::new(),
+            },
+            created_at: stored,
+            attempts,
+        };
+        let now = stored + chrono::TimeDelta::seconds(5);
+        assert_eq!(
+            webhooks.next_attempt(&delivery(0), now),
+            Some(now + chrono::TimeDelta::milliseconds(500))
+        );
+        assert_eq!(
+            webhooks.next_attempt(&delivery(3), now),
+            Some(now + chrono::TimeDelta::seconds(4))
+        );
+        assert_eq!(webhooks.next_attempt(&delivery(4), now), None, "5 + 8 s");
     }
 }

@@ -15,7 +15,9 @@
 //! Beside the runs' channels, one channel carries every run's changes of
 //! status ([`StatusChange`]), published by whatever commits them (the
 //! writer, a replica's claim or takeover) or heard from other replicas:
-//! what the tenant-wide stream follows.
+//! what the tenant-wide stream follows. An end or a pause among them also
+//! wakes the webhooks' dispatcher, whose deliveries are stored with them
+//! (see [`super::outbox`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -124,9 +126,9 @@ pub struct Channels {
     /// other replicas was missed): the status streams then end, for their
     /// clients to read the runs again. Replaced once fired.
     statuses_missed: Mutex<CancellationToken>,
-    /// Where ends and pauses committed here are also sent, once set (read
-    /// without a lock: the writer publishes through it for every write).
-    outbox: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<StatusChange>>,
+    /// Told of ends and pauses committed (here or on another replica):
+    /// their webhooks may be due in the outbox.
+    outbox: tokio::sync::Notify,
     /// Fired when a run that is not live here goes live again or ends:
     /// what followers of a paused run wait on. Made only for runs someone
     /// waits on.
@@ -176,21 +178,19 @@ impl Default for Channels {
             runs: Mutex::default(),
             statuses: broadcast::channel(STATUS_BUFFER).0,
             statuses_missed: Mutex::default(),
-            outbox: std::sync::OnceLock::new(),
+            outbox: tokio::sync::Notify::new(),
             reopened: Mutex::default(),
         }
     }
 }
 
 impl Channels {
-    /// Tells whoever follows the runs' statuses of changes committed here;
-    /// the ends and pauses among them go to the outbox too, if there is one.
+    /// Tells whoever follows the runs' statuses of changes committed here,
+    /// and the webhooks' dispatcher of the ends and pauses among them.
     pub fn publish_statuses(&self, changes: impl IntoIterator<Item = StatusChange>) {
         for change in changes {
-            if let Some(outbox) = self.outbox.get()
-                && (change.status.is_terminal() || change.status == RunStatus::RequiresAction)
-            {
-                let _ = outbox.send(change.clone());
+            if super::outbox::is_posted(change.status) {
+                self.outbox.notify_one();
             }
             // No subscriber is not an error.
             let _ = self.statuses.send(Arc::new(change));
@@ -198,22 +198,17 @@ impl Channels {
     }
 
     /// Tells whoever follows the runs' statuses of changes another replica
-    /// committed (that replica's outbox has them).
+    /// committed, and the webhooks' dispatcher of the ends and pauses among
+    /// them (any replica may deliver them).
     pub fn publish_heard_statuses(&self, changes: impl IntoIterator<Item = StatusChange>) {
-        for change in changes {
-            let _ = self.statuses.send(Arc::new(change));
-        }
+        self.publish_statuses(changes);
     }
 
-    /// Where the ends and pauses committed here go from now on (the
-    /// webhooks' deliveries); set once.
-    pub fn set_outbox(&self, outbox: tokio::sync::mpsc::UnboundedSender<StatusChange>) {
-        let _ = self.outbox.set(outbox);
-    }
-
-    /// The outbox, once set.
-    pub fn outbox(&self) -> Option<&tokio::sync::mpsc::UnboundedSender<StatusChange>> {
-        self.outbox.get()
+    /// Resolves once an end or a pause was committed since the last time
+    /// it resolved (or since the start): the webhooks' dispatcher looks at
+    /// the outbox then.
+    pub async fn outbox_changed(&self) {
+        self.outbox.notified().await;
     }
 
     /// Subscribes to every run's changes of status from now on, with what

@@ -6,8 +6,8 @@
 //! SQLite, with one writer there is never a lock to wait for, and WAL lets
 //! the readers go on while it writes. On PostgreSQL several servers may
 //! share the database ([`cluster`]): each has its writer, and what they
-//! share (claims, leases, a paused run's answers) is decided under row
-//! locks.
+//! share (claims, leases, a paused run's answers, the webhooks' outbox) is
+//! decided under row locks.
 //!
 //! The connections are sqlx's `Any` ones, and every statement is written in
 //! `$N` placeholders, which SQLite and PostgreSQL both take (sqlx's SQLite
@@ -18,6 +18,7 @@
 pub mod cluster;
 mod connect;
 pub mod live;
+pub mod outbox;
 mod recover;
 pub(crate) mod rows;
 pub mod writer;
@@ -38,6 +39,7 @@ use crate::run::{ActionAnswer, ModelSpec, Run, RunSpec, RunStatus, Tenant};
 pub use connect::Engine;
 use connect::{STREAM_KEY, open_postgres, open_sqlite, server_key};
 pub use live::{Channels, Closing, LiveEvent, StatusChange};
+pub use outbox::{Delivery, Unreadable};
 pub use recover::{Recovered, ResumeReason};
 use recover::{interrupt, recover, rest};
 pub use writer::{Finish, NewEvent, Pause, Transition, Transitioned, Writer, WriterStats};

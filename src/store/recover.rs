@@ -14,7 +14,7 @@ use crate::run::{Run, RunStatus, format_time};
 #[derive(Debug, Default)]
 pub struct Recovered {
     /// Runs that were running and may not resume: now `interrupted`
-    /// (their changes of status, for the webhooks' outbox).
+    /// (their changes of status; their webhooks are in the outbox).
     pub interrupted: Vec<StatusChange>,
     /// Runs that were waiting, oldest first: to be started again.
     pub queued: Vec<Unfinished>,
@@ -167,9 +167,10 @@ pub(super) async fn interrupt(
 
 /// Brings the previous process's live runs to rest: `running` ones are
 /// queued again to resume (see [`rest`]), or past their resumes end
-/// `interrupted`; `queued` ones (these among them) are returned, oldest
-/// first, to be started (or resumed) again. Paused runs
-/// stay paused: they hold nothing but their row.
+/// `interrupted` (their webhooks' deliveries written with their ends);
+/// `queued` ones (these among them) are returned, oldest first, to be
+/// started (or resumed) again. Paused runs stay paused: they hold nothing
+/// but their row.
 pub(super) async fn recover(
     connection: &mut AnyConnection,
     now: DateTime<Utc>,
@@ -194,6 +195,8 @@ pub(super) async fn recover(
             interrupted.push(change);
         }
     }
+    // The webhooks of the runs it ended, in the same transaction.
+    super::outbox::enqueue(&mut tx, &interrupted).await?;
     let queued = sqlx::query(rows::SELECT_LIVE_RUNS)
         .bind(RunStatus::Queued.as_str())
         .fetch_all(&mut *tx)

@@ -21,7 +21,8 @@
 //! - **Takeover.** Any replica deletes the rows of replicas whose lease ran
 //!   out, then queues again every running run whose owner has no row, to
 //!   resume (with a `run_resumed` event), or past its resumes ends it
-//!   `interrupted` with its `run_end`.
+//!   `interrupted` with its `run_end` (and its webhook's delivery, in the
+//!   same transaction, for any replica to make: see [`super::outbox`]).
 //! - **Notifications.** `LISTEN`/`NOTIFY`, sent inside the transaction that
 //!   wrote what they announce (so they arrive only once it is committed):
 //!   new events of runs ([`EVENTS`]), a run waiting to be claimed
@@ -375,12 +376,14 @@ impl Cluster {
     }
 
     /// Commits `tx` with its `changes` of status, told to the other
-    /// replicas with it and published here once it is committed.
+    /// replicas with it and published here once it is committed; the
+    /// webhooks of the ends among them are written with it.
     async fn commit_statuses(
         &self,
         mut tx: sqlx::Transaction<'_, sqlx::Any>,
         changes: Vec<StatusChange>,
     ) -> Result<(), StoreError> {
+        super::outbox::enqueue(&mut tx, &changes).await?;
         notify_statuses(&mut tx, &self.id, &changes).await?;
         tx.commit().await?;
         self.channels.publish_statuses(changes);

@@ -25,7 +25,9 @@
 //! - [`ops`]: the operations, and what each tells once committed or given
 //!   up (its waiters, its run's subscribers, the runs' statuses);
 //! - [`health`]: since when storage refuses writes, and what a refusal is;
-//! - [`sql`]: the rows and the statements that write a batch;
+//! - [`sql`]: the rows and the statements that write a batch (the webhooks'
+//!   deliveries of its ends and pauses among them, see
+//!   [`super::outbox`]);
 //! - [`transition`]: checked changes to paused runs, and [`retention`]:
 //!   removing runs that have ended.
 
@@ -54,6 +56,7 @@ pub use ops::{Finish, NewEvent, Pause};
 use ops::{Op, fail, finish, hold};
 pub(crate) use sql::RunRow;
 use sql::apply_all;
+pub(super) use sql::{Placeholders, chunks, values_statement};
 pub use transition::{Transition, Transitioned};
 
 /// Most operations committed in one transaction.
@@ -222,6 +225,32 @@ impl Writer {
         let (done, wait) = oneshot::channel();
         self.send(Op::Barrier(done));
         wait.await.unwrap_or(false)
+    }
+
+    /// Removes a webhook's delivery from the outbox (it was delivered, or
+    /// given up), and waits for the commit: until then it is still due, and
+    /// would be taken again.
+    pub async fn delivered(&self, id: String) -> Result<(), StoreError> {
+        self.settle(id, None).await
+    }
+
+    /// Records a failed attempt of a webhook's delivery: it is tried again
+    /// from `next_at` (by any replica). Waits for the commit.
+    pub async fn retry_delivery(
+        &self,
+        id: String,
+        next_at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), StoreError> {
+        self.settle(id, Some(crate::run::format_time(&next_at)))
+            .await
+    }
+
+    async fn settle(&self, id: String, next_at: Option<String>) -> Result<(), StoreError> {
+        let (done, wait) = oneshot::channel();
+        self.sender
+            .send(Op::Delivery { id, next_at, done })
+            .map_err(|_| StoreError::Closed)?;
+        wait.await.map_err(|_| StoreError::Closed)?
     }
 
     /// Commits everything sent before, then stops the writer.

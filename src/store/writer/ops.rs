@@ -95,6 +95,13 @@ pub(super) enum Op {
     /// (`false` if it was given up): what a run waits on before a side
     /// effect that must not happen unrecorded.
     Barrier(oneshot::Sender<bool>),
+    /// A webhook's delivery settled: removed from the outbox (`next_at`
+    /// none: delivered or given up), or to be tried again from `next_at`.
+    Delivery {
+        id: String,
+        next_at: Option<String>,
+        done: oneshot::Sender<Result<(), StoreError>>,
+    },
     Close(oneshot::Sender<()>),
 }
 
@@ -121,7 +128,11 @@ impl Op {
                 ),
                 (None, None) => return None,
             },
-            Self::Tools { .. } | Self::Transition(..) | Self::Barrier(_) | Self::Close(_) => {
+            Self::Tools { .. }
+            | Self::Transition(..)
+            | Self::Barrier(_)
+            | Self::Delivery { .. }
+            | Self::Close(_) => {
                 return None;
             }
         };
@@ -157,7 +168,7 @@ pub(super) fn finish(op: Op, stored: bool, channels: &Channels) {
         apply(&op, channels);
     }
     match op {
-        Op::InsertRun(_, done) | Op::Started { done, .. } => {
+        Op::InsertRun(_, done) | Op::Started { done, .. } | Op::Delivery { done, .. } => {
             let _ = done.send(if stored {
                 Ok(())
             } else {
@@ -245,7 +256,7 @@ fn apply(op: &Op, channels: &Channels) {
 /// Tells an operation's waiters that it failed alone, with `error`.
 pub(super) fn fail(op: Op, error: StoreError, channels: &Channels) {
     match op {
-        Op::InsertRun(_, done) | Op::Started { done, .. } => {
+        Op::InsertRun(_, done) | Op::Started { done, .. } | Op::Delivery { done, .. } => {
             let _ = done.send(Err(error));
         }
         Op::Transition(_, done) => {

@@ -62,6 +62,7 @@ pub(super) async fn expire(
 async fn remove(connection: &mut AnyConnection, ids: &[String]) -> Result<(), StoreError> {
     for id in ids {
         for statement in [
+            "DELETE FROM webhook_deliveries WHERE run_id = $1",
             "DELETE FROM events WHERE run_id = $1",
             "DELETE FROM messages WHERE run_id = $1",
             "DELETE FROM runs WHERE id = $1",

@@ -6,7 +6,7 @@ use sqlx::Executor;
 use super::Op;
 use crate::run::format_time;
 use crate::store::cluster::{self, Cluster};
-use crate::store::{Engine, NewRun, StatusChange, StoreError};
+use crate::store::{Engine, NewRun, StatusChange, StoreError, outbox};
 
 /// Most rows one statement writes (the runs insert binds 23 values a row,
 /// well within SQLite's 32,766 variables).
@@ -167,6 +167,9 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
     let mut finishes = Vec::new();
     let mut pauses = Vec::new();
     let mut tools = Vec::new();
+    // Webhooks' deliveries delivered (or given up), and tried again later.
+    let mut delivered = Vec::new();
+    let mut retried = Vec::new();
     // The last totals of each run in the batch.
     let mut progress: Vec<(String, &crate::harness::Totals)> = Vec::new();
     for op in ops.iter().rev() {
@@ -204,6 +207,10 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
                 }
                 events.push((run_id, saturate(event.sequence), event.kind, &*event.body));
             }
+            Op::Delivery { id, next_at, .. } => match next_at {
+                Some(next_at) => retried.push((id.as_str(), next_at.as_str())),
+                None => delivered.push(id.as_str()),
+            },
             // Committed alone (see `Task::commit`).
             Op::Transition(..) | Op::Close(_) | Op::Barrier(_) => {}
         }
@@ -409,6 +416,17 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
         }
         query.execute(&mut *connection).await?;
     }
+    // The webhooks of the ends and pauses, in the transaction that stores
+    // them: a delivery is never lost, nor made for a change not stored.
+    let ends: Vec<_> = ops
+        .iter()
+        .filter(
+            |op| matches!(op, Op::Event(event) if event.finish.is_some() || event.pause.is_some()),
+        )
+        .filter_map(Op::status_change)
+        .collect();
+    outbox::enqueue(connection, &ends).await?;
+    outbox::settle(connection, &delivered, &retried).await?;
     Ok(())
 }
 
@@ -446,7 +464,7 @@ async fn announce(
 
 /// How a statement's placeholders are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Placeholders {
+pub(in crate::store) enum Placeholders {
     /// `?`, numbered by position: SQLite. (Its `$N` would do too, but
     /// SQLite looks each named parameter up in a list, which made binding a
     /// statement of thousands quadratic: 7% of the writer under load.)
@@ -456,7 +474,7 @@ enum Placeholders {
 }
 
 impl Placeholders {
-    fn of(connection: &AnyConnection) -> Self {
+    pub(in crate::store) fn of(connection: &AnyConnection) -> Self {
         match Engine::of_connection(connection) {
             Engine::Postgres => Self::Numbered,
             Engine::Sqlite => Self::Positional,
@@ -466,7 +484,7 @@ impl Placeholders {
 
 /// `head`, then `VALUES` with `rows` rows of `columns` placeholders each,
 /// then `tail`.
-fn values_statement(
+pub(in crate::store) fn values_statement(
     placeholders: Placeholders,
     head: &str,
     rows: usize,
@@ -501,7 +519,7 @@ fn values_statement(
 /// [`MAX_ROWS_PER_STATEMENT`]: whatever a batch holds, each kind of statement
 /// comes in at most a few shapes, which the connection's statement cache
 /// keeps prepared.
-fn chunks<T>(rows: &[T]) -> impl Iterator<Item = &[T]> {
+pub(in crate::store) fn chunks<T>(rows: &[T]) -> impl Iterator<Item = &[T]> {
     let mut rest = rows;
     std::iter::from_fn(move || {
         if rest.is_empty() {

@@ -11,7 +11,7 @@ use uuid::Uuid;
 use crate::harness::{Outcome, PendingAction, check_answers};
 use crate::run::{ActionAnswer, ModelSpec, NO_ANSWER, Run, RunStatus, Tenant, format_time};
 use crate::store::rows::{self, Answers};
-use crate::store::{Engine, ResumeReason, StatusChange, StoreError, cluster, run_end_body};
+use crate::store::{Engine, ResumeReason, StatusChange, StoreError, cluster, outbox, run_end_body};
 
 /// A change to a paused run.
 #[derive(Debug)]
@@ -118,6 +118,11 @@ pub(super) async fn apply_all(
                 return Err(error);
             }
         }
+    }
+    // The webhooks of the runs it ended, in the same transaction.
+    if let Err(error) = outbox::enqueue(connection, &changes).await {
+        let _ = connection.execute("ROLLBACK").await;
+        return Err(error);
     }
     if let Some(replica) = replica
         && let Err(error) = announce(connection, replica, &outcomes, &changes).await
