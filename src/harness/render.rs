@@ -6,8 +6,60 @@
 //! else as the compact JSON it already is. Errors are text already.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 
 use serde_json::{Map, Value};
+
+use super::message::Message;
+
+/// What a call that repeats the previous call of its tool exactly, with the
+/// same result, ends with for its model: the commonest stuck loop of a small
+/// model is writing the same file and running the same failing test until
+/// its steps run out.
+pub const REPEATED: &str =
+    "This is the same call with the same result as before; try something different.";
+
+/// What the model reads of each message's tool result, in order: `None`
+/// for a message that is not a tool result, else its text (see
+/// [`tool_result_for_model`]), ending with [`REPEATED`] when the call
+/// repeats the previous call of its tool (same arguments) and got the same
+/// result.
+pub fn tool_texts<'a>(
+    messages: impl IntoIterator<Item = &'a Message>,
+) -> Vec<Option<Cow<'a, str>>> {
+    let mut calls: HashMap<&'a str, (&'a str, &'a Value)> = HashMap::new();
+    let mut previous: HashMap<&'a str, (&'a Value, &'a str)> = HashMap::new();
+    let mut texts = Vec::new();
+    for message in messages {
+        match message {
+            Message::Assistant { tool_calls, .. } => {
+                for call in tool_calls {
+                    calls.insert(call.id.as_str(), (call.name.as_str(), &call.arguments));
+                }
+                texts.push(None);
+            }
+            Message::Tool {
+                call_id,
+                content,
+                is_error,
+            } => {
+                let mut text = tool_result_for_model(content, *is_error);
+                if let Some(&(name, arguments)) = calls.get(call_id.as_str()) {
+                    let repeated = previous
+                        .get(name)
+                        .is_some_and(|&(before, result)| before == arguments && result == content);
+                    if repeated {
+                        text = Cow::Owned(format!("{text}\n\n{REPEATED}"));
+                    }
+                    previous.insert(name, (arguments, content.as_str()));
+                }
+                texts.push(Some(text));
+            }
+            _ => texts.push(None),
+        }
+    }
+    texts
+}
 
 /// `content`, a stored tool result, as its model is to read it.
 pub fn tool_result_for_model(content: &str, is_error: bool) -> Cow<'_, str> {
@@ -144,6 +196,36 @@ mod tests {
             tool_result_for_model(&killed, false),
             "ended by SIGKILL (timed out)\n[stdout]\nx\n[stderr: empty]"
         );
+    }
+
+    #[test]
+    fn an_exact_repeat_with_the_same_result_gets_a_note() {
+        use crate::harness::ToolCall;
+        let call = |id: &str, path: &str| ToolCall {
+            id: id.into(),
+            name: "read_file".into(),
+            arguments: json!({"path": path}),
+            unparsable_arguments: None,
+        };
+        let messages = vec![
+            Message::assistant(String::new(), vec![call("1", "a.py")]),
+            Message::tool("1", "\"x\"", false),
+            Message::assistant(String::new(), vec![call("2", "a.py")]),
+            Message::tool("2", "\"x\"", false),
+            Message::assistant(String::new(), vec![call("3", "b.py")]),
+            Message::tool("3", "\"x\"", false),
+            Message::assistant(String::new(), vec![call("4", "b.py")]),
+            Message::tool("4", "\"y\"", false),
+        ];
+        let texts = tool_texts(&messages);
+        assert_eq!(texts[1].as_deref(), Some("x"));
+        assert_eq!(
+            texts[3].as_deref(),
+            Some(format!("x\n\n{REPEATED}").as_str())
+        );
+        assert_eq!(texts[5].as_deref(), Some("x"), "other arguments");
+        assert_eq!(texts[7].as_deref(), Some("y"), "another result");
+        assert!(texts[0].is_none());
     }
 
     #[test]

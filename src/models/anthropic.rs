@@ -144,7 +144,9 @@ impl Dialect for Anthropic {
 /// The transcript as Messages API turns.
 pub fn messages_json<'a>(messages: impl Iterator<Item = &'a Message>) -> Value {
     let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
-    for message in messages {
+    let messages: Vec<&Message> = messages.collect();
+    let texts = crate::harness::render::tool_texts(messages.iter().copied());
+    for (message, text) in messages.into_iter().zip(texts) {
         let (role, blocks) = match message {
             Message::User { content } => ("user", vec![json!({"type": "text", "text": content})]),
             Message::Assistant {
@@ -159,15 +161,13 @@ pub fn messages_json<'a>(messages: impl Iterator<Item = &'a Message>) -> Value {
                 ("assistant", blocks)
             }
             Message::Tool {
-                call_id,
-                content,
-                is_error,
+                call_id, is_error, ..
             } => (
                 "user",
                 vec![json!({
                     "type": "tool_result",
                     "tool_use_id": call_id,
-                    "content": crate::harness::tool_result_for_model(content, *is_error),
+                    "content": text.unwrap_or_default(),
                     "is_error": is_error,
                 })],
             ),

@@ -137,8 +137,12 @@ impl Dialect for OpenAi {
 
 /// The transcript in Chat Completions shape.
 pub fn messages_json<'a>(messages: impl Iterator<Item = &'a Message>) -> Value {
+    let messages: Vec<&Message> = messages.collect();
+    let texts = crate::harness::render::tool_texts(messages.iter().copied());
     let messages = messages
-        .map(|message| match message {
+        .into_iter()
+        .zip(texts)
+        .map(|(message, text)| match message {
             Message::User { content } => json!({"role": "user", "content": content}),
             Message::Assistant {
                 content,
@@ -156,14 +160,10 @@ pub fn messages_json<'a>(messages: impl Iterator<Item = &'a Message>) -> Value {
                 };
                 json!({"role": "assistant", "content": content, "tool_calls": calls})
             }
-            Message::Tool {
-                call_id,
-                content,
-                is_error,
-            } => json!({
+            Message::Tool { call_id, .. } => json!({
                 "role": "tool",
                 "tool_call_id": call_id,
-                "content": crate::harness::tool_result_for_model(content, *is_error),
+                "content": text.unwrap_or_default(),
             }),
         })
         .collect();
