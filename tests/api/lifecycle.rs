@@ -206,7 +206,10 @@ async fn a_queued_run_whose_profile_is_gone_after_a_restart_ends_failed() {
         toml::from_str("kind = \"scripted\"\nscript = [{content = \"x\"}]").unwrap(),
     );
     let app = spawn_in(dir, with_profile).await;
-    let blocker = app.create_run(slow(30_000)).await;
+    // Not resumed after the stop: it frees the only slot.
+    let mut blocker = slow(30_000);
+    blocker["limits"] = json!({"max_resumes": 0});
+    let blocker = app.create_run(blocker).await;
     app.wait_status(blocker["id"].as_str().unwrap(), "running")
         .await;
     let queued = app
