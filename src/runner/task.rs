@@ -190,6 +190,15 @@ impl RunTask {
     /// `interrupted`), after everything it handed to the writer.
     async fn handed_over(&self, holder: Option<String>) {
         let store = &self.runner.services.store;
+        if self.runner.scheduler.revoked().is_cancelled() {
+            // This process lost its hold on its runs (a PostgreSQL lease
+            // another replica took): it writes nothing more of them; the
+            // replica that takes them over resumes them.
+            tracing::info!("run left to the replica that takes it over");
+            store.live().close(self.live.id, Closing::GivenUp);
+            self.runner.runs.forget(&self.live);
+            return;
+        }
         let transition = Transition::HandOver {
             run_id: self.live.id,
             holder,

@@ -95,7 +95,7 @@ pub fn test_config(dir: &TempDir) -> Config {
 
 /// The lease of the tests' servers (on PostgreSQL, how soon a killed one's
 /// runs are taken over): short, with room for a busy machine's hiccups.
-pub const TEST_LEASE_MS: u64 = 1_500;
+pub const TEST_LEASE_MS: u64 = 3_000;
 
 pub async fn spawn_app() -> TestApp {
     spawn_with(|_| {}).await

@@ -627,10 +627,13 @@ async fn a_replica_whose_lease_was_taken_stops_and_writes_nothing_more() {
     require_postgres();
     let dir = tempfile::tempdir().unwrap();
     let mut a = Replica::start(&dir, &[]);
-    // Five seconds of steps: its lease is taken while it runs.
-    let mut body = unresumable(steps(50, 100));
-    body["limits"]["max_steps"] = json!(60);
-    let run = id_of(&a.server.post_json("/v1/runs", &body).await);
+    // One long model call: its lease is taken while it runs, however slow
+    // the machine.
+    let run = id_of(
+        &a.server
+            .post_json("/v1/runs", &unresumable(waits(60_000, "never")))
+            .await,
+    );
     a.server.wait_status(&run, "running").await;
     // Taken for dead while alive (a long pause, a partition): its row goes.
     sqlx::query("DELETE FROM replicas")
