@@ -80,16 +80,22 @@ pub struct Claimed {
 
 impl Cluster {
     /// Registers a new replica on the database at `url`, with a fresh lease.
+    /// Its sessions' statements, and its attempts to connect, are bounded by
+    /// `deadline` (see [`super::connect::bound_statements`]).
     pub(super) async fn join(
         url: &str,
         lease: Duration,
+        deadline: Duration,
         channels: Arc<Channels>,
     ) -> Result<Self, StoreError> {
         let pool = AnyPoolOptions::new()
             .max_connections(CLUSTER_CONNECTIONS)
-            .acquire_timeout(lease / 3)
+            .acquire_timeout((lease / 3).min(deadline))
             .after_connect(move |connection, _| {
-                Box::pin(async move { guard_session(connection, lease).await })
+                Box::pin(async move {
+                    guard_session(connection, lease).await?;
+                    super::connect::bound_statements(connection, deadline).await
+                })
             })
             .connect(url)
             .await?;
