@@ -179,7 +179,10 @@ impl Store {
 
     /// [`Self::open`], with `deadline` bounding every statement and every
     /// attempt to connect: a read that does not get its answer in time
-    /// fails with [`StoreError::Unavailable`].
+    /// fails with [`StoreError::Unavailable`]; a batch of the writer that
+    /// does not (on PostgreSQL) is storage refusing writes, held and
+    /// written once the database answers again (see [`writer`]). On SQLite
+    /// the writer's waits are bounded by SQLite's `busy_timeout`.
     pub async fn open_with(
         url: &str,
         write_retry: Duration,
@@ -193,8 +196,18 @@ impl Store {
                 let (mut connection, read) = open_sqlite(url, deadline).await?;
                 let recovered = recover(&mut connection, Utc::now()).await?;
                 let stream_key = server_key(&mut connection, STREAM_KEY).await?;
-                let writer =
-                    Writer::start(connection, None, None, write_retry, Arc::clone(&channels));
+                // No deadline for the writer: SQLite's waits for its lock are
+                // bounded by `busy_timeout`, and a statement given up would
+                // still run to its end on the connection's thread, leaving
+                // whether it committed unknown.
+                let writer = Writer::start(
+                    connection,
+                    None,
+                    None,
+                    None,
+                    write_retry,
+                    Arc::clone(&channels),
+                );
                 let store = Self {
                     stream_key,
                     read,
@@ -214,6 +227,7 @@ impl Store {
                 let writer = Writer::start(
                     connection,
                     Some(reopen),
+                    Some(deadline),
                     Some(Arc::clone(&cluster)),
                     write_retry,
                     Arc::clone(&channels),

@@ -474,6 +474,21 @@ pub(super) async fn guard_session(
     Ok(())
 }
 
+/// [`hold_lease`] for the writer's transactions, which write in any case:
+/// the transaction's id (`None`: no row), by which whether it committed can
+/// be asked (`txid_status`) should the answer to its COMMIT be lost.
+pub(in crate::store) async fn hold_lease_writing(
+    connection: &mut AnyConnection,
+    id: &str,
+) -> Result<Option<i64>, StoreError> {
+    let xid: Option<i64> =
+        sqlx::query_scalar("SELECT txid_current() FROM replicas WHERE id = $1 FOR KEY SHARE")
+            .bind(id)
+            .fetch_optional(&mut *connection)
+            .await?;
+    Ok(xid)
+}
+
 /// Takes a key-share lock on replica `id`'s row for the transaction (which
 /// a takeover's delete waits for, and the heartbeat's update does not);
 /// whether it is there.
