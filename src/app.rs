@@ -83,10 +83,11 @@ impl Application {
                 })??
         };
         let sandbox = Arc::new(sandbox);
-        let (store, recovered) = Store::open(
+        let (store, recovered) = Store::open_with(
             &config.storage.database_url,
             Duration::from_millis(config.storage.write_retry_ms),
             Duration::from_millis(config.runs.lease_ms),
+            Duration::from_millis(config.storage.statement_timeout_ms),
         )
         .await?;
         if !recovered.interrupted.is_empty() || !recovered.queued.is_empty() {

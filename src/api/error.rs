@@ -238,14 +238,19 @@ impl From<SubmitError> for ApiError {
     }
 }
 
-/// A storage failure is the server's: refused writes are `unavailable` (the
-/// client may retry), anything else an internal error.
+/// A storage failure is the server's: refused writes and a database that
+/// does not answer (in time) are `unavailable` (the client may retry),
+/// anything else an internal error.
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         match error {
             StoreError::Refused(why) => {
                 tracing::error!(%why, "storage refuses writes");
                 Self::Unavailable("the server's storage refuses writes; retry later".into())
+            }
+            StoreError::Unavailable(why) => {
+                tracing::warn!(%why, "the database is unavailable");
+                Self::Unavailable("the server's database does not answer; retry later".into())
             }
             error => Self::internal("storage", error),
         }

@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 
 use super::{
-    Config, ConfigError, MAX_LEASE_MS, MAX_TENANT_BYTES, MAX_TIME_LIMIT_MS, MIN_LEASE_MS, REDACTED,
+    Config, ConfigError, MAX_LEASE_MS, MAX_STATEMENT_TIMEOUT_MS, MAX_TENANT_BYTES,
+    MAX_TIME_LIMIT_MS, MIN_LEASE_MS, MIN_STATEMENT_TIMEOUT_MS, REDACTED,
 };
 use crate::tools::command::MAX_DESCRIPTION_CHARS as MAX_PRESET_DESCRIPTION_CHARS;
 use crate::tools::sandbox::MIN_MEMORY_MAX_BYTES;
@@ -32,6 +33,13 @@ impl Config {
         }
         if self.storage.write_retry_ms == 0 {
             return invalid("storage.write_retry_ms must be at least 1".into());
+        }
+        let statement_timeout = self.storage.statement_timeout_ms;
+        if !(MIN_STATEMENT_TIMEOUT_MS..=MAX_STATEMENT_TIMEOUT_MS).contains(&statement_timeout) {
+            return invalid(format!(
+                "storage.statement_timeout_ms must be between {MIN_STATEMENT_TIMEOUT_MS} and \
+                 {MAX_STATEMENT_TIMEOUT_MS} (got {statement_timeout})"
+            ));
         }
         for origin in &server.cors_origins {
             if let Err(why) = check_origin(origin) {

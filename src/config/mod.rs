@@ -86,6 +86,10 @@ pub struct StorageConfig {
     /// How long a run's records may go unstored (storage refusing writes)
     /// before the run is stopped, to end `failed` once storage is back.
     pub write_retry_ms: u64,
+    /// The deadline of every statement and connection attempt: a database
+    /// that does not answer within it is taken for one that refuses writes,
+    /// and a read waiting on it is answered 503.
+    pub statement_timeout_ms: u64,
 }
 
 impl Default for StorageConfig {
@@ -94,6 +98,7 @@ impl Default for StorageConfig {
             database_url: "sqlite://data/agent-runner.db".into(),
             workspaces_dir: PathBuf::from("data/workspaces"),
             write_retry_ms: 30_000,
+            statement_timeout_ms: DEFAULT_STATEMENT_TIMEOUT_MS,
         }
     }
 }
@@ -177,6 +182,14 @@ impl Default for RetentionConfig {
         }
     }
 }
+
+/// The default of `storage.statement_timeout_ms`.
+pub const DEFAULT_STATEMENT_TIMEOUT_MS: u64 = 5_000;
+/// The shortest statement timeout: a batch of writes must commit within it
+/// on a database that is merely busy.
+pub const MIN_STATEMENT_TIMEOUT_MS: u64 = 100;
+/// The longest statement timeout: ten minutes (a request may wait that long).
+pub const MAX_STATEMENT_TIMEOUT_MS: u64 = 600_000;
 
 /// The shortest lease: a heartbeat every third of it must reach the
 /// database in time, whatever the network's hiccups.
@@ -366,6 +379,7 @@ mod tests {
         assert_eq!(config.runs.default_model, "demo");
         assert_eq!(config.storage.database_url, "sqlite://data/agent-runner.db");
         assert_eq!(config.limits.max_steps, 100);
+        assert_eq!(config.storage.statement_timeout_ms, 5_000);
     }
 
     #[test]
@@ -471,6 +485,11 @@ mod tests {
         assert!(error("[limits]\naction_timeout_ms = 0").contains("action_timeout_ms"));
         assert!(error("[limits]\naction_timeout_ms = 31536000001").contains("a year"));
         assert!(error("[limits]\ntimeout_ms = 31536000001").contains("a year"));
+        assert!(error("[storage]\nstatement_timeout_ms = 0").contains("between 100 and"));
+        assert!(
+            error("[storage]\nstatement_timeout_ms = 600001")
+                .contains("storage.statement_timeout_ms")
+        );
         assert!(
             error("[commands.t]\nprogram = \"x\"\nmemory_max_bytes = 10")
                 .contains("commands.t.memory_max_bytes")

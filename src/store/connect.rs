@@ -45,8 +45,12 @@ impl Engine {
 }
 
 /// The writer's connection and the read pool of a SQLite file (created, with
-/// its directory, if missing).
-pub(super) async fn open_sqlite(url: &str) -> Result<(AnyConnection, AnyPool), StoreError> {
+/// its directory, if missing). `deadline`: how long a reader may be waited
+/// for (its statements are bounded by the store, see [`super::Store`]).
+pub(super) async fn open_sqlite(
+    url: &str,
+    deadline: Duration,
+) -> Result<(AnyConnection, AnyPool), StoreError> {
     let options = SqliteConnectOptions::from_str(url)?.create_if_missing(true);
     if let Some(dir) = options.get_filename().parent()
         && !dir.as_os_str().is_empty()
@@ -77,6 +81,7 @@ pub(super) async fn open_sqlite(url: &str) -> Result<(AnyConnection, AnyPool), S
     let read = AnyPoolOptions::new()
         .max_connections(READERS)
         .min_connections(1)
+        .acquire_timeout(deadline)
         .after_connect(|connection, _| {
             Box::pin(async move {
                 connection
@@ -99,31 +104,70 @@ pub(super) async fn open_sqlite(url: &str) -> Result<(AnyConnection, AnyPool), S
 /// The writer's connection and the read pool of a PostgreSQL database (which
 /// must exist), migrated (sqlx holds an advisory lock while it migrates, so
 /// replicas starting together migrate once), and how the writer opens its
-/// connection again.
+/// connection again. Every session's statements are bounded by `deadline`
+/// (`statement_timeout`), and so is every attempt to connect.
 pub(super) async fn open_postgres(
     url: &str,
     lease: Duration,
+    deadline: Duration,
 ) -> Result<(AnyConnection, AnyPool, writer::Reopen), StoreError> {
     let options = AnyConnectOptions::from_str(url)?.disable_statement_logging();
-    let mut connection = AnyConnection::connect_with(&options).await?;
+    let mut connection = connect_within(&options, deadline).await?;
     cluster::guard_session(&mut connection, lease).await?;
+    // Migrations are not bounded: one that takes long (an index built on a
+    // large table) must not fail a start, nor must waiting for another
+    // replica that migrates. The writer's statements are, from then on.
     sqlx::migrate!("./migrations/postgres")
         .run(&mut connection)
         .await?;
+    bound_statements(&mut connection, deadline).await?;
     let read = AnyPoolOptions::new()
         .max_connections(READERS)
         .min_connections(1)
+        .acquire_timeout(deadline)
+        .after_connect(move |connection, _| {
+            Box::pin(async move { bound_statements(connection, deadline).await })
+        })
         .connect_with(options.clone())
         .await?;
     let reopen: writer::Reopen = Arc::new(move || {
         let options = options.clone();
         Box::pin(async move {
-            let mut connection = AnyConnection::connect_with(&options).await?;
+            let mut connection = connect_within(&options, deadline).await?;
             cluster::guard_session(&mut connection, lease).await?;
+            bound_statements(&mut connection, deadline).await?;
             Ok(connection)
         })
     });
     Ok((connection, read, reopen))
+}
+
+/// Opens a connection to a PostgreSQL server, giving up once `deadline` has
+/// passed: a server that accepts connections but never answers (frozen, or
+/// behind a partition) would otherwise be waited for forever.
+async fn connect_within(
+    options: &AnyConnectOptions,
+    deadline: Duration,
+) -> Result<AnyConnection, StoreError> {
+    tokio::time::timeout(deadline, AnyConnection::connect_with(options))
+        .await
+        .map_err(|_| StoreError::Unavailable(super::no_answer(deadline)))?
+        .map_err(StoreError::from)
+}
+
+/// Sets a PostgreSQL session's `statement_timeout` to `deadline`: the server
+/// cancels a statement that runs longer (one waiting on a lock, say), and
+/// the write it belonged to counts as refused. A server that does not run
+/// at all cancels nothing, so the store bounds its waits itself as well.
+pub(super) async fn bound_statements(
+    connection: &mut AnyConnection,
+    deadline: Duration,
+) -> Result<(), sqlx::Error> {
+    let ms = deadline.as_millis().max(1);
+    connection
+        .execute(format!("SET statement_timeout = {ms}").as_str())
+        .await?;
+    Ok(())
 }
 
 /// The name of the key that signs stream tokens.

@@ -28,9 +28,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::AnyPool;
 use sqlx::Row;
 use sqlx::sqlite::SqliteConnectOptions;
+use sqlx::{AnyConnection, AnyPool};
 use uuid::Uuid;
 
 use crate::harness::{Message, Outcome, PendingAction};
@@ -58,6 +58,11 @@ pub enum StoreError {
     /// not the request's.
     #[error("storage refuses writes: {0}")]
     Refused(String),
+    /// The database does not answer (a statement or a connection attempt
+    /// past its deadline, the server unreachable): the server's failure, for
+    /// now; to the writer, storage refusing writes.
+    #[error("the database is unavailable: {0}")]
+    Unavailable(String),
     /// This replica's lease is gone: another replica took it for dead (see
     /// [`cluster`]), and it may write nothing more of its runs.
     #[error("this replica's lease is lost")]
@@ -135,6 +140,9 @@ pub struct Store {
     /// of it takes every other's tokens).
     stream_key: Arc<[u8; 32]>,
     read: AnyPool,
+    /// How long a read may wait for the database, taking a connection
+    /// included (`storage.statement_timeout_ms`).
+    deadline: Duration,
     writer: Writer,
     channels: Arc<Channels>,
     /// On PostgreSQL: this replica among the database's.
@@ -160,24 +168,52 @@ impl Store {
     /// `lease` (see [`cluster`]), and what a dead one left is taken over
     /// by the replicas' sweeps instead.
     /// `write_retry`: how long writes that storage refuses are still tried
-    /// when the store closes (see [`writer`]).
+    /// when the store closes (see [`writer`]). Statements are bounded by
+    /// the default deadline (see [`Self::open_with`]).
     pub async fn open(
         url: &str,
         write_retry: Duration,
         lease: Duration,
     ) -> Result<(Self, Recovered), StoreError> {
+        let deadline = Duration::from_millis(crate::config::DEFAULT_STATEMENT_TIMEOUT_MS);
+        Self::open_with(url, write_retry, lease, deadline).await
+    }
+
+    /// [`Self::open`], with `deadline` bounding every statement and every
+    /// attempt to connect: a read that does not get its answer in time
+    /// fails with [`StoreError::Unavailable`]; a batch of the writer that
+    /// does not (on PostgreSQL) is storage refusing writes, held and
+    /// written once the database answers again (see [`writer`]). On SQLite
+    /// the writer's waits are bounded by SQLite's `busy_timeout`.
+    pub async fn open_with(
+        url: &str,
+        write_retry: Duration,
+        lease: Duration,
+        deadline: Duration,
+    ) -> Result<(Self, Recovered), StoreError> {
         sqlx::any::install_default_drivers();
         let channels = Arc::new(Channels::default());
         let (store, recovered) = match Engine::of_url(url) {
             Some(Engine::Sqlite) => {
-                let (mut connection, read) = open_sqlite(url).await?;
+                let (mut connection, read) = open_sqlite(url, deadline).await?;
                 let recovered = recover(&mut connection, Utc::now()).await?;
                 let stream_key = server_key(&mut connection, STREAM_KEY).await?;
-                let writer =
-                    Writer::start(connection, None, None, write_retry, Arc::clone(&channels));
+                // No deadline for the writer: SQLite's waits for its lock are
+                // bounded by `busy_timeout`, and a statement given up would
+                // still run to its end on the connection's thread, leaving
+                // whether it committed unknown.
+                let writer = Writer::start(
+                    connection,
+                    None,
+                    None,
+                    None,
+                    write_retry,
+                    Arc::clone(&channels),
+                );
                 let store = Self {
                     stream_key,
                     read,
+                    deadline,
                     writer,
                     channels,
                     cluster: None,
@@ -185,13 +221,15 @@ impl Store {
                 (store, recovered)
             }
             Some(Engine::Postgres) => {
-                let (mut connection, read, reopen) = open_postgres(url, lease).await?;
+                let (mut connection, read, reopen) = open_postgres(url, lease, deadline).await?;
                 let stream_key = server_key(&mut connection, STREAM_KEY).await?;
-                let cluster =
-                    Arc::new(cluster::Cluster::join(url, lease, Arc::clone(&channels)).await?);
+                let cluster = Arc::new(
+                    cluster::Cluster::join(url, lease, deadline, Arc::clone(&channels)).await?,
+                );
                 let writer = Writer::start(
                     connection,
                     Some(reopen),
+                    Some(deadline),
                     Some(Arc::clone(&cluster)),
                     write_retry,
                     Arc::clone(&channels),
@@ -199,6 +237,7 @@ impl Store {
                 let store = Self {
                     stream_key,
                     read,
+                    deadline,
                     writer,
                     channels,
                     cluster: Some(cluster),
@@ -242,16 +281,64 @@ impl Store {
         self.read.close().await;
     }
 
+    /// Whether the database answers, within a second (or the statement
+    /// deadline, if shorter): readiness is asked often, and must be
+    /// answered soon when the database does not answer at all.
     pub async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1").execute(&self.read).await?;
+        let deadline = self.deadline.min(PING_DEADLINE);
+        self.read_within(deadline, async |connection| {
+            sqlx::query("SELECT 1").execute(connection).await
+        })
+        .await?;
         Ok(())
     }
 
+    /// Runs `read` on a connection of the read pool, within the statement
+    /// deadline (see [`Self::read_within`]).
+    async fn read<T>(
+        &self,
+        read: impl AsyncFnOnce(&mut AnyConnection) -> Result<T, sqlx::Error>,
+    ) -> Result<T, StoreError> {
+        self.read_within(self.deadline, read).await
+    }
+
+    /// Runs `read` on a connection of the read pool, taking it included
+    /// within `deadline`; past it, [`StoreError::Unavailable`]. A database
+    /// that stopped answering (frozen, or behind a partition) never
+    /// answers at all, so only a deadline of the client's own ends the
+    /// wait. The connection whose statement was given up is closed rather
+    /// than given back: its statement's answer may still be on its way, and
+    /// sqlx, to give it back, would first wait for that (its test of a
+    /// released connection), holding a place of the pool for as long as
+    /// the database does not answer.
+    async fn read_within<T>(
+        &self,
+        deadline: Duration,
+        read: impl AsyncFnOnce(&mut AnyConnection) -> Result<T, sqlx::Error>,
+    ) -> Result<T, StoreError> {
+        let until = tokio::time::Instant::now() + deadline;
+        let mut connection = tokio::time::timeout_at(until, self.read.acquire())
+            .await
+            .map_err(|_| StoreError::Unavailable(no_answer(deadline)))?
+            .map_err(read_error)?;
+        match tokio::time::timeout_at(until, read(&mut connection)).await {
+            Ok(read) => read.map_err(read_error),
+            Err(_) => {
+                connection.close_on_drop();
+                Err(StoreError::Unavailable(no_answer(deadline)))
+            }
+        }
+    }
+
     pub async fn get_run(&self, tenant: &Tenant, id: Uuid) -> Result<Option<Run>, StoreError> {
-        let row = sqlx::query(rows::SELECT_RUN_BY_ID)
-            .bind(id.to_string())
-            .bind(&tenant.0)
-            .fetch_optional(&self.read)
+        let row = self
+            .read(async |connection| {
+                sqlx::query(rows::SELECT_RUN_BY_ID)
+                    .bind(id.to_string())
+                    .bind(&tenant.0)
+                    .fetch_optional(connection)
+                    .await
+            })
             .await?;
         row.map(|row| rows::run_from_row(&row)).transpose()
     }
@@ -281,15 +368,21 @@ impl Store {
         if let Some(status) = filter.status {
             query = query.bind(status.as_str());
         }
-        let rows = query.fetch_all(&self.read).await?;
+        let rows = self
+            .read(async |connection| query.fetch_all(connection).await)
+            .await?;
         rows.iter().map(rows::run_from_row).collect()
     }
 
     /// The transcript's messages, each as its JSON text, in order.
     pub async fn messages(&self, run_id: Uuid) -> Result<Vec<String>, StoreError> {
-        let rows = sqlx::query("SELECT body FROM messages WHERE run_id = $1 ORDER BY position")
-            .bind(run_id.to_string())
-            .fetch_all(&self.read)
+        let rows = self
+            .read(async |connection| {
+                sqlx::query("SELECT body FROM messages WHERE run_id = $1 ORDER BY position")
+                    .bind(run_id.to_string())
+                    .fetch_all(connection)
+                    .await
+            })
             .await?;
         Ok(rows.iter().map(|row| row.get::<String, _>(0)).collect())
     }
@@ -301,14 +394,19 @@ impl Store {
         after: u64,
         limit: u32,
     ) -> Result<Vec<StoredEvent>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT sequence, type, body FROM events WHERE run_id = $1 AND sequence > $2 ORDER BY sequence LIMIT $3",
-        )
-        .bind(run_id.to_string())
-        .bind(i64::try_from(after).unwrap_or(i64::MAX))
-        .bind(i64::from(limit))
-        .fetch_all(&self.read)
-        .await?;
+        let rows = self
+            .read(async |connection| {
+                sqlx::query(
+                    "SELECT sequence, type, body FROM events WHERE run_id = $1 AND sequence > $2 \
+                     ORDER BY sequence LIMIT $3",
+                )
+                .bind(run_id.to_string())
+                .bind(i64::try_from(after).unwrap_or(i64::MAX))
+                .bind(i64::from(limit))
+                .fetch_all(connection)
+                .await
+            })
+            .await?;
         rows.iter()
             .map(|row| {
                 Ok(StoredEvent {
@@ -325,17 +423,25 @@ impl Store {
     /// read pool: admissions ask it often, and must not take the
     /// connections that renew a replica's lease.
     pub async fn queued(&self) -> Result<u64, StoreError> {
-        let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM runs WHERE status = 'queued'")
-            .fetch_one(&self.read)
+        let count: i64 = self
+            .read(async |connection| {
+                sqlx::query_scalar("SELECT COUNT(*) FROM runs WHERE status = 'queued'")
+                    .fetch_one(connection)
+                    .await
+            })
             .await?;
         Ok(u64::try_from(count).unwrap_or(0))
     }
 
     /// A run's status, whoever's it is.
     pub async fn run_status(&self, id: Uuid) -> Result<Option<RunStatus>, StoreError> {
-        let status: Option<String> = sqlx::query_scalar("SELECT status FROM runs WHERE id = $1")
-            .bind(id.to_string())
-            .fetch_optional(&self.read)
+        let status: Option<String> = self
+            .read(async |connection| {
+                sqlx::query_scalar("SELECT status FROM runs WHERE id = $1")
+                    .bind(id.to_string())
+                    .fetch_optional(connection)
+                    .await
+            })
             .await?;
         status
             .map(|text| {
@@ -361,15 +467,19 @@ impl Store {
     /// Where an answered pause stands, to resume it: its transcript, its
     /// last event, its running time, what it waited on and the answers.
     pub async fn paused(&self, id: Uuid) -> Result<StoredPause, StoreError> {
-        let row = sqlx::query(
-            "SELECT pending_actions, answers, running_ms, \
-             (SELECT COALESCE(MAX(sequence), 0) FROM events WHERE run_id = runs.id) AS last \
-             FROM runs WHERE id = $1",
-        )
-        .bind(id.to_string())
-        .fetch_optional(&self.read)
-        .await?
-        .ok_or_else(|| StoreError::Corrupt(format!("run {id} vanished")))?;
+        let row = self
+            .read(async |connection| {
+                sqlx::query(
+                    "SELECT pending_actions, answers, running_ms, \
+                     (SELECT COALESCE(MAX(sequence), 0) FROM events WHERE run_id = runs.id) \
+                     AS last FROM runs WHERE id = $1",
+                )
+                .bind(id.to_string())
+                .fetch_optional(connection)
+                .await
+            })
+            .await?
+            .ok_or_else(|| StoreError::Corrupt(format!("run {id} vanished")))?;
         let messages = self.transcript(id).await?;
         let count = |column: &str| {
             u64::try_from(row.get::<i64, _>(column))
@@ -386,16 +496,20 @@ impl Store {
 
     /// Where a run whose process stopped stands (see [`StoredRecovery`]).
     pub async fn recovery(&self, id: Uuid) -> Result<StoredRecovery, StoreError> {
-        let row = sqlx::query(
-            "SELECT steps, tool_calls, input_tokens, output_tokens, model_calls_with_usage, \
-             running_ms, \
-             (SELECT COALESCE(MAX(sequence), 0) FROM events WHERE run_id = runs.id) AS last \
-             FROM runs WHERE id = $1",
-        )
-        .bind(id.to_string())
-        .fetch_optional(&self.read)
-        .await?
-        .ok_or_else(|| StoreError::Corrupt(format!("run {id} vanished")))?;
+        let row = self
+            .read(async |connection| {
+                sqlx::query(
+                    "SELECT steps, tool_calls, input_tokens, output_tokens, \
+                     model_calls_with_usage, running_ms, \
+                     (SELECT COALESCE(MAX(sequence), 0) FROM events WHERE run_id = runs.id) \
+                     AS last FROM runs WHERE id = $1",
+                )
+                .bind(id.to_string())
+                .fetch_optional(connection)
+                .await
+            })
+            .await?
+            .ok_or_else(|| StoreError::Corrupt(format!("run {id} vanished")))?;
         let count = |column: &str| {
             u64::try_from(row.get::<i64, _>(column))
                 .map_err(|_| StoreError::Corrupt(format!("{column} out of range")))
@@ -405,14 +519,18 @@ impl Store {
                 .map_err(|_| StoreError::Corrupt(format!("{column} out of range")))
         };
         // The calls started since the last model response: its batch.
-        let started = sqlx::query(
-            "SELECT body FROM events WHERE run_id = $1 AND type = 'tool_start' AND sequence > \
-             (SELECT COALESCE(MAX(sequence), 0) FROM events WHERE run_id = $1 \
-              AND type = 'model_end')",
-        )
-        .bind(id.to_string())
-        .fetch_all(&self.read)
-        .await?;
+        let started = self
+            .read(async |connection| {
+                sqlx::query(
+                    "SELECT body FROM events WHERE run_id = $1 AND type = 'tool_start' \
+                     AND sequence > (SELECT COALESCE(MAX(sequence), 0) FROM events \
+                     WHERE run_id = $1 AND type = 'model_end')",
+                )
+                .bind(id.to_string())
+                .fetch_all(connection)
+                .await
+            })
+            .await?;
         let started_calls = started
             .iter()
             .filter_map(|row| {
@@ -441,13 +559,17 @@ impl Store {
         &self,
         limit: u32,
     ) -> Result<Vec<(Uuid, DateTime<Utc>)>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, action_deadline FROM runs WHERE status = 'requires_action' \
-             AND action_deadline IS NOT NULL ORDER BY action_deadline LIMIT $1",
-        )
-        .bind(i64::from(limit))
-        .fetch_all(&self.read)
-        .await?;
+        let rows = self
+            .read(async |connection| {
+                sqlx::query(
+                    "SELECT id, action_deadline FROM runs WHERE status = 'requires_action' \
+                     AND action_deadline IS NOT NULL ORDER BY action_deadline LIMIT $1",
+                )
+                .bind(i64::from(limit))
+                .fetch_all(connection)
+                .await
+            })
+            .await?;
         // A row that does not parse is logged and passed over, never in the
         // way of the others' deadlines.
         Ok(rows
@@ -471,10 +593,14 @@ impl Store {
         tenant: &Tenant,
         key: &str,
     ) -> Result<Option<IdempotentRun>, StoreError> {
-        let row = sqlx::query(rows::SELECT_RUN_BY_IDEMPOTENCY_KEY)
-            .bind(&tenant.0)
-            .bind(key)
-            .fetch_optional(&self.read)
+        let row = self
+            .read(async |connection| {
+                sqlx::query(rows::SELECT_RUN_BY_IDEMPOTENCY_KEY)
+                    .bind(&tenant.0)
+                    .bind(key)
+                    .fetch_optional(connection)
+                    .await
+            })
             .await?;
         row.map(|row| {
             Ok(IdempotentRun {
@@ -485,6 +611,30 @@ impl Store {
             })
         })
         .transpose()
+    }
+}
+
+/// How long `/readyz`'s look at the database may take at most.
+const PING_DEADLINE: Duration = Duration::from_secs(1);
+
+/// What a statement or a connection attempt past its deadline is told as.
+fn no_answer(deadline: Duration) -> String {
+    format!("no answer within {} ms", deadline.as_millis())
+}
+
+/// A read's error: the database not there or not answering (see
+/// [`writer::is_refusal`], and a pool that could not give a connection in
+/// time) is [`StoreError::Unavailable`], the rest as it is.
+fn read_error(error: sqlx::Error) -> StoreError {
+    let error = StoreError::Database(error);
+    let unavailable = matches!(
+        error,
+        StoreError::Database(sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed)
+    ) || writer::is_refusal(&error);
+    if unavailable {
+        StoreError::Unavailable(error.to_string())
+    } else {
+        error
     }
 }
 
@@ -523,4 +673,50 @@ pub(crate) struct NewRun<'a> {
     /// The replica that executes it, when it is inserted `running` on
     /// PostgreSQL.
     pub owner: Option<&'a str>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A statement that runs for about a second: what a database that stopped
+    /// answering looks like from here (SQLite's readers never wait on a
+    /// lock, so a slow statement stands for one).
+    const SLOW: &str = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c \
+                        WHERE x < 5000000) SELECT count(*) FROM c";
+
+    /// A read that waits on the database past the deadline is given up, and
+    /// its connection with it; the store goes on.
+    #[tokio::test]
+    async fn a_read_past_its_deadline_is_unavailable_and_the_store_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}/runs.db", dir.path().display());
+        let deadline = Duration::from_millis(200);
+        let (store, _) = Store::open_with(
+            &url,
+            Duration::from_secs(1),
+            Duration::from_secs(10),
+            deadline,
+        )
+        .await
+        .unwrap();
+        let began = std::time::Instant::now();
+        let read = store
+            .read(async |connection| {
+                sqlx::query_scalar::<_, i64>(SLOW)
+                    .fetch_one(connection)
+                    .await
+            })
+            .await;
+        assert!(
+            matches!(&read, Err(StoreError::Unavailable(why)) if why == "no answer within 200 ms"),
+            "{read:?}"
+        );
+        assert!(began.elapsed() < deadline * 5, "{:?}", began.elapsed());
+        // Other reads are answered meanwhile, on other connections.
+        let read = store.get_run(&Tenant::anonymous(), Uuid::now_v7()).await;
+        assert!(matches!(read, Ok(None)), "{read:?}");
+        assert!(began.elapsed() < deadline * 5, "{:?}", began.elapsed());
+        store.close().await;
+    }
 }

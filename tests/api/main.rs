@@ -30,6 +30,7 @@ mod sandbox;
 mod scenarios;
 mod secrets;
 mod sse;
+mod stalls;
 mod statuses;
 mod storage;
 mod tenants;

@@ -81,16 +81,22 @@ pub struct Claimed {
 
 impl Cluster {
     /// Registers a new replica on the database at `url`, with a fresh lease.
+    /// Its sessions' statements, and its attempts to connect, are bounded by
+    /// `deadline` (see [`super::connect::bound_statements`]).
     pub(super) async fn join(
         url: &str,
         lease: Duration,
+        deadline: Duration,
         channels: Arc<Channels>,
     ) -> Result<Self, StoreError> {
         let pool = AnyPoolOptions::new()
             .max_connections(CLUSTER_CONNECTIONS)
-            .acquire_timeout(lease / 3)
+            .acquire_timeout((lease / 3).min(deadline))
             .after_connect(move |connection, _| {
-                Box::pin(async move { guard_session(connection, lease).await })
+                Box::pin(async move {
+                    guard_session(connection, lease).await?;
+                    super::connect::bound_statements(connection, deadline).await
+                })
             })
             .connect(url)
             .await?;
@@ -469,6 +475,21 @@ pub(super) async fn guard_session(
         .execute(format!("SET idle_in_transaction_session_timeout = {idle}").as_str())
         .await?;
     Ok(())
+}
+
+/// [`hold_lease`] for the writer's transactions, which write in any case:
+/// the transaction's id (`None`: no row), by which whether it committed can
+/// be asked (`txid_status`) should the answer to its COMMIT be lost.
+pub(in crate::store) async fn hold_lease_writing(
+    connection: &mut AnyConnection,
+    id: &str,
+) -> Result<Option<i64>, StoreError> {
+    let xid: Option<i64> =
+        sqlx::query_scalar("SELECT txid_current() FROM replicas WHERE id = $1 FOR KEY SHARE")
+            .bind(id)
+            .fetch_optional(&mut *connection)
+            .await?;
+    Ok(xid)
 }
 
 /// Takes a key-share lock on replica `id`'s row for the transaction (which

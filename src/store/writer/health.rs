@@ -70,16 +70,21 @@ impl Health {
 }
 
 /// Whether `error` is storage refusing writes (the disk full, an I/O error,
-/// a read-only or locked file, a server going away), rather than this write
-/// being wrong: an I/O error of the driver; SQLite's primary result codes
-/// BUSY, LOCKED, NOMEM, READONLY, IOERR, FULL, CANTOPEN and PROTOCOL;
+/// a read-only or locked file, a server going away or not answering in
+/// time), rather than this write being wrong: an I/O error of the driver; a
+/// statement or connection attempt past its deadline
+/// ([`StoreError::Unavailable`]); SQLite's primary result codes BUSY,
+/// LOCKED, NOMEM, READONLY, IOERR, FULL, CANTOPEN and PROTOCOL;
 /// PostgreSQL's SQLSTATE classes 08 (connection), 53 (insufficient
 /// resources: disk full, out of memory), 57 (operator intervention: a
-/// shutdown) and 58 (system errors), a read-only transaction, and the
-/// conflicts that a retry resolves (serialization failure, deadlock).
-pub(super) fn is_refusal(error: &StoreError) -> bool {
+/// shutdown, a statement cancelled at its `statement_timeout`) and 58
+/// (system errors), a read-only transaction, and the conflicts that a
+/// retry resolves (serialization failure, deadlock).
+pub(in crate::store) fn is_refusal(error: &StoreError) -> bool {
     match error {
-        StoreError::Refused(_) | StoreError::Database(sqlx::Error::Io(_)) => true,
+        StoreError::Refused(_)
+        | StoreError::Unavailable(_)
+        | StoreError::Database(sqlx::Error::Io(_)) => true,
         StoreError::Database(sqlx::Error::Database(error)) => {
             let code = error.code().unwrap_or_default();
             if error

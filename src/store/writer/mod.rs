@@ -21,6 +21,15 @@
 //! exception is on PostgreSQL, a replica another one took for dead: its
 //! writes are dropped (they are no longer its to write), and it stops.
 //!
+//! On PostgreSQL a transaction that gets no answer within the statement
+//! deadline (the server frozen, the network partitioned) is refused too,
+//! and its connection given up and opened again. Should the unanswered
+//! statement have been its COMMIT, the batch may have been stored after
+//! all: it is held whole, new runs' inserts included, until the database
+//! tells whether the transaction committed (see [`InDoubt`]), so that
+//! nothing is written twice and no client is told of a run that was not
+//! stored, or the other way round.
+//!
 //! - this module: the handle, the task and its holding;
 //! - [`ops`]: the operations, and what each tells once committed or given
 //!   up (its waiters, its run's subscribers, the runs' statuses);
@@ -42,6 +51,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use futures_util::TryFutureExt;
 use sqlx::AnyConnection;
 use sqlx::Connection;
 use tokio::sync::{mpsc, oneshot};
@@ -51,7 +61,8 @@ use uuid::Uuid;
 use super::StoreError;
 use super::cluster::Cluster;
 use super::live::{Channels, Closing};
-use health::{Health, is_refusal};
+use health::Health;
+pub(super) use health::is_refusal;
 pub use ops::{Finish, NewEvent, Pause};
 use ops::{Op, fail, finish, hold};
 pub(crate) use sql::RunRow;
@@ -104,10 +115,13 @@ struct Death {
 
 impl Writer {
     /// Starts the writer. `give_up_after`: how long writes still held when
-    /// it is closed are tried before they are abandoned.
+    /// it is closed are tried before they are abandoned. `deadline`: how
+    /// long a transaction may wait on the database before it counts as
+    /// refused and the connection is opened again (with `reopen`).
     pub(super) fn start(
         connection: AnyConnection,
         reopen: Option<Reopen>,
+        deadline: Option<Duration>,
         cluster: Option<Arc<Cluster>>,
         give_up_after: Duration,
         channels: Arc<Channels>,
@@ -118,6 +132,9 @@ impl Writer {
         let task = Task {
             connection,
             reopen,
+            deadline,
+            stalled: false,
+            in_doubt: None,
             cluster,
             stats: Arc::clone(&stats),
             health: Arc::clone(&health),
@@ -320,6 +337,14 @@ fn panic_if_asked(batch: &[Op]) {
 struct Task {
     connection: AnyConnection,
     reopen: Option<Reopen>,
+    /// How long a transaction may wait on the database (on PostgreSQL).
+    deadline: Option<Duration>,
+    /// A statement on the connection was given up at its deadline: the
+    /// connection is in no known state, and is not used again.
+    stalled: bool,
+    /// A batch whose COMMIT went unanswered, held until the database tells
+    /// whether it committed.
+    in_doubt: Option<InDoubt>,
     /// On PostgreSQL: the replica whose lease every batch holds (see
     /// [`super::cluster`]).
     cluster: Option<Arc<Cluster>>,
@@ -327,6 +352,40 @@ struct Task {
     health: Arc<Health>,
     channels: Arc<Channels>,
     give_up_after: Duration,
+}
+
+/// A batch whose COMMIT was sent but never answered: its operations are the
+/// first `ops` held, and `xid` its transaction, to ask about (see
+/// [`sql::committed`]).
+#[derive(Debug, Clone, Copy)]
+struct InDoubt {
+    xid: i64,
+    ops: usize,
+}
+
+/// Runs `write` within `deadline` (none: as long as it takes), unless the
+/// connection it uses is `stalled`; one that runs past it leaves the
+/// connection stalled.
+async fn within<T>(
+    deadline: Option<Duration>,
+    stalled: &mut bool,
+    write: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    if *stalled {
+        return Err(StoreError::Unavailable(
+            "the database connection is being opened again".into(),
+        ));
+    }
+    let Some(deadline) = deadline else {
+        return write.await;
+    };
+    match tokio::time::timeout(deadline, write).await {
+        Ok(written) => written,
+        Err(_) => {
+            *stalled = true;
+            Err(StoreError::Unavailable(super::no_answer(deadline)))
+        }
+    }
 }
 
 impl Task {
@@ -402,6 +461,7 @@ impl Task {
                     operations = pending.len(),
                     "storage still refuses writes as the writer closes; giving them up"
                 );
+                self.in_doubt = None;
                 for op in pending.drain(..) {
                     finish(op, false, &self.channels);
                 }
@@ -416,23 +476,70 @@ impl Task {
         while let Ok(op) = receiver.try_recv() {
             finish(op, false, &self.channels);
         }
-        let _ = self.connection.close().await;
+        if !self.stalled {
+            let close = self.connection.close();
+            match self.deadline {
+                Some(deadline) => drop(tokio::time::timeout(deadline, close).await),
+                None => drop(close.await),
+            }
+        }
         for done in closing {
             let _ = done.send(());
         }
     }
 
     /// Commits `batch` in one transaction, and returns what storage refused
-    /// (in order) to be tried again, and whether it refused anything. A new run's insert that storage refuses
-    /// is answered with the error instead. Should the transaction fail for
-    /// another reason, each operation is written in a transaction of its own,
-    /// so that one bad write loses nothing else and gets its own error.
-    async fn commit(&mut self, batch: Vec<Op>) -> (Vec<Op>, bool) {
+    /// (in order) to be tried again, and whether it refused anything. A new
+    /// run's insert that storage refuses is answered with the error instead
+    /// (unless its transaction may have committed: see [`InDoubt`]). Should
+    /// the transaction fail for another reason, each operation is written in
+    /// a transaction of its own, so that one bad write loses nothing else and
+    /// gets its own error.
+    async fn commit(&mut self, mut batch: Vec<Op>) -> (Vec<Op>, bool) {
         if let Some(Op::Transition(..)) = batch.first() {
             return (Vec::new(), self.transitions(batch).await);
         }
+        if let Some(doubt) = self.in_doubt {
+            // Held at the front of what is pending, so at the front of the
+            // batch, before anything else is written.
+            let rest = batch.split_off(doubt.ops.min(batch.len()));
+            match self.settle(doubt.xid).await {
+                Some(true) => {
+                    self.in_doubt = None;
+                    tracing::info!(
+                        operations = batch.len(),
+                        "a batch whose commit went unanswered was stored"
+                    );
+                    for op in batch {
+                        finish(op, true, &self.channels);
+                    }
+                    if rest.is_empty() {
+                        return (Vec::new(), false);
+                    }
+                    batch = rest;
+                }
+                Some(false) => {
+                    self.in_doubt = None;
+                    batch.extend(rest);
+                }
+                None => {
+                    let error = StoreError::Unavailable(
+                        "whether an earlier commit went through is not known yet".into(),
+                    );
+                    batch.extend(hold(rest, &error));
+                    return (batch, true);
+                }
+            }
+        }
         let replica = self.cluster.as_deref();
-        let error = match apply_all(&mut self.connection, replica, &batch).await {
+        let mut committing = None;
+        let applied = within(
+            self.deadline,
+            &mut self.stalled,
+            apply_all(&mut self.connection, replica, &batch, &mut committing),
+        )
+        .await;
+        let error = match applied {
             Ok(()) => {
                 for op in batch {
                     finish(op, true, &self.channels);
@@ -455,17 +562,29 @@ impl Task {
         }
         if is_refusal(&error) {
             tracing::warn!(%error, operations = batch.len(), "storage refused a batch; holding it");
-            return (hold(batch, &error), true);
+            let sent = batch.len();
+            return (self.hold(batch, &error, committing, sent), true);
         }
         tracing::warn!(%error, operations = batch.len(), "batch write failed; writing one by one");
         let mut ops = batch.into_iter();
         while let Some(op) = ops.next() {
-            match apply_all(&mut self.connection, replica, std::slice::from_ref(&op)).await {
+            let applied = within(
+                self.deadline,
+                &mut self.stalled,
+                apply_all(
+                    &mut self.connection,
+                    replica,
+                    std::slice::from_ref(&op),
+                    &mut committing,
+                ),
+            )
+            .await;
+            match applied {
                 Ok(()) => finish(op, true, &self.channels),
                 Err(error) if is_refusal(&error) => {
                     // Held with everything after it, to keep their order.
                     let rest = std::iter::once(op).chain(ops).collect();
-                    return (hold(rest, &error), true);
+                    return (self.hold(rest, &error, committing, 1), true);
                 }
                 Err(error) => {
                     self.stats.failures.fetch_add(1, Ordering::Relaxed);
@@ -476,22 +595,80 @@ impl Task {
         }
         (Vec::new(), false)
     }
+
+    /// What is held of `ops`, which storage refused (see [`hold`]). When
+    /// the COMMIT of the transaction that wrote the first `sent` of them was
+    /// sent (`committing`: its id) and went unanswered, they may have been
+    /// stored: they are held whole, new runs' inserts included, until the
+    /// database tells (see [`InDoubt`]).
+    fn hold(
+        &mut self,
+        mut ops: Vec<Op>,
+        error: &StoreError,
+        committing: Option<i64>,
+        sent: usize,
+    ) -> Vec<Op> {
+        let Some(xid) = committing else {
+            return hold(ops, error);
+        };
+        let rest = ops.split_off(sent.min(ops.len()));
+        tracing::warn!(
+            operations = ops.len(),
+            "a commit went unanswered; its writes are held until the database tells whether it went through"
+        );
+        self.in_doubt = Some(InDoubt {
+            xid,
+            ops: ops.len(),
+        });
+        ops.extend(hold(rest, error));
+        ops
+    }
+
+    /// Whether the transaction `xid`, whose COMMIT went unanswered,
+    /// committed; `None` while that cannot be told (it is still in
+    /// progress, or the database does not answer).
+    async fn settle(&mut self, xid: i64) -> Option<bool> {
+        let asked = within(
+            self.deadline,
+            &mut self.stalled,
+            sql::committed(&mut self.connection, xid),
+        )
+        .await;
+        asked
+            .inspect_err(|error| {
+                tracing::warn!(%error, "whether a commit went through cannot be told yet");
+            })
+            .ok()
+            .flatten()
+    }
 }
 
 impl Task {
     /// Opens the connection again if storage refused writes because it is
-    /// gone (what is held is then tried on the new one).
+    /// gone, or because a statement on it was given up at its deadline (what
+    /// is held is then tried on the new one). The look and the opening are
+    /// bounded by the deadline too.
     async fn reopen_if_lost(&mut self) {
         let Some(reopen) = &self.reopen else {
             return;
         };
-        if sqlx::Connection::ping(&mut self.connection).await.is_ok() {
-            return;
+        if !self.stalled {
+            let ping = sqlx::Connection::ping(&mut self.connection).map_err(StoreError::from);
+            if within(self.deadline, &mut self.stalled, ping).await.is_ok() {
+                return;
+            }
         }
-        match reopen().await {
+        let reopened = match self.deadline {
+            Some(deadline) => tokio::time::timeout(deadline, reopen())
+                .await
+                .unwrap_or_else(|_| Err(StoreError::Unavailable(super::no_answer(deadline)))),
+            None => reopen().await,
+        };
+        match reopened {
             Ok(connection) => {
                 tracing::info!("the writer's database connection was lost; it is open again");
                 self.connection = connection;
+                self.stalled = false;
             }
             Err(error) => {
                 tracing::warn!(%error, "the writer's database connection is lost and cannot be opened yet");
@@ -520,42 +697,51 @@ impl Task {
         let replica = replica.as_deref();
         // Published once committed, whichever way.
         let mut changes = Vec::new();
-        let outcomes =
-            match transition::apply_all(&mut self.connection, replica, &transitions).await {
-                Ok((outcomes, made)) => {
-                    changes = made;
-                    outcomes.into_iter().map(Ok).collect()
-                }
-                Err(error) if transitions.len() == 1 || is_refusal(&error) => {
-                    let refused = is_refusal(&error);
-                    let message = error.to_string();
-                    let mut first = Some(error);
-                    (0..transitions.len())
-                        .map(|_| {
-                            Err(match first.take() {
-                                Some(error) if !refused => error,
-                                _ => StoreError::Refused(message.clone()),
-                            })
+        let applied = within(
+            self.deadline,
+            &mut self.stalled,
+            transition::apply_all(&mut self.connection, replica, &transitions),
+        )
+        .await;
+        let outcomes = match applied {
+            Ok((outcomes, made)) => {
+                changes = made;
+                outcomes.into_iter().map(Ok).collect()
+            }
+            Err(error) if transitions.len() == 1 || is_refusal(&error) => {
+                let refused = is_refusal(&error);
+                let message = error.to_string();
+                let mut first = Some(error);
+                (0..transitions.len())
+                    .map(|_| {
+                        Err(match first.take() {
+                            Some(error) if !refused => error,
+                            _ => StoreError::Refused(message.clone()),
                         })
-                        .collect()
-                }
-                Err(_) => {
-                    let mut outcomes = Vec::with_capacity(transitions.len());
-                    for transition in &transitions {
-                        let one = transition::apply_all(
+                    })
+                    .collect()
+            }
+            Err(_) => {
+                let mut outcomes = Vec::with_capacity(transitions.len());
+                for transition in &transitions {
+                    let one = within(
+                        self.deadline,
+                        &mut self.stalled,
+                        transition::apply_all(
                             &mut self.connection,
                             replica,
                             std::slice::from_ref(transition),
-                        )
-                        .await;
-                        outcomes.push(one.map(|(mut one, made)| {
-                            changes.extend(made);
-                            one.remove(0)
-                        }));
-                    }
-                    outcomes
+                        ),
+                    )
+                    .await;
+                    outcomes.push(one.map(|(mut one, made)| {
+                        changes.extend(made);
+                        one.remove(0)
+                    }));
                 }
-            };
+                outcomes
+            }
+        };
         self.channels.publish_statuses(changes);
         let mut refused = false;
         for (outcome, done) in outcomes.into_iter().zip(waiters) {

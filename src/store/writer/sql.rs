@@ -112,17 +112,23 @@ pub(super) async fn begin(connection: &mut AnyConnection) -> Result<(), StoreErr
 /// Writes `ops` in one transaction. On PostgreSQL, it first takes a share
 /// lock on `replica`'s row (none there: [`StoreError::Fenced`], and nothing
 /// is written), and it tells the other replicas what it wrote once it is
-/// committed (see [`crate::store::cluster`]).
+/// committed (see [`crate::store::cluster`]). `committing` is the
+/// transaction's id once its COMMIT is sent (on PostgreSQL): should that
+/// fail without an answer, whether it committed is for [`committed`] to
+/// tell.
 pub(super) async fn apply_all(
     connection: &mut AnyConnection,
     replica: Option<&Cluster>,
     ops: &[Op],
+    committing: &mut Option<i64>,
 ) -> Result<(), StoreError> {
+    *committing = None;
     begin(connection).await?;
+    let mut xid = None;
     if let Some(replica) = replica {
-        match cluster::hold_lease(connection, replica.id()).await {
-            Ok(true) => {}
-            Ok(false) => {
+        match cluster::hold_lease_writing(connection, replica.id()).await {
+            Ok(Some(id)) => xid = Some(id),
+            Ok(None) => {
                 let _ = connection.execute("ROLLBACK").await;
                 replica.lose("another replica took this one's lease for dead");
                 return Err(StoreError::Fenced);
@@ -144,11 +150,34 @@ pub(super) async fn apply_all(
         let _ = connection.execute("ROLLBACK").await;
         return Err(error);
     }
+    *committing = xid;
     if let Err(error) = connection.execute("COMMIT").await {
         let _ = connection.execute("ROLLBACK").await;
         return Err(error.into());
     }
+    *committing = None;
     Ok(())
+}
+
+/// Whether PostgreSQL's transaction `xid`, whose COMMIT went unanswered,
+/// committed: `Some(true)` or `Some(false)`, `None` while it is still in
+/// progress (its session has not read the COMMIT yet, the server having
+/// been frozen, or it waits for a synchronous standby). One too old for the
+/// server to tell is taken as not committed: written again, what it did
+/// store fails alone, as a duplicate.
+pub(super) async fn committed(
+    connection: &mut AnyConnection,
+    xid: i64,
+) -> Result<Option<bool>, StoreError> {
+    let status: Option<String> = sqlx::query_scalar("SELECT txid_status($1)")
+        .bind(xid)
+        .fetch_one(&mut *connection)
+        .await?;
+    Ok(match status.as_deref() {
+        Some("committed") => Some(true),
+        Some("in progress") => None,
+        _ => Some(false),
+    })
 }
 
 /// Writes `ops` with a few multi-row statements, one kind of row at a time,
