@@ -494,9 +494,10 @@ impl Remote {
         self.get(path).await.json().await.unwrap()
     }
 
-    /// Polls a run (10 s at most) until it has the given status.
+    /// Polls a run (30 s at most: a replica's takeover on a busy machine)
+    /// until it has the given status.
     pub async fn wait_status(&self, id: &str, status: &str) -> Value {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
             let run = self.get_json(&format!("/v1/runs/{id}")).await;
             if run["status"] == status {
