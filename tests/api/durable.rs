@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    Remote, SseEvent, assert_gap_free, binary_command, call, read_sse, spawn_listening, types,
+    Remote, SseEvent, assert_gap_free, binary_command, call, eventually, read_sse, spawn_listening,
+    types,
 };
 
 /// The real binary on SQLite in `dir`, with `config` as its config file.
@@ -32,13 +33,12 @@ fn kill(child: &mut std::process::Child) {
     child.wait().unwrap();
 }
 
-/// Polls `ready` (10 s at most) until it holds.
-async fn until<F: Future<Output = bool>>(what: &str, mut ready: impl FnMut() -> F) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !ready().await {
-        assert!(Instant::now() < deadline, "never: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+/// Waits until the run's first step (prompt, call, result) is stored.
+async fn first_step_stored(server: &Remote, id: &str) {
+    eventually("the first step to be stored", async || {
+        (messages(server, id).await.len() >= 3).then_some(())
+    })
+    .await;
 }
 
 async fn events(server: &Remote, id: &str) -> Vec<SseEvent> {
@@ -94,10 +94,7 @@ async fn a_run_killed_mid_model_call_resumes_after_the_restart_and_completes() {
     let id = run["id"].as_str().unwrap().to_owned();
     // Killed while its second model call is in flight (its first step and
     // its tool's result stored).
-    until("the first step is stored", || async {
-        messages(&server, &id).await.len() == 3
-    })
-    .await;
+    first_step_stored(&server, &id).await;
     kill(&mut child);
 
     let (mut child, server) = start(&dir, "");
@@ -151,7 +148,10 @@ async fn killed_in_a_command(idempotent: bool) -> (Value, Vec<Value>, String) {
         .await;
     let id = run["id"].as_str().unwrap().to_owned();
     let log = dir.path().join("workspaces").join(&id).join("log.txt");
-    until("the command ran", || async { Path::exists(&log) }).await;
+    eventually("the command to run", async || {
+        Path::exists(&log).then_some(())
+    })
+    .await;
     kill(&mut child);
 
     let (mut child, server) = start(&dir, &config);
@@ -207,10 +207,7 @@ async fn max_resumes_zero_keeps_the_old_rule() {
         .await;
     let id = run["id"].as_str().unwrap().to_owned();
     assert_eq!(run["limits"]["max_resumes"], 0);
-    until("the first step is stored", || async {
-        messages(&server, &id).await.len() == 3
-    })
-    .await;
+    first_step_stored(&server, &id).await;
     kill(&mut child);
     let (mut child, server) = start(&dir, "");
     let ended = server.wait_status(&id, "interrupted").await;
@@ -242,10 +239,7 @@ async fn a_graceful_stop_past_its_grace_hands_the_run_over_to_the_next_start() {
         )
         .await;
     let id = run["id"].as_str().unwrap().to_owned();
-    until("the first step is stored", || async {
-        messages(&server, &id).await.len() == 3
-    })
-    .await;
+    first_step_stored(&server, &id).await;
     let status = crate::helpers::terminate(&mut child);
     assert!(status.success(), "a graceful stop exits 0: {status:?}");
 

@@ -1106,18 +1106,11 @@ async fn resumed_after_a_kill() -> Vec<SseEvent> {
         )
         .await;
     let id = run["id"].as_str().unwrap().to_owned();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while server.get_json(&format!("/v1/runs/{id}/messages")).await["messages"]
-        .as_array()
-        .map_or(0, Vec::len)
-        < 3
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "its first step never got stored"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    crate::helpers::eventually("its first step to be stored", async || {
+        let messages = server.get_json(&format!("/v1/runs/{id}/messages")).await;
+        (messages["messages"].as_array().map_or(0, Vec::len) >= 3).then_some(())
+    })
+    .await;
     child.kill().unwrap();
     child.wait().unwrap();
     let (mut child, server) = start();

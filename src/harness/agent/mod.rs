@@ -16,10 +16,11 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 mod calls;
+mod recover;
 
 use super::context::{self, ContextError, ContextIndex};
 use super::events::{Emitter, EventKind, Observer, Outcome, Totals};
-use super::message::{Message, ToolCall, UsageTotals};
+use super::message::{Message, UsageTotals};
 use super::model::{DeltaSink, Model, ModelError, ModelRequest};
 use super::pause::{Answer, Answers, Approval, Checkpoint, PendingAction};
 use super::registry::ToolRegistry;
@@ -406,63 +407,6 @@ impl<'h, 'c> Run<'h, 'c> {
             usage: self.usage,
             elapsed: self.elapsed_before + self.began.elapsed(),
         });
-    }
-
-    /// The calls of the transcript's last batch that have no result, run
-    /// (or answered `Outcome unknown`) in call order, counted as every call
-    /// is. A transcript that ends with an answer ends the run with it.
-    async fn recover_batch(
-        &mut self,
-        started: &HashSet<String>,
-        token: &CancellationToken,
-    ) -> Option<End> {
-        let batch = self
-            .messages
-            .iter()
-            .rposition(|message| matches!(**message, Message::Assistant { .. }))?;
-        let assistant = Arc::clone(&self.messages[batch]);
-        if batch + 1 == self.messages.len() && assistant.tool_calls().is_empty() {
-            let Message::Assistant { content, .. } = &*assistant else {
-                return None;
-            };
-            return Some(End::Completed(content.clone()));
-        }
-        let answered: HashSet<&str> = self.messages[batch + 1..]
-            .iter()
-            .filter_map(|message| match &**message {
-                Message::Tool { call_id, .. } => Some(call_id.as_str()),
-                _ => None,
-            })
-            .collect();
-        let unanswered: Vec<ToolCall> = assistant
-            .tool_calls()
-            .iter()
-            .filter(|call| !answered.contains(call.id.as_str()))
-            .cloned()
-            .collect();
-        drop(answered);
-        for call in &unanswered {
-            if token.is_cancelled() {
-                return Some(End::Stopped);
-            }
-            self.tool_calls += 1;
-            let rerun = !started.contains(&call.id)
-                || self
-                    .harness
-                    .tools
-                    .get(&call.name)
-                    .is_some_and(|tool| tool.idempotent(&call.arguments));
-            if rerun {
-                self.call_tool(call, token).await;
-            } else {
-                self.emitter.emit(|| EventKind::ToolStart {
-                    call_id: call.id.clone(),
-                    name: call.name.clone(),
-                });
-                self.ended_call(call, OUTCOME_UNKNOWN.to_owned(), true, 0.0);
-            }
-        }
-        None
     }
 
     /// A continued transcript may end with calls that never ran (its run
