@@ -137,6 +137,23 @@ pub(super) async fn apply_all(
     Ok((outcomes, changes))
 }
 
+/// The run's row, locked for the transaction: SQLite's writer holds the
+/// database's write lock already; PostgreSQL locks the row, against another
+/// replica's claim or transition.
+async fn lock_run(
+    connection: &mut AnyConnection,
+    run_id: Uuid,
+) -> Result<Option<sqlx::any::AnyRow>, StoreError> {
+    let select = match Engine::of_connection(connection) {
+        Engine::Postgres => rows::SELECT_RUN_FOR_UPDATE_LOCKED,
+        Engine::Sqlite => rows::SELECT_RUN_FOR_UPDATE,
+    };
+    Ok(sqlx::query(select)
+        .bind(run_id.to_string())
+        .fetch_optional(&mut *connection)
+        .await?)
+}
+
 /// See [`Transition::HandOver`].
 async fn hand_over(
     connection: &mut AnyConnection,
@@ -144,15 +161,7 @@ async fn hand_over(
     holder: Option<&str>,
     at: DateTime<Utc>,
 ) -> Result<Transitioned, StoreError> {
-    let select = match Engine::of_connection(connection) {
-        Engine::Postgres => rows::SELECT_RUN_FOR_UPDATE_LOCKED,
-        Engine::Sqlite => rows::SELECT_RUN_FOR_UPDATE,
-    };
-    let Some(row) = sqlx::query(select)
-        .bind(run_id.to_string())
-        .fetch_optional(&mut *connection)
-        .await?
-    else {
+    let Some(row) = lock_run(connection, run_id).await? else {
         return Ok(Transitioned::NotFound);
     };
     let run = rows::run_from_row(&row)?;
@@ -246,17 +255,7 @@ async fn decide_one(
             return hand_over(connection, *run_id, holder.as_deref(), *at).await;
         }
     };
-    // SQLite's writer holds the database's write lock already; PostgreSQL
-    // locks the row, against another replica's claim or transition.
-    let select = match Engine::of_connection(connection) {
-        Engine::Postgres => rows::SELECT_RUN_FOR_UPDATE_LOCKED,
-        Engine::Sqlite => rows::SELECT_RUN_FOR_UPDATE,
-    };
-    let Some(row) = sqlx::query(select)
-        .bind(run_id.to_string())
-        .fetch_optional(&mut *connection)
-        .await?
-    else {
+    let Some(row) = lock_run(connection, run_id).await? else {
         return Ok(Transitioned::NotFound);
     };
     let owner: String = sqlx::Row::get(&row, "tenant");
