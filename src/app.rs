@@ -191,10 +191,6 @@ impl Application {
         let (stopped, runs_stored) = tokio::sync::oneshot::channel::<()>();
         let runner = self.runner.clone();
         let grace = self.grace;
-        // On PostgreSQL, a replica whose lease is lost stops at once: its
-        // runs are another replica's to end.
-        let lost = runner.revoked();
-        let lease_lost = lost.clone();
         // A writer that died stores nothing more: the server stops at once
         // and exits with an error, for a supervisor to start it again.
         let writer = runner.store().writer().clone();
@@ -202,7 +198,6 @@ impl Application {
         let mut stopper = tokio::spawn(async move {
             let grace = tokio::select! {
                 () = shutdown => grace,
-                () = lease_lost.cancelled() => Duration::ZERO,
                 () = writer_died.cancelled() => {
                     // Unready (and refusing runs) for a moment first, so
                     // that probes and balancers see it leave.
@@ -249,12 +244,6 @@ impl Application {
                 "the store's writer died ({why}): nothing could be stored any more; \
                  start the server again"
             )));
-        }
-        if lost.is_cancelled() {
-            return Err(std::io::Error::other(
-                "this replica's lease on the database was lost (another replica took it \
-                 for dead); start it again",
-            ));
         }
         Ok(())
     }

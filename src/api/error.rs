@@ -228,6 +228,7 @@ impl From<SubmitError> for ApiError {
                         .into(),
                 )
             }
+            SubmitError::Unready(message) => Self::Unavailable(message),
             SubmitError::PreviousNotFound => Self::NotFound("previous_run_id: the run"),
             error @ SubmitError::PreviousLive(_) => Self::Conflict {
                 code: ErrorCode::RunLive,

@@ -24,6 +24,9 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiErr
     if state.runner.is_closing() {
         return Err(ApiError::ShuttingDown);
     }
+    if let Some(why) = state.runner.unready() {
+        return Err(ApiError::Unavailable(why));
+    }
     if let Some(failing) = state.runner.store().writer().failing_for() {
         return Err(ApiError::Unavailable(format!(
             "storage has refused writes for {} ms",

@@ -66,6 +66,9 @@ pub enum SubmitError {
     /// Storage refuses writes (the database's disk full, an I/O error).
     #[error("storage refuses writes: {0}")]
     StorageRefused(String),
+    /// This process takes no work for now (see [`Scheduler::unready`]).
+    #[error("{0}")]
+    Unready(String),
     /// `previous_run_id` names no run of the tenant.
     #[error("previous_run_id: no such run")]
     PreviousNotFound,
@@ -251,10 +254,10 @@ impl Runner {
         self.lifecycle.closing.clone()
     }
 
-    /// Fires when this process may no longer hold runs (on PostgreSQL, its
-    /// lease was lost): the server must stop.
-    pub fn revoked(&self) -> CancellationToken {
-        self.scheduler.revoked()
+    /// Why this process takes no work now (on PostgreSQL, it lost its
+    /// lease and is joining again), if so.
+    pub fn unready(&self) -> Option<String> {
+        self.scheduler.unready()
     }
 
     pub fn live(&self, id: Uuid) -> Option<Arc<LiveRun>> {
@@ -320,7 +323,10 @@ impl Runner {
         let channels = self.services.store.live();
         channels.open(id, run);
         let events = follow.then(|| channels.subscribe(id)).flatten();
-        if self.lifecycle.past_grace.is_cancelled() {
+        // Past shutdown's grace, or in a slot whose hold was revoked (see
+        // `stop_all`), it is handed over at once.
+        let revoked = matches!(&entry, Entry::Slot(slot) if slot.revoked());
+        if self.lifecycle.past_grace.is_cancelled() || revoked {
             live.stop.stop(StopReason::HandOver);
         }
         let span = tracing::info_span!("run", run_id = %id);
@@ -365,23 +371,18 @@ impl Runner {
         lifecycle.closing.cancel();
         lifecycle.tasks.close();
         // Waiting runs must not start now: their tasks end at once, so the
-        // tracker then waits for the running ones alone.
+        // tracker then waits for the running ones alone. (A replica whose
+        // lease is lost meanwhile stops its runs at once: see `stop_all`.)
         self.scheduler.close();
-        // A replica whose lease is lost meanwhile stops at once: its runs
-        // are another replica's to end.
-        let revoked = self.scheduler.revoked();
         let finished = tokio::select! {
             () = lifecycle.tasks.wait() => true,
             () = tokio::time::sleep(grace) => false,
-            () = revoked.cancelled() => false,
         };
         if !finished {
             // Whatever starts after this (accepted during the grace) is
             // handed over by `start` itself.
             lifecycle.past_grace.cancel();
-            for run in self.runs.all() {
-                run.stop.stop(StopReason::HandOver);
-            }
+            self.stop_all();
             lifecycle.tasks.wait().await;
         }
         // The runs' ends are stored, and their webhooks with them: the
@@ -411,6 +412,15 @@ impl Host for Runner {
 
     fn cancel_live(&self, id: Uuid) -> bool {
         self.runs.cancel_any(id)
+    }
+
+    /// Every live run is stopped at its next safe point, to be handed over
+    /// (see [`StopReason::HandOver`]): by this process, or, when its hold
+    /// was revoked, by whoever takes it over.
+    fn stop_all(&self) {
+        for run in self.runs.all() {
+            run.stop.stop(StopReason::HandOver);
+        }
     }
 
     fn hold(&self) -> Option<TaskTrackerToken> {

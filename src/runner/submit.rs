@@ -142,8 +142,12 @@ impl Runner {
             let _ = tokio::fs::remove_dir_all(&directory).await;
             return Err(match error {
                 StoreError::Refused(why) => SubmitError::StorageRefused(why),
-                // This replica stops: the client goes to another.
-                StoreError::Fenced => SubmitError::ShuttingDown,
+                // This replica lost its lease (and joins again): the
+                // client goes to another, or comes back.
+                StoreError::Fenced => SubmitError::Unready(
+                    self.unready()
+                        .unwrap_or_else(|| "this replica lost its lease on the database".into()),
+                ),
                 // Purged between its acceptance and its insert.
                 StoreError::PreviousGone => SubmitError::PreviousNotFound,
                 error => error.into(),

@@ -20,6 +20,7 @@ use crate::mcp::RunServers;
 use crate::models::ScriptedModel;
 use crate::run::RunStatus;
 use crate::run::{ModelSpec, RunSpec, format_time};
+use crate::scheduler::Hold;
 use crate::store::{Closing, Pause, StoredPause, StoredRecovery, Transition, Transitioned};
 
 /// Where a run's transcript starts.
@@ -176,11 +177,13 @@ impl RunTask {
             observer.end_without_harness(Outcome::Failed, Some(error));
         }
         shared.metrics.run_duration(began.elapsed());
-        let slot_holder = slot.holder().map(str::to_owned);
+        // Kept until the task ends: what it writes next is written under
+        // its slot's holding.
+        let hold = slot.hold();
         drop(slot);
         match left {
             Left::Paused(checkpoint) => self.paused(&observer, checkpoint).await,
-            Left::HandedOver if observer.ended().is_none() => self.handed_over(slot_holder).await,
+            Left::HandedOver if observer.ended().is_none() => self.handed_over(&hold).await,
             Left::Ended | Left::HandedOver => self.ended(&observer).await,
         }
     }
@@ -188,12 +191,12 @@ impl RunTask {
     /// The server stops: the run, stopped at a safe point without an end,
     /// is queued again to resume (or, past its resumes, ended
     /// `interrupted`), after everything it handed to the writer.
-    async fn handed_over(&self, holder: Option<String>) {
+    async fn handed_over(&self, hold: &Hold) {
         let store = &self.runner.services.store;
-        if self.runner.scheduler.revoked().is_cancelled() {
-            // This process lost its hold on its runs (a PostgreSQL lease
-            // another replica took): it writes nothing more of them; the
-            // replica that takes them over resumes them.
+        if hold.revoked() {
+            // This process lost its hold on the run (a PostgreSQL lease
+            // lost): it writes nothing more of it; whoever takes it over
+            // resumes it.
             tracing::info!("run left to the replica that takes it over");
             store.live().close(self.live.id, Closing::GivenUp);
             self.runner.runs.forget(&self.live);
@@ -201,7 +204,7 @@ impl RunTask {
         }
         let transition = Transition::HandOver {
             run_id: self.live.id,
-            holder,
+            holder: hold.holder().map(str::to_owned),
             at: Utc::now(),
         };
         match store.writer().transition(transition).await {

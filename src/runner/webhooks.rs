@@ -249,8 +249,9 @@ enum Attempt {
 
 impl Runner {
     /// Delivers the webhooks in the store's outbox, until the runs are done
-    /// at shutdown (see [`Runner::shutdown`]) or this replica's lease is
-    /// lost.
+    /// at shutdown (see [`Runner::shutdown`]). (A replica that lost its
+    /// lease goes on delivering: deliveries are claimed for a time, not
+    /// under its lease, and made at least once.)
     pub(super) fn deliver_webhooks(&self, webhooks: Arc<Webhooks>) {
         if !webhooks.enabled() {
             return;
@@ -259,7 +260,6 @@ impl Runner {
             store: self.services.store.clone(),
             webhooks,
             runs_done: self.lifecycle.runs_done.clone(),
-            revoked: self.scheduler.revoked(),
         };
         self.lifecycle.webhooks.spawn(dispatcher.run());
     }
@@ -273,9 +273,6 @@ struct Dispatcher {
     /// Fires once the runs are done at shutdown: what is due then is tried,
     /// for [`DRAIN`] at most, and the dispatcher stops.
     runs_done: CancellationToken,
-    /// Fires when this replica's lease is lost: its claims are another
-    /// replica's to take over once they run out, and it stops at once.
-    revoked: CancellationToken,
 }
 
 impl Dispatcher {
@@ -353,7 +350,6 @@ impl Dispatcher {
                     drain_until = Some(tokio::time::Instant::now() + DRAIN);
                 }
                 () = drained => break,
-                () = self.revoked.cancelled() => break,
             }
         }
         if !deliveries.is_empty() {

@@ -3,6 +3,14 @@
 //! and a claimer takes them whenever this replica has a free slot; a
 //! heartbeat renews the lease; a sweep takes over dead replicas' runs; the
 //! other replicas' notifications wake what waits on them.
+//!
+//! The claimer, the heartbeat and the sweep work under one membership of
+//! the database's replicas. Should it be lost (another replica took this
+//! one for dead, or its lease could not be renewed in time), every run
+//! executing here is stopped without writing anything more, and once the
+//! last of their tasks is done and the writer has dealt with all they
+//! handed it, the replica joins again under a new membership: it never
+//! exits for it.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -14,11 +22,13 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::{Admission, Cancelled, Counts, Host, Place, Queued, Refused, Scheduler, Slot, Slots};
+use super::{
+    Admission, Cancelled, Counts, Holding, Host, Place, Queued, Refused, Scheduler, Slot, Slots,
+};
 use crate::harness::Outcome;
 use crate::metrics::Metrics;
 use crate::run::Tenant;
-use crate::store::cluster::{Claimed, Cluster, Notice};
+use crate::store::cluster::{Claimed, Cluster, Membership, Notice};
 use crate::store::{Store, StoreError, Transition, Transitioned};
 
 /// Longest a claimer with a free slot waits before it looks for queued runs
@@ -29,6 +39,11 @@ const CLAIM_RETRY: Duration = Duration::from_millis(200);
 /// How long an admission waits for the slot the claimer holds while it
 /// looks.
 const CLAIM_GRACE: Duration = Duration::from_millis(250);
+/// Longest pause between two attempts to join again.
+const REJOIN_RETRY_MAX: Duration = Duration::from_secs(2);
+/// Why a replica that lost its membership takes no work until it joined
+/// again.
+const REJOINING: &str = "this replica lost its lease on the database and is joining again; try another replica, or again shortly";
 
 pub struct Leased {
     shared: Arc<Shared>,
@@ -60,13 +75,13 @@ impl Leased {
         max_concurrent: usize,
         max_queued: usize,
     ) -> Self {
-        let holder = Some(Arc::from(cluster.id()));
+        let holding = holding_of(&cluster.membership());
         Self {
             shared: Arc::new(Shared {
                 store,
                 cluster,
                 metrics,
-                slots: Slots::new(max_concurrent, holder),
+                slots: Slots::new(max_concurrent, holding),
                 max_queued,
                 claims: Notify::new(),
                 claiming: AtomicBool::new(false),
@@ -86,6 +101,9 @@ impl Scheduler for Leased {
     /// admitted here count too).
     async fn admit(&self, _tenant: &Tenant) -> Result<Admission, Refused> {
         let shared = &self.shared;
+        if let Some(why) = self.unready() {
+            return Err(Refused::Storage(why));
+        }
         if let Some(slot) = shared.slots.try_slot() {
             return Ok(Admission::Now(slot));
         }
@@ -139,13 +157,11 @@ impl Scheduler for Leased {
     /// before news from the others can reach it.
     async fn join(&self, host: Arc<dyn Host>) {
         let shared = &self.shared;
-        tokio::spawn(claim(Arc::clone(shared), Arc::clone(&host)));
-        tokio::spawn(heartbeat(Arc::clone(shared), Arc::clone(&host)));
-        tokio::spawn(sweep(Arc::clone(shared)));
+        tokio::spawn(membership(Arc::clone(shared), Arc::clone(&host)));
         let listening = Arc::clone(shared);
         let (ready, listens) = tokio::sync::oneshot::channel();
         tokio::spawn(async move {
-            let stop = listening.cluster.left().clone();
+            let stop = listening.cluster.leaving().clone();
             let cluster = Arc::clone(&listening.cluster);
             cluster
                 .listen(stop, ready, |notice| listening.heard(notice, &*host))
@@ -159,8 +175,9 @@ impl Scheduler for Leased {
         }
     }
 
-    fn revoked(&self) -> CancellationToken {
-        self.shared.cluster.lost().clone()
+    fn unready(&self) -> Option<String> {
+        let lost = self.shared.cluster.membership().lost().is_cancelled();
+        lost.then(|| REJOINING.to_owned())
     }
 
     fn close(&self) {
@@ -226,28 +243,100 @@ impl Shared {
     }
 }
 
+/// The holding runs claimed under `membership` are held under.
+fn holding_of(membership: &Membership) -> Holding {
+    Holding::new(Some(Arc::clone(membership.id())), membership.lost().clone())
+}
+
+/// Works under one membership after another: the claimer, the heartbeat
+/// and the sweep of each, until the server stops. Once one is lost, stops
+/// the runs executing here, waits until nothing more of theirs can be
+/// written, and joins again.
+async fn membership(shared: Arc<Shared>, host: Arc<dyn Host>) {
+    let cluster = &shared.cluster;
+    let leaving = cluster.leaving().clone();
+    loop {
+        let membership = cluster.membership();
+        let holding = shared.slots.holding();
+        tokio::spawn(claim(
+            Arc::clone(&shared),
+            Arc::clone(&host),
+            Arc::clone(&membership),
+        ));
+        tokio::spawn(heartbeat(
+            Arc::clone(&shared),
+            Arc::clone(&host),
+            Arc::clone(&membership),
+        ));
+        tokio::spawn(sweep(Arc::clone(&shared), Arc::clone(&membership)));
+        tokio::select! {
+            () = membership.lost().cancelled() => {}
+            () = leaving.cancelled() => return,
+        }
+        let lost_at = Instant::now();
+        // Its runs stop at once, writing nothing more (their hold is
+        // revoked); whatever they handed the writer before is dropped by
+        // it, the membership being lost.
+        host.stop_all();
+        holding.released().await;
+        shared.store.writer().barrier().await;
+        tracing::info!(
+            replica = %membership.id(),
+            stopping_ms = lost_at.elapsed().as_millis() as u64,
+            "the runs of the lost membership are stopped"
+        );
+        let mut retry = CLAIM_RETRY;
+        loop {
+            if shared.closed.is_cancelled() {
+                return;
+            }
+            match cluster.rejoin().await {
+                Ok(membership) => {
+                    shared.slots.hold_under(holding_of(&membership));
+                    tracing::info!(
+                        replica = %membership.id(),
+                        rejoin_ms = lost_at.elapsed().as_millis() as u64,
+                        "joined again after losing the lease"
+                    );
+                    break;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "joining the database's replicas again failed");
+                    tokio::select! {
+                        () = tokio::time::sleep(retry) => {}
+                        () = leaving.cancelled() => return,
+                    }
+                    retry = (retry * 2).min(REJOIN_RETRY_MAX);
+                }
+            }
+        }
+    }
+}
+
 /// Whenever a slot is free, claims the oldest queued run of the database and
 /// starts it; sleeps while none waits. Ends when the queue closes (what is
-/// queued stays queued, for the other replicas).
-async fn claim(shared: Arc<Shared>, host: Arc<dyn Host>) {
-    let stop = shared.closed.clone();
+/// queued stays queued, for the other replicas) or `membership` is lost.
+async fn claim(shared: Arc<Shared>, host: Arc<dyn Host>, membership: Arc<Membership>) {
+    let closed = shared.closed.clone();
+    let lost = membership.lost().clone();
     loop {
         let slot = tokio::select! {
             slot = shared.slots.slot() => match slot {
                 Some(slot) => slot,
                 None => return,
             },
-            () = stop.cancelled() => return,
+            () = closed.cancelled() => return,
+            () = lost.cancelled() => return,
         };
         // Shutdown waits for a claimed run's task, which it starts at once.
         let Some(_accepting) = host.hold() else {
             return;
         };
-        if stop.is_cancelled() {
+        if closed.is_cancelled() || lost.is_cancelled() {
             return;
         }
         shared.claiming.store(true, Ordering::Release);
-        let claimed = shared.cluster.claim(Utc::now()).await;
+        let claimed = shared.cluster.claim(&membership, Utc::now()).await;
         shared.claiming.store(false, Ordering::Release);
         match claimed {
             Ok(Some(claimed)) => {
@@ -261,7 +350,8 @@ async fn claim(shared: Arc<Shared>, host: Arc<dyn Host>) {
                 tracing::warn!(%error, "claiming a queued run failed");
                 tokio::select! {
                     () = tokio::time::sleep(CLAIM_RETRY) => {}
-                    () = stop.cancelled() => return,
+                    () = closed.cancelled() => return,
+                    () = lost.cancelled() => return,
                 }
                 continue;
             }
@@ -270,32 +360,36 @@ async fn claim(shared: Arc<Shared>, host: Arc<dyn Host>) {
         tokio::select! {
             () = shared.claims.notified() => {}
             () = tokio::time::sleep(CLAIM_POLL) => {}
-            () = stop.cancelled() => return,
+            () = closed.cancelled() => return,
+            () = lost.cancelled() => return,
         }
     }
 }
 
-/// Renews the lease a third of it apart. A replica that could not renew
-/// for five sixths of a lease stops of itself: by the end of it another may
-/// take it for dead. Each beat also looks at the runs stored as executing
-/// here: cancels asked for elsewhere that no notification brought are
-/// carried out, and a run that does not execute here at two beats in a row
-/// (a claim whose answer was lost) ends `interrupted`. Ends when the
-/// replica leaves.
-async fn heartbeat(shared: Arc<Shared>, host: Arc<dyn Host>) {
+/// Renews `membership`'s lease a third of it apart. One that could not be
+/// renewed for five sixths of a lease is given up (lost): by the end of it
+/// another replica may take it for dead. Each beat also looks at the runs
+/// stored as executing under it: cancels asked for elsewhere that no
+/// notification brought are carried out, and a run that does not execute
+/// here at two beats in a row (a claim whose answer was lost) ends
+/// `interrupted`. Ends when the membership is lost or the replica leaves.
+async fn heartbeat(shared: Arc<Shared>, host: Arc<dyn Host>, membership: Arc<Membership>) {
     let cluster = &shared.cluster;
     let lease = cluster.lease();
+    let lost = membership.lost().clone();
+    let leaving = cluster.leaving().clone();
     let mut renewed = Instant::now();
     let mut absent: HashSet<Uuid> = HashSet::new();
     loop {
         tokio::select! {
             () = tokio::time::sleep(lease / 3) => {}
-            () = cluster.left().cancelled() => return,
+            () = lost.cancelled() => return,
+            () = leaving.cancelled() => return,
         }
         let began = Instant::now();
         let deadline = renewed + lease * 5 / 6;
         let renewal = tokio::select! {
-            renewal = cluster.renew() => Some(renewal),
+            renewal = cluster.renew(&membership) => Some(renewal),
             () = tokio::time::sleep_until(deadline.into()) => None,
         };
         match renewal {
@@ -305,7 +399,7 @@ async fn heartbeat(shared: Arc<Shared>, host: Arc<dyn Host>) {
             None => {}
         }
         if renewed.elapsed() >= lease * 5 / 6 {
-            cluster.lose("its lease could not be renewed in time");
+            membership.lose("its lease could not be renewed in time");
             return;
         }
         // Past shutdown's grace, ends may still be on their way to storage
@@ -313,7 +407,7 @@ async fn heartbeat(shared: Arc<Shared>, host: Arc<dyn Host>) {
         if renewed != began || shared.closed.is_cancelled() {
             continue;
         }
-        match cluster.owned().await {
+        match cluster.owned(&membership).await {
             Ok(owned) => {
                 let mut stray = Vec::new();
                 let mut now_absent = HashSet::new();
@@ -330,7 +424,10 @@ async fn heartbeat(shared: Arc<Shared>, host: Arc<dyn Host>) {
                 }
                 absent = now_absent;
                 if !stray.is_empty() {
-                    match cluster.interrupt_owned(&stray, Utc::now()).await {
+                    match cluster
+                        .interrupt_owned(&membership, &stray, Utc::now())
+                        .await
+                    {
                         Ok(ended) => {
                             for id in ended {
                                 tracing::warn!(run_id = %id, "a run stored as executing here did not; it is interrupted");
@@ -354,12 +451,14 @@ async fn heartbeat(shared: Arc<Shared>, host: Arc<dyn Host>) {
 /// a dead replica's runs end within `lease + lease / 4` of its last renewal.
 /// Whoever waits here on those runs is woken. Cancels that fell between two
 /// hands (a run pausing or being answered as it was cancelled) are carried
-/// out too.
-async fn sweep(shared: Arc<Shared>) {
+/// out too. Ends when `membership` is lost or the replica leaves.
+async fn sweep(shared: Arc<Shared>, membership: Arc<Membership>) {
     let cluster = &shared.cluster;
     let every = cluster.lease() / 4;
+    let lost = membership.lost().clone();
+    let leaving = cluster.leaving().clone();
     loop {
-        match cluster.take_over(Utc::now()).await {
+        match cluster.take_over(&membership, Utc::now()).await {
             Ok(ended) => {
                 for id in ended {
                     shared.store.live().wake(id);
@@ -383,7 +482,8 @@ async fn sweep(shared: Arc<Shared>) {
         }
         tokio::select! {
             () = tokio::time::sleep(every) => {}
-            () = cluster.left().cancelled() => return,
+            () = lost.cancelled() => return,
+            () = leaving.cancelled() => return,
         }
     }
 }

@@ -4,10 +4,11 @@
 use std::sync::Arc;
 
 use chrono::Utc;
-use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::{Admission, Cancelled, Counts, Host, Place, Queued, Refused, Scheduler, Slots};
+use super::{
+    Admission, Cancelled, Counts, Holding, Host, Place, Queued, Refused, Scheduler, Slots,
+};
 use crate::harness::Outcome;
 use crate::metrics::Metrics;
 use crate::run::Tenant;
@@ -18,8 +19,6 @@ pub struct Local {
     metrics: Arc<Metrics>,
     slots: Slots,
     max_queued: usize,
-    /// Never fires: nothing can take this process's runs from it.
-    revoked: CancellationToken,
 }
 
 impl Local {
@@ -32,9 +31,8 @@ impl Local {
         Self {
             store,
             metrics,
-            slots: Slots::new(max_concurrent, None),
+            slots: Slots::new(max_concurrent, Holding::alone()),
             max_queued,
-            revoked: CancellationToken::new(),
         }
     }
 }
@@ -85,8 +83,9 @@ impl Scheduler for Local {
 
     async fn join(&self, _host: Arc<dyn Host>) {}
 
-    fn revoked(&self) -> CancellationToken {
-        self.revoked.clone()
+    /// Nothing can take this process's runs from it.
+    fn unready(&self) -> Option<String> {
+        None
     }
 
     fn close(&self) {

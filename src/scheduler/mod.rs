@@ -16,17 +16,17 @@
 
 mod leased;
 mod local;
+mod slots;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 use uuid::Uuid;
 
 pub use leased::Leased;
 pub use local::Local;
+pub use slots::{Hold, Place, Slot, Turn};
+use slots::{Holding, Slots};
 
 use crate::run::{Run, Tenant};
 use crate::store::{StoreError, Unfinished};
@@ -77,6 +77,10 @@ pub trait Host: Send + Sync + 'static {
     fn is_live(&self, id: Uuid) -> bool;
     /// Cancels a run that is live here; whether it was.
     fn cancel_live(&self, id: Uuid) -> bool;
+    /// Stops every run executing here at once, to be handed over: their
+    /// hold was revoked (see [`Hold::revoked`]), so they write nothing
+    /// more, and are taken over from storage.
+    fn stop_all(&self);
     /// Holds the runner's shutdown until the token is dropped, unless it is
     /// stopping already (`None`): a run taken from the queue always gets
     /// its task, and that task is waited for.
@@ -109,9 +113,9 @@ pub trait Scheduler: Send + Sync {
     /// listening), once the server is bound and before it serves.
     async fn join(&self, host: Arc<dyn Host>);
 
-    /// Fires when this process may no longer hold runs (its lease was
-    /// lost). Never fires for one process alone.
-    fn revoked(&self) -> CancellationToken;
+    /// Why this process should not be given work now (on PostgreSQL, it
+    /// lost its lease and is joining again); `None` when it may.
+    fn unready(&self) -> Option<String>;
 
     /// Stops handing out turns and taking runs from the queue (shutdown):
     /// what waits stays queued in storage.
@@ -126,178 +130,4 @@ pub trait Scheduler: Send + Sync {
 pub struct Counts {
     pub executing: u64,
     pub queued: u64,
-}
-
-/// The slots (a fair semaphore: first come, first served) and what is
-/// counted of them. Shared by both schedulers.
-struct Slots {
-    permits: Arc<Semaphore>,
-    tally: Arc<Tally>,
-    /// Who holds a run executing in one of these slots, as stored on its
-    /// row: a replica's id, or none for one process alone.
-    holder: Option<Arc<str>>,
-}
-
-#[derive(Default)]
-struct Tally {
-    /// Runs waiting for a slot here (or being admitted).
-    waiting: AtomicUsize,
-    /// Runs executing in a slot.
-    executing: AtomicUsize,
-}
-
-impl Slots {
-    fn new(max_concurrent: usize, holder: Option<Arc<str>>) -> Self {
-        Self {
-            permits: Arc::new(Semaphore::new(max_concurrent)),
-            tally: Arc::default(),
-            holder,
-        }
-    }
-
-    fn try_slot(&self) -> Option<Slot> {
-        let permit = Arc::clone(&self.permits).try_acquire_owned().ok()?;
-        Some(self.holding(permit))
-    }
-
-    /// A slot once one is free; `None` once the slots are closed.
-    async fn slot(&self) -> Option<Slot> {
-        let permit = Arc::clone(&self.permits).acquire_owned().await.ok()?;
-        Some(self.holding(permit))
-    }
-
-    fn holding(&self, permit: OwnedSemaphorePermit) -> Slot {
-        Slot {
-            _permit: permit,
-            tally: Arc::clone(&self.tally),
-            holder: self.holder.clone(),
-            executing: false,
-        }
-    }
-
-    fn turn(&self, place: Place) -> Turn {
-        Turn {
-            place,
-            permits: Arc::clone(&self.permits),
-            holder: self.holder.clone(),
-        }
-    }
-
-    /// A place in the queue, and how many waited before it.
-    fn place(&self) -> (Place, usize) {
-        let before = self.tally.waiting.fetch_add(1, Ordering::AcqRel);
-        let place = Place {
-            tally: Arc::clone(&self.tally),
-        };
-        (place, before)
-    }
-
-    fn waiting(&self) -> usize {
-        self.tally.waiting.load(Ordering::Acquire)
-    }
-
-    fn executing(&self) -> u64 {
-        u64::try_from(self.tally.executing.load(Ordering::Relaxed)).unwrap_or(u64::MAX)
-    }
-
-    fn close(&self) {
-        self.permits.close();
-    }
-}
-
-/// A slot a run executes in; given back when dropped.
-pub struct Slot {
-    _permit: OwnedSemaphorePermit,
-    tally: Arc<Tally>,
-    holder: Option<Arc<str>>,
-    executing: bool,
-}
-
-impl Slot {
-    /// Who holds a run in this slot, as its row stores it (a replica's id;
-    /// none for one process alone).
-    pub fn holder(&self) -> Option<&str> {
-        self.holder.as_deref()
-    }
-
-    /// Counts the run as executing from now until the slot is dropped.
-    pub fn executing(&mut self) {
-        if !self.executing {
-            self.executing = true;
-            self.tally.executing.fetch_add(1, Ordering::AcqRel);
-        }
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        if self.executing {
-            self.tally.executing.fetch_sub(1, Ordering::AcqRel);
-        }
-    }
-}
-
-/// A run's place in the queue: counted as waiting until dropped.
-pub struct Place {
-    tally: Arc<Tally>,
-}
-
-impl Drop for Place {
-    fn drop(&mut self) {
-        self.tally.waiting.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// A queued run's turn at a slot here.
-pub struct Turn {
-    place: Place,
-    permits: Arc<Semaphore>,
-    holder: Option<Arc<str>>,
-}
-
-impl Turn {
-    /// Resolves to a slot once it is the run's turn; `None` once the queue
-    /// is closed. Dropping it gives up the place.
-    pub async fn wait(self) -> Option<Slot> {
-        let permit = Arc::clone(&self.permits).acquire_owned().await.ok()?;
-        Some(Slot {
-            _permit: permit,
-            tally: Arc::clone(&self.place.tally),
-            holder: self.holder,
-            executing: false,
-        })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn guards_give_back_what_they_count() {
-        let slots = Slots::new(1, None);
-        let mut first = slots.try_slot().expect("a free slot");
-        first.executing();
-        assert_eq!(slots.executing(), 1);
-        assert!(slots.try_slot().is_none());
-        let turn = slots.turn(slots.place().0);
-        assert_eq!(slots.waiting(), 1);
-        let waiting = tokio::spawn(turn.wait());
-        drop(first);
-        assert_eq!(slots.executing(), 0);
-        let second = waiting.await.unwrap().expect("its turn");
-        assert_eq!(slots.waiting(), 0, "the place went with the turn");
-        drop(second);
-        // A turn dropped while waiting gives its place back.
-        let _held = slots.try_slot().unwrap();
-        let turn = slots.turn(slots.place().0);
-        let waiting = tokio::spawn(turn.wait());
-        tokio::task::yield_now().await;
-        waiting.abort();
-        let _ = waiting.await;
-        assert_eq!(slots.waiting(), 0);
-        slots.close();
-        let turn = slots.turn(slots.place().0);
-        assert!(turn.wait().await.is_none(), "a closed queue gives no turn");
-    }
 }

@@ -63,8 +63,9 @@ pub enum StoreError {
     /// now; to the writer, storage refusing writes.
     #[error("the database is unavailable: {0}")]
     Unavailable(String),
-    /// This replica's lease is gone: another replica took it for dead (see
-    /// [`cluster`]), and it may write nothing more of its runs.
+    /// This replica's membership is lost: another replica took it for dead,
+    /// or its lease could not be renewed in time (see [`cluster`]); nothing
+    /// more is written under it, until it joined again.
     #[error("this replica's lease is lost")]
     Fenced,
     /// A new run continues one that was removed (purged) meanwhile.

@@ -181,7 +181,7 @@ impl Store {
                      AND (claimed_until IS NULL OR claimed_until < now()) \
                      ORDER BY next_at LIMIT $4 FOR UPDATE SKIP LOCKED) RETURNING {COLUMNS}"
                 ))
-                .bind(cluster.id())
+                .bind(cluster.id().to_string())
                 .bind(claim.as_secs_f64())
                 .bind(&now)
                 .bind(i64::try_from(limit).unwrap_or(i64::MAX))

@@ -619,7 +619,7 @@ async fn the_queue_s_bound_and_idempotency_keys_hold_across_replicas() {
 
 #[tokio::test]
 #[ignore = "needs PostgreSQL: set AGENT_RUNNER_TEST_POSTGRES"]
-async fn a_replica_whose_lease_was_taken_stops_and_writes_nothing_more() {
+async fn a_replica_whose_lease_was_taken_stops_its_runs_and_joins_again() {
     require_postgres();
     let dir = tempfile::tempdir().unwrap();
     let mut a = Replica::start(&dir, &[]);
@@ -630,28 +630,31 @@ async fn a_replica_whose_lease_was_taken_stops_and_writes_nothing_more() {
             .post_json("/v1/runs", &unresumable(waits(60_000, "never")))
             .await,
     );
-    a.server.wait_status(&run, "running").await;
+    // Its start stored (a run whose start was not stored is not resumed
+    // but started again, as if new).
+    crate::helpers::eventually("its start to be stored", async || {
+        let messages = a.server.get_json(&format!("/v1/runs/{run}/messages")).await;
+        (!messages["messages"].as_array().unwrap().is_empty()).then_some(())
+    })
+    .await;
+    let before = replica_ids(&dir).await;
+    assert_eq!(before.len(), 1);
     // Taken for dead while alive (a long pause, a partition): its row goes.
     sqlx::query("DELETE FROM replicas")
         .execute(&mut database(&dir).await)
         .await
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = a.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "the replica went on");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    assert!(!status.success(), "it exits with a failure: {status:?}");
-    // Another replica ends the run; nothing of A's comes after that end.
-    let b = Replica::start(&dir, &[]);
-    let ended = b.server.wait_status(&run, "interrupted").await;
+    // It stops the run without writing, and joins again under a new id.
+    // The run is taken over from storage like any dead replica's (by its
+    // sweep): resumes off, it ends `interrupted`.
+    crate::helpers::eventually("A to join again", async || {
+        let after = replica_ids(&dir).await;
+        (after.len() == 1 && after != before).then_some(())
+    })
+    .await;
+    let ended = a.server.wait_status(&run, "interrupted").await;
     assert!(ended["finished_at"].is_string());
-    // A had exited before B started: whatever it wrote was committed
-    // before B ended the run, and nothing of it can come after.
-    let events = b.events(&run).await;
+    let events = a.events(&run).await;
     assert_gap_free(&events);
     let kinds = types(&events);
     assert_eq!(kinds.last(), Some(&"run_end"), "{kinds:?}");
@@ -660,6 +663,100 @@ async fn a_replica_whose_lease_was_taken_stops_and_writes_nothing_more() {
         1,
         "{kinds:?}"
     );
+    // It stays up and takes runs again.
+    ready(&a).await;
+    let next = id_of(&a.server.post_json("/v1/runs", &steps(1, 10)).await);
+    assert_eq!(
+        a.server.wait_status(&next, "completed").await["answer"],
+        "done"
+    );
+    alive(&mut a);
+}
+
+/// Frozen (SIGSTOP) past its lease while it runs a run, then thawed: the
+/// other replica has resumed the run meanwhile, and nothing of what the
+/// frozen one still had to write lands after its thaw. It stays up, joins
+/// again and takes runs again.
+#[tokio::test]
+#[ignore = "needs PostgreSQL: set AGENT_RUNNER_TEST_POSTGRES"]
+async fn a_replica_frozen_past_its_lease_writes_nothing_more_and_serves_again() {
+    require_postgres();
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = Replica::start(&dir, &[]);
+    let b = Replica::start(&dir, &[]);
+    let before = replica_ids(&dir).await;
+    // Posted to A, which has a free slot: it executes there.
+    let run = id_of(&a.server.post_json("/v1/runs", &steps(8, 300)).await);
+    crate::helpers::eventually("its first step to be stored", async || {
+        let messages = a.server.get_json(&format!("/v1/runs/{run}/messages")).await;
+        (messages["messages"].as_array().unwrap().len() >= 3).then_some(())
+    })
+    .await;
+    signal(&a, "STOP");
+    // B takes the run over once A's lease ran out, and completes it.
+    let done = b.server.wait_status(&run, "completed").await;
+    let events_then = b.events(&run).await;
+    // A wakes with writes of the run in hand, and a lease long gone: it
+    // stops the run, and joins again (a new id) once nothing more of the
+    // run can be written.
+    signal(&a, "CONT");
+    crate::helpers::eventually("A to join again", async || {
+        let ids = replica_ids(&dir).await;
+        (ids.len() == 2 && ids.iter().any(|id| !before.contains(id))).then_some(())
+    })
+    .await;
+    ready(&a).await;
+    assert_eq!(done["answer"], "done");
+    assert_eq!(done["resumes"], 1);
+    let events = b.events(&run).await;
+    assert_eq!(
+        events.len(),
+        events_then.len(),
+        "nothing was written after the run's end"
+    );
+    assert_gap_free(&events);
+    let kinds = types(&events);
+    assert_eq!(kinds.iter().filter(|k| **k == "run_start").count(), 1);
+    assert_eq!(kinds.iter().filter(|k| **k == "run_end").count(), 1);
+    assert_eq!(kinds.last(), Some(&"run_end"));
+    let resumed: Vec<_> = events.iter().filter(|e| e.event == "run_resumed").collect();
+    assert_eq!(resumed.len(), 1, "{kinds:?}");
+    assert_eq!(resumed[0].data["reason"], "lease_lost");
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "tool_end").count(),
+        done["tool_calls"].as_u64().unwrap() as usize,
+        "{kinds:?}"
+    );
+    let next = id_of(&a.server.post_json("/v1/runs", &steps(1, 10)).await);
+    assert_eq!(
+        a.server.wait_status(&next, "completed").await["answer"],
+        "done"
+    );
+    alive(&mut a);
+}
+
+/// Sends `replica` the signal `name` (`STOP`, `CONT`).
+fn signal(replica: &Replica, name: &str) {
+    let sent = std::process::Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(replica.child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(sent.success(), "SIG{name} was not sent");
+}
+
+/// Waits until `replica` says it is ready.
+async fn ready(replica: &Replica) {
+    crate::helpers::eventually("the replica to be ready", async || {
+        let response = replica.server.get("/readyz").await;
+        (response.status() == 200).then_some(())
+    })
+    .await;
+}
+
+fn alive(replica: &mut Replica) {
+    let exited = replica.child.try_wait().unwrap();
+    assert!(exited.is_none(), "the replica stopped: {exited:?}");
 }
 
 #[tokio::test]

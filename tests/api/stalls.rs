@@ -159,12 +159,17 @@ struct Server {
 
 impl Server {
     /// Serves from `dir`, storing in `postgres`, with a statement deadline
-    /// of [`DEADLINE`].
+    /// of [`DEADLINE`]. The lease is far longer than the stalls: a replica
+    /// that cannot renew its lease gives it up, which is not what most of
+    /// these tests are about; they measure how a stall itself is handled.
     fn start(dir: &TempDir, postgres: &Postgres) -> Self {
+        Self::leased(dir, postgres, Duration::from_secs(60))
+    }
+
+    /// [`Self::start`], with a lease of `lease`.
+    fn leased(dir: &TempDir, postgres: &Postgres, lease: Duration) -> Self {
         let deadline = DEADLINE.as_millis().to_string();
-        // The lease is far longer than the stalls: a replica that cannot
-        // renew its lease stops of itself, which is not what this test is
-        // about; it measures how a stall itself is handled.
+        let lease = lease.as_millis().to_string();
         let (child, address) = start_binary_with(
             dir,
             &[
@@ -173,7 +178,7 @@ impl Server {
                     "AGENT_RUNNER_STORAGE__STATEMENT_TIMEOUT_MS",
                     deadline.as_str(),
                 ),
-                ("AGENT_RUNNER_RUNS__LEASE_MS", "60000"),
+                ("AGENT_RUNNER_RUNS__LEASE_MS", lease.as_str()),
             ],
         );
         Self {
@@ -320,6 +325,56 @@ async fn a_stalled_database_is_answered_503_in_time_and_recovered_from() {
     let ended = remote.get_json(&format!("/v1/runs/{busy}")).await;
     assert_eq!(ended["answer"], "done", "{ended}");
     assert_eq!(ended["tool_calls"], 40, "{ended}");
+    assert!(
+        server.child.try_wait().unwrap().is_none(),
+        "the server stopped"
+    );
+}
+
+/// A stall longer than the lease while a run writes all along: the one
+/// server gives its lease up (its run stopped, writing nothing more under
+/// it), stays up, joins again once the database answers, and resumes the
+/// run, which completes whole.
+#[tokio::test]
+#[ignore = "needs PostgreSQL: set AGENT_RUNNER_TEST_POSTGRES"]
+async fn a_stall_longer_than_the_lease_is_survived_and_the_run_resumed() {
+    require_postgres();
+    let postgres = Postgres::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::leased(&dir, &postgres, Duration::from_millis(2_000));
+    let remote = &server.remote;
+    let run = remote.post_json("/v1/runs", &steps(30, 100)).await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    eventually("its first steps to be stored", async || {
+        let messages = remote.get_json(&format!("/v1/runs/{id}/messages")).await;
+        (messages["messages"].as_array().unwrap().len() >= 5).then_some(())
+    })
+    .await;
+    postgres.freeze();
+    // Past five sixths of the lease unrenewed, it gives the lease up.
+    eventually("the lease to be given up", async || {
+        let (status, body, _) = timed_get(remote, "/readyz").await;
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        (status == 503 && message.contains("lost its lease")).then_some(())
+    })
+    .await;
+    postgres.thaw();
+    server.recovers().await;
+    let events = completed(remote, &id).await;
+    let done = remote.get_json(&format!("/v1/runs/{id}")).await;
+    assert_eq!(done["answer"], "done", "{done}");
+    assert_eq!(done["resumes"], 1, "{done}");
+    let kinds = types(&events);
+    let resumed: Vec<_> = events.iter().filter(|e| e.event == "run_resumed").collect();
+    assert_eq!(resumed.len(), 1, "{kinds:?}");
+    assert_eq!(resumed[0].data["reason"], "lease_lost");
+    assert_eq!(kinds.iter().filter(|k| **k == "run_start").count(), 1);
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "tool_end").count(),
+        done["tool_calls"].as_u64().unwrap() as usize,
+        "{kinds:?}"
+    );
+    assert_eq!(done["tool_calls"], 30, "{done}");
     assert!(
         server.child.try_wait().unwrap().is_none(),
         "the server stopped"

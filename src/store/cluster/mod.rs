@@ -12,10 +12,16 @@
 //!   [`Cluster::lost`]). The takeover deletes the row before it ends the
 //!   runs, so a batch in flight commits first, and a batch after it finds no
 //!   row. (The heartbeat's update of the lease does not wait for that lock.)
-//!   A replica that could not renew its lease for five sixths of it stops of
-//!   itself, before anyone may take it over. A session that stays idle in
-//!   a transaction (a frozen process) is ended by PostgreSQL after half a
-//!   lease, so it never holds a takeover back for long.
+//!   A replica that could not renew its lease for five sixths of it gives
+//!   it up of itself, before anyone may take it over, and writes nothing
+//!   more under it. A session that stays idle in a transaction (a frozen
+//!   process) is ended by PostgreSQL after half a lease, so it never holds
+//!   a takeover back for long.
+//! - **Membership.** A replica's row, and the id its runs are owned by, are
+//!   one [`Membership`]. One that is lost stays lost: the replica stops its
+//!   runs without writing, and then [`Cluster::rejoin`]s with a new id and
+//!   a new lease (its old runs are taken over like any dead replica's,
+//!   possibly by itself). It never exits for it.
 //! - **Claims.** Queued runs belong to no replica: one with a free slot takes
 //!   the oldest with `FOR UPDATE SKIP LOCKED`, so two never take the same.
 //! - **Takeover.** Any replica deletes the rows of replicas whose lease ran
@@ -31,7 +37,7 @@
 //!   itself it publishes to its own [`Channels`] once committed. They are
 //!   [`notify`]'s.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -49,6 +55,7 @@ use super::rows;
 use super::{Channels, ResumeReason, StatusChange, StoreError, Unfinished};
 use crate::harness::Outcome;
 use crate::run::{RunStatus, format_time};
+use crate::sync::lock;
 
 /// This replica, as the database knows it.
 pub struct Cluster {
@@ -56,10 +63,53 @@ pub struct Cluster {
     /// Where what it commits of runs' statuses is published here.
     channels: Arc<Channels>,
     url: String,
-    id: String,
     lease: Duration,
+    /// The membership it holds now (a lost one until it joined again).
+    membership: Mutex<Arc<Membership>>,
+    /// The ids of every membership this process held: its own news, which
+    /// it published itself, are not heard again.
+    ids: Mutex<Vec<Arc<str>>>,
+    /// Fires when the server stops: it leaves for good.
+    leaving: CancellationToken,
+}
+
+/// One membership of the database's replicas: a row of `replicas`, its
+/// lease, and the id the runs it executes are owned by.
+pub struct Membership {
+    id: Arc<str>,
     lost: CancellationToken,
-    left: CancellationToken,
+}
+
+impl Membership {
+    fn new() -> Self {
+        Self {
+            id: Arc::from(Uuid::now_v7().to_string()),
+            lost: CancellationToken::new(),
+        }
+    }
+
+    /// The replica's id under this membership.
+    pub fn id(&self) -> &Arc<str> {
+        &self.id
+    }
+
+    /// Fires once the membership is lost: another replica took it for
+    /// dead, or its lease could not be renewed in time. Nothing more is
+    /// written under it, and its runs are stopped.
+    pub fn lost(&self) -> &CancellationToken {
+        &self.lost
+    }
+
+    /// Fires [`Self::lost`], saying why.
+    pub fn lose(&self, why: &str) {
+        if !self.lost.is_cancelled() {
+            tracing::error!(
+                replica = %self.id,
+                "{why}: this replica stops its runs and joins again"
+            );
+            self.lost.cancel();
+        }
+    }
 }
 
 /// The connections a replica keeps for its heartbeat, claims and sweeps,
@@ -119,72 +169,81 @@ impl Cluster {
             .execute(&mut *probe)
             .await?;
         drop(probe);
-        let id = Uuid::now_v7().to_string();
-        sqlx::query(
-            "INSERT INTO replicas (id, lease_until) \
-             VALUES ($1, now() + make_interval(secs => $2))",
-        )
-        .bind(&id)
-        .bind(lease.as_secs_f64())
-        .execute(&pool)
-        .await?;
-        tracing::info!(replica = %id, lease_ms = lease.as_millis() as u64, "joined the database's replicas");
+        let membership = Arc::new(Membership::new());
+        register(&pool, &membership, lease).await?;
         Ok(Self {
             pool,
             channels,
             url: url.to_owned(),
-            id,
             lease,
-            lost: CancellationToken::new(),
-            left: CancellationToken::new(),
+            ids: Mutex::new(vec![Arc::clone(&membership.id)]),
+            membership: Mutex::new(membership),
+            leaving: CancellationToken::new(),
         })
     }
 
-    /// This replica's id.
-    pub fn id(&self) -> &str {
-        &self.id
+    /// Joins again after the membership held was lost: a new row, a new
+    /// id, a fresh lease. Called once nothing more is written under the
+    /// old one. Refused once the server stops.
+    pub async fn rejoin(&self) -> Result<Arc<Membership>, StoreError> {
+        if self.leaving.is_cancelled() {
+            return Err(StoreError::Fenced);
+        }
+        let membership = Arc::new(Membership::new());
+        register(&self.pool, &membership, self.lease).await?;
+        lock(&self.ids).push(Arc::clone(&membership.id));
+        *lock(&self.membership) = Arc::clone(&membership);
+        Ok(membership)
+    }
+
+    /// The membership this replica holds now.
+    pub fn membership(&self) -> Arc<Membership> {
+        Arc::clone(&lock(&self.membership))
+    }
+
+    /// This replica's id now.
+    pub fn id(&self) -> Arc<str> {
+        Arc::clone(&lock(&self.membership).id)
+    }
+
+    /// Whether `id` is one this process held.
+    fn is_ours(&self, id: &str) -> bool {
+        lock(&self.ids).iter().any(|ours| &**ours == id)
     }
 
     pub fn lease(&self) -> Duration {
         self.lease
     }
 
-    /// Fires once this replica may no longer act on its runs: another one
-    /// took it for dead, or it could not renew its lease in time. It must
-    /// stop (the process exits; its supervisor starts it again).
-    pub fn lost(&self) -> &CancellationToken {
-        &self.lost
+    /// Fires once the server stops: the replica's heartbeat, sweeps and
+    /// listening end.
+    pub fn leaving(&self) -> &CancellationToken {
+        &self.leaving
     }
 
-    /// Fires once this replica left the database's replicas (or lost its
-    /// lease): its heartbeat and its listening end.
-    pub fn left(&self) -> &CancellationToken {
-        &self.left
-    }
-
-    /// Renews the lease. A lease that is gone fires [`Self::lost`].
-    pub async fn renew(&self) -> Result<(), StoreError> {
+    /// Renews `membership`'s lease. One that is gone is lost.
+    pub async fn renew(&self, membership: &Membership) -> Result<(), StoreError> {
         let renewed = sqlx::query(
             "UPDATE replicas SET lease_until = now() + make_interval(secs => $2) WHERE id = $1",
         )
-        .bind(&self.id)
+        .bind(&*membership.id)
         .bind(self.lease.as_secs_f64())
         .execute(&self.pool)
         .await?;
         if renewed.rows_affected() == 0 {
-            self.lose("another replica took this one's lease for dead");
+            membership.lose("another replica took this one's lease for dead");
             return Err(StoreError::Fenced);
         }
         Ok(())
     }
 
-    /// The runs stored `running` and owned here, and whether a client asked
-    /// (on another replica) for each one's cancel.
-    pub async fn owned(&self) -> Result<Vec<(Uuid, bool)>, StoreError> {
+    /// The runs stored `running` and owned by `membership`, and whether a
+    /// client asked (on another replica) for each one's cancel.
+    pub async fn owned(&self, membership: &Membership) -> Result<Vec<(Uuid, bool)>, StoreError> {
         let rows: Vec<(String, bool)> = sqlx::query_as(
             "SELECT id, cancel_requested FROM runs WHERE owner = $1 AND status = 'running'",
         )
-        .bind(&self.id)
+        .bind(&*membership.id)
         .fetch_all(&self.pool)
         .await?;
         Ok(rows
@@ -208,23 +267,18 @@ impl Cluster {
             .collect())
     }
 
-    /// Fires [`Self::lost`], saying why.
-    pub fn lose(&self, why: &str) {
-        if !self.lost.is_cancelled() {
-            tracing::error!(replica = %self.id, "{why}: this replica stops");
-            self.lost.cancel();
-            self.left.cancel();
-        }
-    }
-
-    /// Takes the oldest queued run for this replica: marks it `running`,
-    /// owned here, started at `at` (a resumed run keeps its first start).
+    /// Takes the oldest queued run for `membership`: marks it `running`,
+    /// owned by it, started at `at` (a resumed run keeps its first start).
     /// `None` when no run waits (or every waiting one is being claimed). A
     /// queued row that cannot be read ends `failed`, never in the way of
     /// the rest.
-    pub async fn claim(&self, at: DateTime<Utc>) -> Result<Option<Claimed>, StoreError> {
+    pub async fn claim(
+        &self,
+        membership: &Membership,
+        at: DateTime<Utc>,
+    ) -> Result<Option<Claimed>, StoreError> {
         let mut tx = self.pool.begin().await?;
-        if !self.hold_lease(&mut tx).await? {
+        if !hold(&mut tx, membership).await? {
             return Err(StoreError::Fenced);
         }
         // The unreadable runs it failed on the way, then the one it claimed.
@@ -235,7 +289,7 @@ impl Cluster {
                 .await?
             else {
                 if !changes.is_empty() {
-                    self.commit_statuses(tx, changes).await?;
+                    self.commit_statuses(tx, changes, &membership.id).await?;
                 }
                 return Ok(None);
             };
@@ -269,13 +323,13 @@ impl Cluster {
                 "UPDATE runs SET status = 'running', owner = $1, \
                  started_at = COALESCE(started_at, $2) WHERE id = $3 RETURNING cancel_requested",
             )
-            .bind(&self.id)
+            .bind(&*membership.id)
             .bind(format_time(&at))
             .bind(&id)
             .fetch_one(&mut *tx)
             .await?;
             changes.push(change(unfinished.run.id, tenant, RunStatus::Running, at));
-            self.commit_statuses(tx, changes).await?;
+            self.commit_statuses(tx, changes, &membership.id).await?;
             let run = &mut unfinished.run;
             run.status = RunStatus::Running;
             run.started_at.get_or_insert(at);
@@ -289,8 +343,9 @@ impl Cluster {
     /// Gives back a run claimed (or inserted running) here that will not
     /// execute here after all: it is queued again, for any replica.
     pub async fn release(&self, run_id: Uuid) -> Result<(), StoreError> {
+        let membership = self.membership();
         let mut tx = self.pool.begin().await?;
-        if !self.hold_lease(&mut tx).await? {
+        if !hold(&mut tx, &membership).await? {
             return Err(StoreError::Fenced);
         }
         let released: Option<String> = sqlx::query_scalar(
@@ -298,7 +353,7 @@ impl Cluster {
              WHERE id = $1 AND owner = $2 AND status = 'running' RETURNING tenant",
         )
         .bind(run_id.to_string())
-        .bind(&self.id)
+        .bind(&*membership.id)
         .fetch_optional(&mut *tx)
         .await?;
         let Some(tenant) = released else {
@@ -307,44 +362,34 @@ impl Cluster {
         };
         notify(&mut tx, QUEUED, "").await?;
         let queued = change(run_id, tenant, RunStatus::Queued, Utc::now());
-        self.commit_statuses(tx, vec![queued]).await
+        self.commit_statuses(tx, vec![queued], &membership.id).await
     }
 
-    /// Ends `interrupted` runs stored running and owned here that do not
-    /// execute here (a claim whose answer was lost, a task that ended
-    /// without its end stored). Returns those it ended.
+    /// Ends `interrupted` runs stored running and owned by `membership`
+    /// that do not execute here (a claim whose answer was lost, a task that
+    /// ended without its end stored). Returns those it ended.
     pub async fn interrupt_owned(
         &self,
+        membership: &Membership,
         run_ids: &[Uuid],
         at: DateTime<Utc>,
     ) -> Result<Vec<Uuid>, StoreError> {
         let mut tx = self.pool.begin().await?;
-        if !self.hold_lease(&mut tx).await? {
+        if !hold(&mut tx, membership).await? {
             return Err(StoreError::Fenced);
         }
         let mut ended = Vec::new();
         for run_id in run_ids {
             let row = sqlx::query(rows::SELECT_OWNED_RUNNING)
                 .bind(run_id.to_string())
-                .bind(&self.id)
+                .bind(&*membership.id)
                 .fetch_optional(&mut *tx)
                 .await?;
             if let Some(row) = row {
                 ended.push(self.interrupt(&mut tx, &row, at).await?);
             }
         }
-        self.commit_ended(tx, ended).await
-    }
-
-    /// Takes a share lock on this replica's row for the transaction: while
-    /// it is held, no takeover of this replica can begin. Whether the row
-    /// is there (if not, [`Self::lost`] fires).
-    async fn hold_lease(&self, connection: &mut AnyConnection) -> Result<bool, StoreError> {
-        let held = hold_lease(connection, &self.id).await?;
-        if !held {
-            self.lose("another replica took this one's lease for dead");
-        }
-        Ok(held)
+        self.commit_ended(tx, ended, &membership.id).await
     }
 
     /// Ends the run of `row` `interrupted` (see [`super::interrupt`]): its
@@ -372,25 +417,27 @@ impl Cluster {
         &self,
         mut tx: sqlx::Transaction<'_, sqlx::Any>,
         ended: Vec<StatusChange>,
+        from: &str,
     ) -> Result<Vec<Uuid>, StoreError> {
         let ids: Vec<Uuid> = ended.iter().map(|change| change.run_id).collect();
         if !ids.is_empty() {
-            notify_events(&mut tx, &self.id, ids.iter().map(Uuid::to_string)).await?;
+            notify_events(&mut tx, from, ids.iter().map(Uuid::to_string)).await?;
         }
-        self.commit_statuses(tx, ended).await?;
+        self.commit_statuses(tx, ended, from).await?;
         Ok(ids)
     }
 
     /// Commits `tx` with its `changes` of status, told to the other
-    /// replicas with it and published here once it is committed; the
-    /// webhooks of the ends among them are written with it.
+    /// replicas with it (`from`: this one) and published here once it is
+    /// committed; the webhooks of the ends among them are written with it.
     async fn commit_statuses(
         &self,
         mut tx: sqlx::Transaction<'_, sqlx::Any>,
         changes: Vec<StatusChange>,
+        from: &str,
     ) -> Result<(), StoreError> {
         super::outbox::enqueue(&mut tx, &changes).await?;
-        notify_statuses(&mut tx, &self.id, &changes).await?;
+        notify_statuses(&mut tx, from, &changes).await?;
         tx.commit().await?;
         self.channels.publish_statuses(changes);
         Ok(())
@@ -398,17 +445,22 @@ impl Cluster {
 
     /// Takes over the replicas whose lease ran out: deletes their rows, then
     /// ends `interrupted` every running run no live replica owns (theirs,
-    /// and any left by a server before replicas). Returns those runs.
-    pub async fn take_over(&self, at: DateTime<Utc>) -> Result<Vec<Uuid>, StoreError> {
+    /// and any left by a server before replicas, or by a membership this
+    /// replica lost). Returns those runs.
+    pub async fn take_over(
+        &self,
+        membership: &Membership,
+        at: DateTime<Utc>,
+    ) -> Result<Vec<Uuid>, StoreError> {
         let mut tx = self.pool.begin().await?;
-        // Never itself: a heartbeat of its own that came late renews it. A
-        // row another transaction holds (a batch in flight, another sweep)
-        // is passed over until the next sweep.
+        // Never its own membership: a heartbeat of its own that came late
+        // renews it. A row another transaction holds (a batch in flight,
+        // another sweep) is passed over until the next sweep.
         let dead: Vec<String> = sqlx::query_scalar(
             "DELETE FROM replicas WHERE id IN (SELECT id FROM replicas \
              WHERE lease_until < now() AND id <> $1 FOR UPDATE SKIP LOCKED) RETURNING id",
         )
-        .bind(&self.id)
+        .bind(&*membership.id)
         .fetch_all(&mut *tx)
         .await?;
         let orphans = sqlx::query(rows::SELECT_ORPHANED_RUNS)
@@ -426,7 +478,7 @@ impl Cluster {
         {
             notify(&mut tx, QUEUED, "").await?;
         }
-        let ended = self.commit_ended(tx, ended).await?;
+        let ended = self.commit_ended(tx, ended, &membership.id).await?;
         for replica in &dead {
             tracing::warn!(%replica, "a replica's lease ran out; it is taken for dead");
         }
@@ -439,12 +491,13 @@ impl Cluster {
     /// Leaves the database's replicas (the server stops): whatever this
     /// replica still owns is taken over by the next sweep.
     pub(super) async fn leave(&self) {
-        self.left.cancel();
-        if self.lost.is_cancelled() {
+        self.leaving.cancel();
+        let membership = self.membership();
+        if membership.lost.is_cancelled() {
             return;
         }
         if let Err(error) = sqlx::query("DELETE FROM replicas WHERE id = $1")
-            .bind(&self.id)
+            .bind(&*membership.id)
             .execute(&self.pool)
             .await
         {
@@ -460,6 +513,42 @@ fn change(run_id: Uuid, tenant: String, status: RunStatus, at: DateTime<Utc>) ->
         status,
         at: format_time(&at),
     }
+}
+
+/// Inserts `membership`'s row, with a fresh lease.
+async fn register(
+    pool: &AnyPool,
+    membership: &Membership,
+    lease: Duration,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO replicas (id, lease_until) \
+         VALUES ($1, now() + make_interval(secs => $2))",
+    )
+    .bind(&*membership.id)
+    .bind(lease.as_secs_f64())
+    .execute(pool)
+    .await?;
+    tracing::info!(
+        replica = %membership.id,
+        lease_ms = lease.as_millis() as u64,
+        "joined the database's replicas"
+    );
+    Ok(())
+}
+
+/// Takes a share lock on `membership`'s row for the transaction: while it
+/// is held, no takeover of it can begin. Whether it may act under it: not
+/// once it is lost (should its row be gone, it is lost now).
+async fn hold(connection: &mut AnyConnection, membership: &Membership) -> Result<bool, StoreError> {
+    if membership.lost.is_cancelled() {
+        return Ok(false);
+    }
+    let held = hold_lease(connection, &membership.id).await?;
+    if !held {
+        membership.lose("another replica took this one's lease for dead");
+    }
+    Ok(held)
 }
 
 /// Sets what a replica's sessions must never outlast: a session idle in a

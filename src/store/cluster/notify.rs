@@ -106,7 +106,7 @@ impl Cluster {
         match notification.channel() {
             EVENTS => {
                 let (replica, ids) = payload.split_once(' ')?;
-                if replica == self.id {
+                if self.is_ours(replica) {
                     return None;
                 }
                 Some(Notice::Events(
@@ -119,7 +119,7 @@ impl Cluster {
             CANCEL => Uuid::parse_str(payload).ok().map(Notice::Cancel),
             STATUSES => {
                 let (replica, changes) = payload.split_once(' ')?;
-                if replica == self.id {
+                if self.is_ours(replica) {
                     return None;
                 }
                 let changes: Vec<(Uuid, String, String, String)> =

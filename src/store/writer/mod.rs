@@ -479,12 +479,17 @@ impl Task {
                 }
             }
         }
-        let replica = self.cluster.as_deref();
+        let replica = self.cluster.as_ref().map(|cluster| cluster.membership());
         let mut committing = None;
         let applied = within(
             self.deadline,
             &mut self.stalled,
-            apply_all(&mut self.connection, replica, &batch, &mut committing),
+            apply_all(
+                &mut self.connection,
+                replica.as_deref(),
+                &batch,
+                &mut committing,
+            ),
         )
         .await;
         let error = match applied {
@@ -497,8 +502,8 @@ impl Task {
             Err(error) => error,
         };
         if let StoreError::Fenced = error {
-            // Another replica ended this one's runs: what they would write
-            // now is not theirs to write.
+            // This replica's membership is lost (its runs are another's to
+            // take over): what they would write now is not theirs to write.
             tracing::error!(
                 operations = batch.len(),
                 "this replica's lease is lost; its writes are dropped"
@@ -521,7 +526,7 @@ impl Task {
                 &mut self.stalled,
                 apply_all(
                     &mut self.connection,
-                    replica,
+                    replica.as_deref(),
                     std::slice::from_ref(&op),
                     &mut committing,
                 ),

@@ -5,7 +5,7 @@ use sqlx::Executor;
 
 use super::Op;
 use crate::run::format_time;
-use crate::store::cluster::{self, Cluster};
+use crate::store::cluster::{self, Membership};
 use crate::store::{Engine, NewRun, StatusChange, StoreError, outbox};
 
 /// Most rows one statement writes (the runs insert binds 23 values a row,
@@ -110,19 +110,23 @@ pub(super) async fn begin(connection: &mut AnyConnection) -> Result<(), StoreErr
 }
 
 /// Writes `ops` in one transaction. On PostgreSQL, it first takes a share
-/// lock on `replica`'s row (none there: [`StoreError::Fenced`], and nothing
-/// is written), and it tells the other replicas what it wrote once it is
+/// lock on the row of `replica`, the membership this replica holds (none
+/// there, or the membership lost: [`StoreError::Fenced`], and nothing is
+/// written), and it tells the other replicas what it wrote once it is
 /// committed (see [`crate::store::cluster`]). `committing` is the
 /// transaction's id once its COMMIT is sent (on PostgreSQL): should that
 /// fail without an answer, whether it committed is for [`committed`] to
 /// tell.
 pub(super) async fn apply_all(
     connection: &mut AnyConnection,
-    replica: Option<&Cluster>,
+    replica: Option<&Membership>,
     ops: &[Op],
     committing: &mut Option<i64>,
 ) -> Result<(), StoreError> {
     *committing = None;
+    if replica.is_some_and(|replica| replica.lost().is_cancelled()) {
+        return Err(StoreError::Fenced);
+    }
     begin(connection).await?;
     let mut xid = None;
     if let Some(replica) = replica {
@@ -463,7 +467,7 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
 /// changes of status it made, and whether it queued a run.
 async fn announce(
     connection: &mut AnyConnection,
-    replica: &Cluster,
+    replica: &Membership,
     ops: &[Op],
 ) -> Result<(), StoreError> {
     let mut runs = std::collections::HashSet::new();

@@ -1,0 +1,301 @@
+//! The slots runs execute in, and the guards that count them: a [`Place`]
+//! counts a run waiting, a [`Slot`] a run holding a slot, until dropped.
+//! A slot is held under a [`Holding`]: who the runs in it are stored as
+//! held by, and whether that hold was revoked.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tokio_util::task::task_tracker::TaskTrackerToken;
+
+use crate::sync::lock;
+
+/// Who holds the runs executing in a process's slots, as their rows store
+/// it (a replica's id under one membership of the database's replicas;
+/// none for one process alone), whether that hold was revoked (the
+/// membership was lost), and the slots and runs' tasks held under it.
+#[derive(Clone)]
+pub(super) struct Holding {
+    id: Option<Arc<str>>,
+    revoked: CancellationToken,
+    tasks: TaskTracker,
+}
+
+impl Holding {
+    /// One process alone: never revoked.
+    pub(super) fn alone() -> Self {
+        Self::new(None, CancellationToken::new())
+    }
+
+    pub(super) fn new(id: Option<Arc<str>>, revoked: CancellationToken) -> Self {
+        Self {
+            id,
+            revoked,
+            tasks: TaskTracker::new(),
+        }
+    }
+
+    /// Resolves once no slot and no run's task is held under this holding
+    /// any more.
+    pub(super) async fn released(&self) {
+        self.tasks.close();
+        self.tasks.wait().await;
+    }
+
+    fn hold(&self) -> Hold {
+        Hold {
+            id: self.id.clone(),
+            revoked: self.revoked.clone(),
+            _task: self.tasks.token(),
+        }
+    }
+}
+
+/// A run's share of its slot's [`Holding`], which its task keeps until it
+/// ends (whatever it writes after its slot is given back is still written
+/// under it).
+pub struct Hold {
+    id: Option<Arc<str>>,
+    revoked: CancellationToken,
+    _task: TaskTrackerToken,
+}
+
+impl Hold {
+    /// Who holds the run, as its row stores it (a replica's id; none for
+    /// one process alone).
+    pub fn holder(&self) -> Option<&str> {
+        self.id.as_deref()
+    }
+
+    /// Whether the hold was revoked: the run is another's to take over,
+    /// and nothing more of it may be written here.
+    pub fn revoked(&self) -> bool {
+        self.revoked.is_cancelled()
+    }
+}
+
+/// The slots (a fair semaphore: first come, first served) and what is
+/// counted of them. Shared by both schedulers.
+pub(super) struct Slots {
+    permits: Arc<Semaphore>,
+    tally: Arc<Tally>,
+    /// The holding new slots are held under.
+    holding: Mutex<Holding>,
+}
+
+#[derive(Default)]
+struct Tally {
+    /// Runs waiting for a slot here (or being admitted).
+    waiting: AtomicUsize,
+    /// Runs executing in a slot.
+    executing: AtomicUsize,
+}
+
+impl Slots {
+    pub(super) fn new(max_concurrent: usize, holding: Holding) -> Self {
+        Self {
+            permits: Arc::new(Semaphore::new(max_concurrent)),
+            tally: Arc::default(),
+            holding: Mutex::new(holding),
+        }
+    }
+
+    /// The holding new slots are held under.
+    pub(super) fn holding(&self) -> Holding {
+        lock(&self.holding).clone()
+    }
+
+    /// Holds new slots under `holding` from now on.
+    pub(super) fn hold_under(&self, holding: Holding) {
+        *lock(&self.holding) = holding;
+    }
+
+    pub(super) fn try_slot(&self) -> Option<Slot> {
+        let permit = Arc::clone(&self.permits).try_acquire_owned().ok()?;
+        Some(self.in_slot(permit))
+    }
+
+    /// A slot once one is free; `None` once the slots are closed.
+    pub(super) async fn slot(&self) -> Option<Slot> {
+        let permit = Arc::clone(&self.permits).acquire_owned().await.ok()?;
+        Some(self.in_slot(permit))
+    }
+
+    fn in_slot(&self, permit: OwnedSemaphorePermit) -> Slot {
+        Slot {
+            _permit: permit,
+            tally: Arc::clone(&self.tally),
+            hold: self.holding().hold(),
+            executing: false,
+        }
+    }
+
+    pub(super) fn turn(&self, place: Place) -> Turn {
+        Turn {
+            place,
+            permits: Arc::clone(&self.permits),
+            holding: self.holding(),
+        }
+    }
+
+    /// A place in the queue, and how many waited before it.
+    pub(super) fn place(&self) -> (Place, usize) {
+        let before = self.tally.waiting.fetch_add(1, Ordering::AcqRel);
+        let place = Place {
+            tally: Arc::clone(&self.tally),
+        };
+        (place, before)
+    }
+
+    pub(super) fn waiting(&self) -> usize {
+        self.tally.waiting.load(Ordering::Acquire)
+    }
+
+    pub(super) fn executing(&self) -> u64 {
+        u64::try_from(self.tally.executing.load(Ordering::Relaxed)).unwrap_or(u64::MAX)
+    }
+
+    pub(super) fn close(&self) {
+        self.permits.close();
+    }
+}
+
+/// A slot a run executes in; given back when dropped.
+pub struct Slot {
+    _permit: OwnedSemaphorePermit,
+    tally: Arc<Tally>,
+    hold: Hold,
+    executing: bool,
+}
+
+impl Slot {
+    /// Who holds a run in this slot, as its row stores it (a replica's id;
+    /// none for one process alone).
+    pub fn holder(&self) -> Option<&str> {
+        self.hold.holder()
+    }
+
+    /// Whether the slot's hold was revoked (see [`Hold::revoked`]).
+    pub fn revoked(&self) -> bool {
+        self.hold.revoked()
+    }
+
+    /// The run's share of the slot's holding, for its task to keep after
+    /// the slot is given back.
+    pub fn hold(&self) -> Hold {
+        Hold {
+            id: self.hold.id.clone(),
+            revoked: self.hold.revoked.clone(),
+            _task: self.hold._task.clone(),
+        }
+    }
+
+    /// Counts the run as executing from now until the slot is dropped.
+    pub fn executing(&mut self) {
+        if !self.executing {
+            self.executing = true;
+            self.tally.executing.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if self.executing {
+            self.tally.executing.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// A run's place in the queue: counted as waiting until dropped.
+pub struct Place {
+    tally: Arc<Tally>,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.tally.waiting.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A queued run's turn at a slot here.
+pub struct Turn {
+    place: Place,
+    permits: Arc<Semaphore>,
+    holding: Holding,
+}
+
+impl Turn {
+    /// Resolves to a slot once it is the run's turn; `None` once the queue
+    /// is closed. Dropping it gives up the place.
+    pub async fn wait(self) -> Option<Slot> {
+        let permit = Arc::clone(&self.permits).acquire_owned().await.ok()?;
+        Some(Slot {
+            _permit: permit,
+            tally: Arc::clone(&self.place.tally),
+            hold: self.holding.hold(),
+            executing: false,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn guards_give_back_what_they_count() {
+        let slots = Slots::new(1, Holding::alone());
+        let mut first = slots.try_slot().expect("a free slot");
+        first.executing();
+        assert_eq!(slots.executing(), 1);
+        assert!(slots.try_slot().is_none());
+        let turn = slots.turn(slots.place().0);
+        assert_eq!(slots.waiting(), 1);
+        let waiting = tokio::spawn(turn.wait());
+        drop(first);
+        assert_eq!(slots.executing(), 0);
+        let second = waiting.await.unwrap().expect("its turn");
+        assert_eq!(slots.waiting(), 0, "the place went with the turn");
+        drop(second);
+        // A turn dropped while waiting gives its place back.
+        let _held = slots.try_slot().unwrap();
+        let turn = slots.turn(slots.place().0);
+        let waiting = tokio::spawn(turn.wait());
+        tokio::task::yield_now().await;
+        waiting.abort();
+        let _ = waiting.await;
+        assert_eq!(slots.waiting(), 0);
+        slots.close();
+        let turn = slots.turn(slots.place().0);
+        assert!(turn.wait().await.is_none(), "a closed queue gives no turn");
+    }
+
+    #[tokio::test]
+    async fn a_holding_is_released_once_its_slots_and_holds_are_gone() {
+        let revoked = CancellationToken::new();
+        let first = Holding::new(Some(Arc::from("first")), revoked.clone());
+        let slots = Slots::new(2, first.clone());
+        let slot = slots.try_slot().unwrap();
+        assert_eq!(slot.holder(), Some("first"));
+        let hold = slot.hold();
+        slots.hold_under(Holding::alone());
+        let other = slots.try_slot().unwrap();
+        assert_eq!(
+            other.holder(),
+            None,
+            "new slots are held under the new holding"
+        );
+        revoked.cancel();
+        assert!(slot.revoked() && hold.revoked() && !other.revoked());
+        let released = tokio::spawn(async move { first.released().await });
+        drop(slot);
+        tokio::task::yield_now().await;
+        assert!(!released.is_finished(), "a task still keeps its hold");
+        drop(hold);
+        released.await.unwrap();
+    }
+}
