@@ -314,9 +314,11 @@ async fn two_hundred_runs_over_ten_kills_all_complete_and_no_command_runs_twice(
         })
         .collect();
     let mut child = child;
+    let mut kills = Vec::new();
     for _ in 0..10 {
         tokio::time::sleep(Duration::from_millis(150 + fastrand::u64(0..250))).await;
         kill(&mut child);
+        kills.push(chrono::Utc::now());
         let (next, server) = start(&dir, config);
         child = next;
         *address.lock().unwrap() = server.address.clone();
@@ -327,8 +329,10 @@ async fn two_hundred_runs_over_ten_kills_all_complete_and_no_command_runs_twice(
     }
     assert_eq!(ids.len(), 200);
     let server = Remote::new(address.lock().unwrap().clone());
+    let mut latencies = Vec::new();
     for id in &ids {
         let done = server.wait_status(id, "completed").await;
+        latencies.extend(resume_latencies(&events(&server, id).await, &kills));
         let transcript = messages(&server, id).await;
         assert_whole(&transcript);
         let log = dir.path().join("workspaces").join(id).join("log.txt");
@@ -348,4 +352,36 @@ async fn two_hundred_runs_over_ten_kills_all_complete_and_no_command_runs_twice(
         );
     }
     kill(&mut child);
+    // Figures, not assertions (timing is the benchmarks' business).
+    latencies.sort_unstable();
+    if let (Some(first), Some(last)) = (latencies.first(), latencies.last()) {
+        let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q).round() as usize];
+        eprintln!(
+            "resume latency (kill to the resumed run's next event), {} resumes: \
+             p50 {} ms, p99 {} ms, min {first} ms, max {last} ms",
+            latencies.len(),
+            at(0.5),
+            at(0.99),
+        );
+    }
+}
+
+/// For each resume in a run's `events`, how long after the kill before it
+/// the run went on (its first event after `run_resumed`), in milliseconds.
+fn resume_latencies(events: &[SseEvent], kills: &[chrono::DateTime<chrono::Utc>]) -> Vec<i64> {
+    let time = |event: &SseEvent| {
+        event.data["timestamp"]
+            .as_str()
+            .and_then(|at| chrono::DateTime::parse_from_rfc3339(at).ok())
+            .map(|at| at.with_timezone(&chrono::Utc))
+    };
+    events
+        .windows(2)
+        .filter(|pair| pair[0].event == "run_resumed")
+        .filter_map(|pair| {
+            let went_on = time(&pair[1])?;
+            let killed = kills.iter().rev().find(|kill| **kill <= went_on)?;
+            Some((went_on - *killed).num_milliseconds())
+        })
+        .collect()
 }

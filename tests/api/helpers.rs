@@ -555,8 +555,25 @@ pub fn start_binary_with(
     settings: &[(&str, &str)],
 ) -> (std::process::Child, String) {
     let mut command = binary_command(dir, settings);
-    command.stderr(std::process::Stdio::null());
+    let log = server_log(&mut command);
+    command.stderr(log);
     spawn_listening(command)
+}
+
+/// Where a server's log goes: nowhere, unless `AGENT_RUNNER_TEST_LOGS`
+/// names a directory, where each server then logs at `info` to a file of
+/// its own (for a failure that only a full run shows).
+pub fn server_log(command: &mut std::process::Command) -> std::process::Stdio {
+    static SERVERS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let Some(logs) = std::env::var_os("AGENT_RUNNER_TEST_LOGS") else {
+        return std::process::Stdio::null();
+    };
+    let number = SERVERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = format!("server-{}-{number}.log", std::process::id());
+    let file = std::fs::File::create(std::path::Path::new(&logs).join(name))
+        .expect("a server's log file can be created");
+    command.env("RUST_LOG", "info");
+    file.into()
 }
 
 /// The command that serves the real binary from `dir` (a free loopback
