@@ -15,7 +15,7 @@ pub mod tool;
 
 pub use agent::{
     CANNOT_PAUSE, ContextLimits, HANDED_OVER, Harness, Limits, OUTCOME_UNKNOWN, Progress,
-    RunConfig, RunResult, TOOL_CANCEL_GRACE,
+    RunConfig, RunResult, StoppedBatch, TOOL_CANCEL_GRACE,
 };
 pub use context::{ContextError, ContextIndex, bound_tool_result, select_context};
 pub use events::{Event, EventKind, Observer, ObserverError, Outcome, Totals};

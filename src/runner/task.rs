@@ -418,7 +418,7 @@ impl RunTask {
                     pending: Vec::new(),
                 };
                 harness
-                    .recover(config, checkpoint, stored.started_calls, &self.live.stop)
+                    .recover(config, checkpoint, stored.batch, &self.live.stop)
                     .await
             }
             Some((Begin::Resume(stored), (steps, tool_calls, usage))) => {

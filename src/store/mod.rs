@@ -105,9 +105,8 @@ pub struct StoredRecovery {
     pub tool_calls: u32,
     pub usage: crate::harness::UsageTotals,
     pub running: Duration,
-    /// Calls of its last batch whose `tool_start` is stored (with or
-    /// without a result).
-    pub started_calls: std::collections::HashSet<String>,
+    /// What is stored of its last batch.
+    pub batch: crate::harness::StoppedBatch,
 }
 
 /// Which runs a listing shows.
@@ -519,11 +518,13 @@ impl Store {
             u32::try_from(count(column)?)
                 .map_err(|_| StoreError::Corrupt(format!("{column} out of range")))
         };
-        // The calls started since the last model response: its batch.
+        // The calls started since the last model response (its batch), and
+        // whether the run paused for that batch (which counted it whole).
         let started = self
             .read(async |connection| {
                 sqlx::query(
-                    "SELECT body FROM events WHERE run_id = $1 AND type = 'tool_start' \
+                    "SELECT type, body FROM events WHERE run_id = $1 \
+                     AND type IN ('tool_start', 'actions_required') \
                      AND sequence > (SELECT COALESCE(MAX(sequence), 0) FROM events \
                      WHERE run_id = $1 AND type = 'model_end')",
                 )
@@ -532,11 +533,14 @@ impl Store {
                 .await
             })
             .await?;
-        let started_calls = started
+        let counted = started
+            .iter()
+            .any(|row| row.get::<String, _>(0) == "actions_required");
+        let started = started
             .iter()
             .filter_map(|row| {
                 let body: serde_json::Value =
-                    serde_json::from_str(&row.get::<String, _>(0)).ok()?;
+                    serde_json::from_str(&row.get::<String, _>(1)).ok()?;
                 body.get("call_id")?.as_str().map(str::to_owned)
             })
             .collect();
@@ -551,7 +555,7 @@ impl Store {
                 model_calls_with_usage: count("model_calls_with_usage")?,
             },
             running: Duration::from_millis(count("running_ms")?),
-            started_calls,
+            batch: crate::harness::StoppedBatch { started, counted },
         })
     }
 

@@ -188,6 +188,60 @@ async fn a_command_that_was_running_is_never_run_twice_unless_idempotent() {
     assert_eq!(result["is_error"], false, "{result}");
 }
 
+/// A batch counted whole when the run paused for it is not counted again
+/// when the process dies while the answered batch runs.
+#[tokio::test]
+async fn a_crash_in_an_answered_batch_counts_its_calls_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = appending(false);
+    let (mut child, server) = start(&dir, &config);
+    let run = server
+        .post_json(
+            "/v1/runs",
+            &json!({
+                "prompt": "append twice",
+                "tools": ["run_command", "list_dir"],
+                "commands": ["append"],
+                "approval": {"tools": ["run_command"]},
+                "model": {"scripted": [
+                    {"content": "", "tool_calls": [
+                        call("l", "list_dir", json!({})),
+                        call("a", "run_command", json!({"command": "append"}))
+                    ]},
+                    {"content": "done"}
+                ]}
+            }),
+        )
+        .await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    let paused = server.wait_status(&id, "requires_action").await;
+    assert_eq!(paused["tool_calls"], 2, "counted at the pause");
+    let answered = server
+        .client
+        .post(format!("{}/v1/runs/{id}/actions", server.address))
+        .json(&json!({"actions": [{"call_id": "a", "decision": "approve"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answered.status(), 200);
+    let log = dir.path().join("workspaces").join(&id).join("log.txt");
+    eventually("the command to run", async || {
+        Path::exists(&log).then_some(())
+    })
+    .await;
+    kill(&mut child);
+
+    let (mut child, server) = start(&dir, &config);
+    let done = server.wait_status(&id, "completed").await;
+    assert_eq!(done["resumes"], 1);
+    assert_eq!(done["tool_calls"], 2, "{done}");
+    assert_eq!(done["steps"], 2, "{done}");
+    let transcript = messages(&server, &id).await;
+    assert_whole(&transcript);
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "line\n");
+    kill(&mut child);
+}
+
 #[tokio::test]
 async fn max_resumes_zero_keeps_the_old_rule() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,7 +1,6 @@
 //! The agent loop: the model proposes, the harness validates, budgets,
 //! executes and records.
 
-use std::collections::HashSet;
 use std::future::Future;
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::panic::AssertUnwindSafe;
@@ -17,6 +16,8 @@ use uuid::Uuid;
 
 mod calls;
 mod recover;
+
+pub use recover::StoppedBatch;
 
 use super::context::{self, ContextError, ContextIndex};
 use super::events::{Emitter, EventKind, Observer, Outcome, Totals};
@@ -184,9 +185,8 @@ enum End {
 enum Begin {
     Fresh,
     Resume(Checkpoint, Answers),
-    /// After its process stopped: the calls of its last batch that were
-    /// started (their `tool_start` stored) without a stored result.
-    Recover(Checkpoint, HashSet<String>),
+    /// After its process stopped: what is stored of its last batch.
+    Recover(Checkpoint, StoppedBatch),
 }
 
 /// The result of a call that was running when the run's process stopped,
@@ -233,19 +233,19 @@ impl Harness<'_> {
     /// Continues a run whose process stopped while it ran, from what was
     /// stored (`checkpoint`; no pending actions): the calls of its last
     /// batch without a result run now, except that one of them that was
-    /// `started` runs again only if its tool is idempotent, and otherwise
-    /// gets the error result [`OUTCOME_UNKNOWN`]; a last answer without
-    /// calls ends it. Then it goes on. Every call ends with exactly one
-    /// result.
+    /// started (see [`StoppedBatch`]) runs again only if its tool is
+    /// idempotent, and otherwise gets the error result [`OUTCOME_UNKNOWN`];
+    /// a last answer without calls ends it. Then it goes on. Every call
+    /// ends with exactly one result.
     pub async fn recover(
         &self,
         config: RunConfig,
         checkpoint: Checkpoint,
-        started: HashSet<String>,
+        batch: StoppedBatch,
         stop: &Stop,
     ) -> Progress {
         let (run, end, stopped) = self
-            .drive(&config, Begin::Recover(checkpoint, started), stop)
+            .drive(&config, Begin::Recover(checkpoint, batch), stop)
             .await;
         run.progress(end, stopped)
     }
@@ -290,12 +290,12 @@ impl Harness<'_> {
                 run.restore(checkpoint);
                 (run, Some(Entry::Answers(answers)))
             }
-            Begin::Recover(checkpoint, started) => {
+            Begin::Recover(checkpoint, stopped) => {
                 let emitter =
                     Emitter::continuing(config.run_id, self.observer, checkpoint.last_sequence);
                 let mut run = Run::new(self, config, emitter);
                 run.restore(checkpoint);
-                (run, Some(Entry::Recovered(started)))
+                (run, Some(Entry::Recovered(stopped)))
             }
         };
         // The deadline counts running time only: what a pause used is not
@@ -359,7 +359,7 @@ enum Entry {
     /// The paused batch, with its answers.
     Answers(Vec<(PendingAction, Option<Answer>)>),
     /// The batch its stopped process left (see [`Harness::recover`]).
-    Recovered(HashSet<String>),
+    Recovered(StoppedBatch),
 }
 
 struct Run<'h, 'c> {
@@ -475,8 +475,8 @@ impl Run<'_, '_> {
         deadline: Option<tokio::time::Instant>,
         entry: Option<Entry>,
     ) -> End {
-        if let Some(Entry::Recovered(started)) = entry {
-            if let Some(end) = self.recover_batch(&started, token).await {
+        if let Some(Entry::Recovered(stopped)) = entry {
+            if let Some(end) = self.recover_batch(&stopped, token).await {
                 return end;
             }
         } else if let Some(Entry::Answers(answers)) = entry {

@@ -10,15 +10,27 @@ use super::{End, OUTCOME_UNKNOWN, Run};
 use crate::harness::events::EventKind;
 use crate::harness::message::{Message, ToolCall};
 
+/// What is stored of the last batch of a run whose process stopped.
+#[derive(Debug, Clone, Default)]
+pub struct StoppedBatch {
+    /// Its calls whose `tool_start` is stored (with or without a result).
+    pub started: HashSet<String>,
+    /// It was counted whole when the run paused for it (its calls were
+    /// being run as answered): its calls are not counted again.
+    pub counted: bool,
+}
+
 impl Run<'_, '_> {
     /// The calls of the transcript's last batch that have no result, run
     /// (or answered `Outcome unknown`) in call order, counted as every call
-    /// is. A transcript that ends with an answer ends the run with it.
+    /// is (unless the batch was counted at its pause). A transcript that
+    /// ends with an answer ends the run with it.
     pub(super) async fn recover_batch(
         &mut self,
-        started: &HashSet<String>,
+        stopped: &StoppedBatch,
         token: &CancellationToken,
     ) -> Option<End> {
+        let started = &stopped.started;
         let batch = self
             .messages
             .iter()
@@ -48,7 +60,9 @@ impl Run<'_, '_> {
             if token.is_cancelled() {
                 return Some(End::Stopped);
             }
-            self.tool_calls += 1;
+            if !stopped.counted {
+                self.tool_calls += 1;
+            }
             let rerun = !started.contains(&call.id)
                 || self
                     .harness
