@@ -144,6 +144,8 @@ impl Application {
             auth: api::auth::Auth::new(&config.auth.tokens),
             limits: config.limits,
             default_model: config.runs.default_model.as_str().into(),
+            default_instructions: (!config.runs.default_instructions.is_empty())
+                .then(|| config.runs.default_instructions.as_str().into()),
             max_body_bytes: config.server.max_body_bytes,
             keep_alive: config
                 .server

@@ -163,6 +163,8 @@ pub struct Ceilings<'a> {
     pub mcp: &'a McpServers,
     pub default_model: &'a str,
     pub webhooks: &'a crate::runner::webhooks::Webhooks,
+    /// For a run with built-in tools and no instructions (none: none).
+    pub default_instructions: Option<&'a str>,
 }
 
 impl CreateRunRequest {
@@ -343,6 +345,12 @@ impl CreateRunRequest {
                 ));
             }
             instructions = (!given.is_empty()).then_some(given);
+        } else if instructions.is_none()
+            && tools
+                .iter()
+                .any(|tool| BUILTIN_TOOL_NAMES.contains(&tool.as_str()))
+        {
+            instructions = server.default_instructions.map(str::to_owned);
         }
         let previous_run_id = self
             .previous_run_id

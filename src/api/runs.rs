@@ -49,6 +49,7 @@ pub async fn create(
         mcp: state.runner.mcp(),
         default_model: &state.default_model,
         webhooks: state.runner.webhooks(),
+        default_instructions: state.default_instructions.as_deref(),
     })?;
 
     if let (Some(key), Some(hash)) = (&key, &hash)

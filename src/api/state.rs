@@ -16,6 +16,8 @@ pub struct Services {
     pub auth: Auth,
     pub limits: LimitsConfig,
     pub default_model: Arc<str>,
+    /// `runs.default_instructions`, when not empty.
+    pub default_instructions: Option<Arc<str>>,
     pub max_body_bytes: usize,
     /// Interval of keep-alive comments on idle event streams.
     pub keep_alive: Duration,

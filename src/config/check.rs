@@ -10,6 +10,10 @@ use super::{
 use crate::tools::command::MAX_DESCRIPTION_CHARS as MAX_PRESET_DESCRIPTION_CHARS;
 use crate::tools::sandbox::MIN_MEMORY_MAX_BYTES;
 
+/// Longest `runs.default_instructions`, in bytes (a request's own may be as
+/// long).
+const MAX_DEFAULT_INSTRUCTIONS_BYTES: usize = 256 * 1024;
+
 impl Config {
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |message: String| Err(ConfigError::Invalid(message));
@@ -33,6 +37,13 @@ impl Config {
         }
         if self.storage.write_retry_ms == 0 {
             return invalid("storage.write_retry_ms must be at least 1".into());
+        }
+        let instructions = &self.runs.default_instructions;
+        if instructions.contains('\0') || instructions.len() > MAX_DEFAULT_INSTRUCTIONS_BYTES {
+            return invalid(format!(
+                "runs.default_instructions: at most {MAX_DEFAULT_INSTRUCTIONS_BYTES} bytes, \
+                 without NUL characters"
+            ));
         }
         let statement_timeout = self.storage.statement_timeout_ms;
         if !(MIN_STATEMENT_TIMEOUT_MS..=MAX_STATEMENT_TIMEOUT_MS).contains(&statement_timeout) {

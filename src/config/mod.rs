@@ -116,9 +116,24 @@ pub struct RunsConfig {
     pub shutdown_grace_ms: u64,
     /// On PostgreSQL: how long a replica's claim on its runs lasts without a
     /// heartbeat renewing it. A replica silent for longer is taken for dead:
-    /// another one ends its running runs `interrupted` (within twice this).
+    /// another one queues its running runs again to resume (within twice
+    /// this).
     pub lease_ms: u64,
+    /// The instructions of a run with built-in tools that has none of its
+    /// own nor of its profile's; `""`: none.
+    pub default_instructions: String,
 }
+
+/// What `runs.default_instructions` is unless configured: how to work
+/// through the built-in tools, for a model that would otherwise only be
+/// told its task.
+pub const DEFAULT_INSTRUCTIONS: &str = "You work in a workspace: a directory of files that \
+you reach only through your tools. Act with the tools rather than describe what you would \
+do. Find files with list_dir or search, read them with read_file, change part of a file with \
+edit_file and write a whole file with write_file. When you have commands to run (such as \
+tests), run them to check your work; when a check fails, read its output, fix the cause and \
+check again. Do not repeat a call whose result you already have. When the task is done, \
+stop calling tools and answer briefly: the answer asked for, or what you changed.";
 
 impl Default for RunsConfig {
     fn default() -> Self {
@@ -128,6 +143,7 @@ impl Default for RunsConfig {
             default_model: "demo".into(),
             shutdown_grace_ms: 10_000,
             lease_ms: 10_000,
+            default_instructions: DEFAULT_INSTRUCTIONS.to_owned(),
         }
     }
 }

@@ -66,6 +66,31 @@ pub fn bound_tool_result(content: &str, limit: usize) -> String {
     bounded
 }
 
+/// What the model sees of a tool result masked to fit the context, for a
+/// result of `chars` characters.
+pub fn masked_result(chars: usize) -> String {
+    format!(
+        "[result omitted to fit the context: {chars} characters; call the tool again if you need it]"
+    )
+}
+
+/// `message` (a tool result) masked: its content replaced by
+/// [`masked_result`].
+pub fn mask(message: &Message) -> Message {
+    match message {
+        Message::Tool {
+            call_id,
+            content,
+            is_error,
+        } => Message::tool(
+            call_id.clone(),
+            masked_result(content.chars().count()),
+            *is_error,
+        ),
+        other => other.clone(),
+    }
+}
+
 /// Size bookkeeping for a transcript, kept as messages are appended so that
 /// selecting a context costs in proportion to what is selected, not to the
 /// whole run. Each message is measured once, when appended.
@@ -79,7 +104,21 @@ pub struct ContextIndex {
     groups: Vec<(usize, usize)>,
     /// The group of the newest user message after the first, if any.
     newest_user: Option<usize>,
+    /// The tool results that masking makes smaller, in order: `(index,
+    /// characters saved by masking it)`.
+    results: Vec<(usize, usize)>,
+    /// Every message after the first, with its comma.
+    rest: usize,
     len: usize,
+}
+
+/// A context chosen within a budget: the messages from `start` on (after
+/// the first), with the tool results at `masked` (indices into the
+/// transcript, in order) masked (see [`mask`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Selection {
+    pub start: usize,
+    pub masked: Vec<usize>,
 }
 
 impl ContextIndex {
@@ -92,8 +131,16 @@ impl ContextIndex {
             self.first_size = size;
             return;
         }
+        self.rest += size + 1;
         match (message, self.groups.last_mut()) {
-            (Message::Tool { .. }, Some(group)) => group.1 += size,
+            (Message::Tool { .. }, Some(group)) => {
+                group.1 += size;
+                // Only results that masking makes smaller are ever masked.
+                let saved = size.saturating_sub(mask(message).serialized_chars());
+                if saved > 0 {
+                    self.results.push((index, saved));
+                }
+            }
             _ => {
                 if matches!(message, Message::User { .. }) {
                     self.newest_user = Some(self.groups.len());
@@ -106,18 +153,47 @@ impl ContextIndex {
     /// Chooses the context within `limit` characters (the JSON array's
     /// brackets and commas included). Required: the first message, and the
     /// newest user message after it with everything after that (without
-    /// one, the latest group). Then as many earlier groups as fit, newest
-    /// first. Returns the index of the first message of the oldest group
-    /// kept (the transcript's length when none is), or `TooSmall` when what
-    /// is required does not fit.
-    pub fn select(&self, limit: usize) -> Result<usize, ContextError> {
-        // "[" + first + "]"
-        let mut used = self.first_size + 2;
+    /// one, the latest group). When everything does not fit, the oldest
+    /// tool results outside the newest group are masked, one by one; when
+    /// that is not enough, the oldest groups are dropped too, and then the
+    /// newest of the masked results that fit again are shown whole.
+    /// `TooSmall` when what is required does not fit, masked.
+    pub fn select(&self, limit: usize) -> Result<Selection, ContextError> {
+        let everything = self.first_size + 2 + self.rest;
+        if everything <= limit {
+            return Ok(Selection {
+                start: self.groups.first().map_or(self.len, |group| group.0),
+                masked: Vec::new(),
+            });
+        }
+        // Masked, oldest first, outside the newest group.
+        let newest = self.groups.last().map_or(self.len, |group| group.0);
+        let mut used = everything;
+        let mut masked = Vec::new();
+        for &(index, saved) in self.results.iter().take_while(|(index, _)| *index < newest) {
+            if used <= limit {
+                break;
+            }
+            used -= saved;
+            masked.push(index);
+        }
         let required = self
             .newest_user
             .unwrap_or(self.groups.len().saturating_sub(1));
-        for group in required..self.groups.len() {
-            used += self.cost(group);
+        // Then the oldest groups dropped, masked as they were.
+        let mut first_kept = 0;
+        let mut dropped_results = 0;
+        while used > limit && first_kept < required {
+            let end = self.groups.get(first_kept + 1).map_or(self.len, |g| g.0);
+            let mut cost = self.cost(first_kept);
+            while let Some(&index) = masked.get(dropped_results)
+                && index < end
+            {
+                cost -= self.saved(index);
+                dropped_results += 1;
+            }
+            used -= cost;
+            first_kept += 1;
         }
         if used > limit {
             return Err(ContextError::TooSmall {
@@ -125,16 +201,30 @@ impl ContextIndex {
                 required: used,
             });
         }
-        let mut start = self.groups.get(required).map_or(self.len, |group| group.0);
-        for group in (0..required).rev() {
-            let cost = self.cost(group);
-            if used + cost > limit {
+        masked.drain(..dropped_results);
+        // Room left over shows the newest masked results whole again.
+        while let Some(&index) = masked.last() {
+            let saved = self.saved(index);
+            if used + saved > limit {
                 break;
             }
-            used += cost;
-            start = self.groups[group].0;
+            used += saved;
+            masked.pop();
         }
-        Ok(start)
+        Ok(Selection {
+            start: self
+                .groups
+                .get(first_kept)
+                .map_or(self.len, |group| group.0),
+            masked,
+        })
+    }
+
+    /// What masking the tool result at `index` saves.
+    fn saved(&self, index: usize) -> usize {
+        self.results
+            .binary_search_by_key(&index, |(at, _)| *at)
+            .map_or(0, |at| self.results[at].1)
     }
 
     /// A group's characters, with the comma before each of its messages.
@@ -151,7 +241,7 @@ impl ContextIndex {
 /// The pure form of context selection, for a whole transcript at once: checks
 /// that it is a coherent conversation (a leading user message, every tool result
 /// answering a call of the assistant turn just before it, every call answered),
-/// then selects as [`ContextIndex::select`] does.
+/// then selects as [`ContextIndex::select`] does, masked results masked.
 pub fn select_context(messages: &[Message], limit: usize) -> Result<Vec<Message>, ContextError> {
     if messages.is_empty() {
         return Ok(Vec::new());
@@ -161,16 +251,27 @@ pub fn select_context(messages: &[Message], limit: usize) -> Result<Vec<Message>
     for message in messages {
         index.push(message, message.serialized_chars());
     }
-    let start = index.select(limit)?;
+    let Selection { start, masked } = index.select(limit)?;
     let mut selected = Vec::with_capacity(1 + messages.len() - start);
     selected.push(messages[0].clone());
-    selected.extend_from_slice(&messages[start..]);
+    for (index, message) in messages.iter().enumerate().skip(start.max(1)) {
+        selected.push(match masked.binary_search(&index) {
+            Ok(_) => mask(message),
+            Err(_) => message.clone(),
+        });
+    }
     Ok(selected)
 }
 
-/// The context for a harness transcript of shared messages.
-pub(crate) fn view<'a>(messages: &'a [Arc<Message>], start: usize) -> ContextView<'a> {
-    ContextView::new(&messages[..1], &messages[start.max(1)..])
+/// The context for a harness transcript of shared messages: `masks` holds
+/// the masked forms of the selection's masked results, in order.
+pub(crate) fn view<'a>(
+    messages: &'a [Arc<Message>],
+    selection: &Selection,
+    masks: &'a [(usize, Arc<Message>)],
+) -> ContextView<'a> {
+    let start = selection.start.max(1);
+    ContextView::new(&messages[..1], &messages[start..]).masked(start, masks)
 }
 
 fn check_coherent(messages: &[Message]) -> Result<(), ContextError> {
@@ -337,13 +438,83 @@ mod tests {
             select_context(&messages, size(&messages)).unwrap(),
             messages
         );
-        // Less than the required part: a context limit, not a cut in it.
+        // Less than the required part: its older result is masked (the
+        // newest group's never is), and below that, a context limit, not a
+        // cut in it.
+        let mut masked = required.clone();
+        masked[3] = mask(&masked[3]);
         assert_eq!(
-            select_context(&messages, size(&required) - 1),
+            select_context(&messages, size(&required) - 1).unwrap(),
+            masked
+        );
+        assert_eq!(
+            select_context(&messages, size(&masked) - 1),
             Err(ContextError::TooSmall {
-                limit: size(&required) - 1,
-                required: size(&required)
+                limit: size(&masked) - 1,
+                required: size(&masked)
             })
+        );
+    }
+
+    #[test]
+    fn old_results_are_masked_oldest_first_before_groups_are_dropped() {
+        let long = |c: &str| c.repeat(500);
+        let messages = vec![
+            Message::user("task"),
+            // A group that stays long with its result masked.
+            Message::assistant(long("t"), vec![call("1")]),
+            Message::tool("1", long("a"), false),
+            Message::assistant("", vec![call("2")]),
+            Message::tool("2", long("b"), false),
+            Message::assistant("", vec![call("3")]),
+            Message::tool("3", long("c"), false),
+        ];
+        let masked = |indices: &[usize]| {
+            let mut view = messages.clone();
+            for &index in indices {
+                view[index] = mask(&view[index]);
+            }
+            view
+        };
+        assert_eq!(
+            masked(&[2])[2],
+            Message::tool(
+                "1",
+                "[result omitted to fit the context: 500 characters; call the tool again if you need it]",
+                false
+            )
+        );
+        // One character short: the oldest result is masked, nothing dropped.
+        assert_eq!(
+            select_context(&messages, size(&messages) - 1).unwrap(),
+            masked(&[2])
+        );
+        // Then the next oldest; the newest group's result never.
+        let two = masked(&[2, 4]);
+        assert_eq!(select_context(&messages, size(&two)).unwrap(), two);
+        // Not enough with both masked: the oldest group goes...
+        let dropped = |mut view: Vec<Message>| {
+            view.drain(1..3);
+            view
+        };
+        // ...and the room it leaves shows the next result whole again...
+        let whole = dropped(messages.clone());
+        assert!(size(&whole) < size(&two));
+        assert_eq!(select_context(&messages, size(&two) - 1).unwrap(), whole);
+        // ...when there is room enough.
+        let tight = dropped(masked(&[4]));
+        assert_eq!(select_context(&messages, size(&whole) - 1).unwrap(), tight);
+        // Short results, which masking would lengthen, are never masked.
+        let short = vec![
+            Message::user("task"),
+            Message::assistant("", vec![call("1")]),
+            Message::tool("1", "ok", false),
+            Message::assistant("", vec![call("2")]),
+            Message::tool("2", "ok", false),
+        ];
+        assert_eq!(
+            select_context(&short, size(&short) - 1).unwrap(),
+            vec![short[0].clone(), short[3].clone(), short[4].clone()]
         );
     }
 
@@ -431,7 +602,8 @@ mod tests {
 
     fn arb_transcript() -> impl Strategy<Value = Vec<Message>> {
         let text = "[a-zé\"\\\\\n]{0,30}";
-        let turn = (text, proptest::collection::vec(text, 0..4));
+        let result = "[a-zé\"\\\\\n]{0,200}";
+        let turn = (text, proptest::collection::vec(result, 0..4));
         (text, proptest::collection::vec(turn, 0..12)).prop_map(|(prompt, turns)| {
             let mut messages = vec![Message::user(prompt)];
             let mut next_id = 0;
@@ -474,14 +646,20 @@ mod tests {
                 Ok(selected) => {
                     prop_assert!(size(&selected) <= limit);
                     prop_assert_eq!(&selected[0], &messages[0]);
-                    // The rest is a suffix of the transcript...
+                    // The rest is a suffix of the transcript, some of its
+                    // results masked...
                     let rest = &selected[1..];
-                    prop_assert_eq!(rest, &messages[messages.len() - rest.len()..]);
+                    let suffix = &messages[messages.len() - rest.len()..];
+                    for (shown, message) in rest.iter().zip(suffix) {
+                        prop_assert!(shown == message || *shown == mask(message));
+                    }
                     // ...that is a coherent conversation with the prompt.
                     prop_assert!(check_coherent(&selected).is_ok());
-                    // And no further group would have fitted.
+                    // And no further group would have fitted (masked or
+                    // not: what fits masked is kept masked).
                     let taken = rest.len();
-                    if taken + 1 < messages.len() {
+                    let none_masked = rest.iter().zip(suffix).all(|(a, b)| a == b);
+                    if taken + 1 < messages.len() && none_masked {
                         let mut start = messages.len() - taken - 1;
                         while start > 1 && matches!(messages[start], Message::Tool { .. }) {
                             start -= 1;

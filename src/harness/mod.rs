@@ -17,7 +17,7 @@ pub use agent::{
     CANNOT_PAUSE, ContextLimits, HANDED_OVER, Harness, Limits, OUTCOME_UNKNOWN, Progress,
     RunConfig, RunResult, StoppedBatch, TOOL_CANCEL_GRACE,
 };
-pub use context::{ContextError, ContextIndex, bound_tool_result, select_context};
+pub use context::{ContextError, ContextIndex, Selection, bound_tool_result, select_context};
 pub use events::{Event, EventKind, Observer, ObserverError, Outcome, Totals};
 pub use message::{MAX_TOKEN_COUNT, Message, ToolCall, Usage, UsageError, UsageTotals};
 pub use model::{ContextView, DeltaSink, Model, ModelError, ModelRequest, ModelResponse, NoDeltas};

@@ -42,11 +42,32 @@ pub trait DeltaSink: Send + Sync {
 pub struct ContextView<'a> {
     pub(crate) first: &'a [Arc<Message>],
     pub(crate) recent: &'a [Arc<Message>],
+    /// The index in the transcript of `recent`'s first message.
+    offset: usize,
+    /// Results of `recent` shown masked, by their index in the
+    /// transcript, in order (see [`crate::harness::context::mask`]).
+    masks: &'a [(usize, Arc<Message>)],
 }
 
 impl<'a> ContextView<'a> {
     pub fn new(first: &'a [Arc<Message>], recent: &'a [Arc<Message>]) -> Self {
-        Self { first, recent }
+        Self {
+            first,
+            recent,
+            offset: first.len(),
+            masks: &[],
+        }
+    }
+
+    /// The same view, with the messages at the indices of `masks` (in the
+    /// transcript, whose message `offset` is `recent`'s first) shown as
+    /// given there.
+    pub(crate) fn masked(self, offset: usize, masks: &'a [(usize, Arc<Message>)]) -> Self {
+        Self {
+            offset,
+            masks,
+            ..self
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -58,7 +79,17 @@ impl<'a> ContextView<'a> {
     }
 
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = &'a Message> + 'a {
-        self.first.iter().chain(self.recent).map(|m| &**m)
+        let (offset, masks) = (self.offset, self.masks);
+        let recent = self.recent.iter().enumerate().map(move |(at, message)| {
+            if masks.is_empty() {
+                return &**message;
+            }
+            match masks.binary_search_by_key(&(offset + at), |(index, _)| *index) {
+                Ok(found) => &*masks[found].1,
+                Err(_) => &**message,
+            }
+        });
+        self.first.iter().map(|m| &**m).chain(recent)
     }
 
     pub fn to_vec(&self) -> Vec<Message> {

@@ -406,3 +406,97 @@ async fn a_continued_run_left_queued_by_a_restart_starts_from_its_history() {
     let status = terminate(&mut child);
     assert!(status.success(), "{status:?}");
 }
+
+/// When a thread's history does not fit, its oldest tool results are
+/// masked before any group is dropped (SPEC section 15): the model sees the
+/// placeholder, the stored transcript keeps everything.
+#[tokio::test]
+async fn old_tool_results_are_masked_before_groups_are_dropped() {
+    let (address, seen) = mock_providers().await;
+    let app = spawn_with_providers(&address).await;
+    let big = "line of the file\n".repeat(180);
+    let read = |id: &str| call(id, "read_file", json!({"path": "big.txt"}));
+    let first = app
+        .run_to_end(json!({
+            "prompt": "read it twice",
+            "workspace": {"files": {"big.txt": big}},
+            "model": {"scripted": [
+                {"content": "", "tool_calls": [read("r1")]},
+                {"content": "", "tool_calls": [read("r2")]},
+                {"content": "read"}
+            ]}
+        }))
+        .await;
+    assert_eq!(first["status"], "completed", "{first}");
+    let second = app
+        .run_to_end(json!({
+            "prompt": "and now?", "previous_run_id": first["id"],
+            "model": {"profile": "oa"}, "instructions": "",
+            "context": {"max_context_chars": big.len() + 2_000}
+        }))
+        .await;
+    assert_eq!(second["status"], "completed", "{second}");
+    let sent = seen.lock().unwrap().last().cloned().unwrap();
+    let results: Vec<&str> = sent["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(results.len(), 2, "no group was dropped: {sent}");
+    assert!(
+        results[0].starts_with("[result omitted to fit the context: "),
+        "the older result is masked: {}",
+        results[0]
+    );
+    assert_eq!(results[1], big, "the newer one is whole");
+    // Stored whole.
+    let stored = app
+        .get(&format!(
+            "/v1/runs/{}/messages",
+            second["id"].as_str().unwrap()
+        ))
+        .await;
+    let stored_results = stored.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .count();
+    assert_eq!(stored_results, 2);
+    assert!(!stored.text.contains("result omitted"), "{}", stored.text);
+}
+
+/// A run with built-in tools and no instructions of its own or its
+/// profile's gets the server's default; `""` asks for none, and a run
+/// without built-in tools has none.
+#[tokio::test]
+async fn runs_with_built_in_tools_get_the_default_instructions() {
+    let (address, seen) = mock_providers().await;
+    let app = spawn_with_providers(&address).await;
+    let defaulted = app
+        .run_to_end(json!({"prompt": "hello", "model": {"profile": "an"}}))
+        .await;
+    let default = agent_runner::config::DEFAULT_INSTRUCTIONS;
+    assert_eq!(defaulted["instructions"], default, "{defaulted}");
+    assert_eq!(
+        seen.lock().unwrap().last().unwrap()["system"],
+        default,
+        "sent as the system prompt"
+    );
+    let none = app
+        .run_to_end(json!({"prompt": "hello", "model": {"profile": "an"}, "instructions": ""}))
+        .await;
+    assert_eq!(none["instructions"], Value::Null);
+    assert!(seen.lock().unwrap().last().unwrap().get("system").is_none());
+    let toolless = app
+        .run_to_end(json!({"prompt": "hello", "model": {"profile": "an"}, "tools": []}))
+        .await;
+    assert_eq!(toolless["instructions"], Value::Null);
+    // A profile's own instructions win.
+    let profiled = app
+        .run_to_end(json!({"prompt": "hello", "model": {"profile": "oa"}}))
+        .await;
+    assert_eq!(profiled["instructions"], "You are the profile's agent.");
+}

@@ -19,7 +19,7 @@ mod recover;
 
 pub use recover::StoppedBatch;
 
-use super::context::{self, ContextError, ContextIndex};
+use super::context::{self, ContextError, ContextIndex, Selection};
 use super::events::{Emitter, EventKind, Observer, Outcome, Totals};
 use super::message::{Message, UsageTotals};
 use super::model::{DeltaSink, Model, ModelError, ModelRequest};
@@ -441,7 +441,7 @@ impl<'h, 'c> Run<'h, 'c> {
 
     /// Selects the context within `max_context_chars`, the instructions
     /// counted in it (the characters of their JSON string).
-    fn select_context(&self) -> Result<usize, ContextError> {
+    fn select_context(&self) -> Result<Selection, ContextError> {
         let limit = self.config.context.max_context_chars.get();
         let instructions = self.instructions_chars;
         self.index
@@ -509,16 +509,21 @@ impl Run<'_, '_> {
             if token.is_cancelled() {
                 return End::Stopped;
             }
-            let start = match self.select_context() {
-                Ok(start) => start,
+            let selection = match self.select_context() {
+                Ok(selection) => selection,
                 Err(error) => return End::ContextLimit(error.to_string()),
             };
+            let masks: Vec<(usize, Arc<Message>)> = selection
+                .masked
+                .iter()
+                .map(|&index| (index, Arc::new(context::mask(&self.messages[index]))))
+                .collect();
             self.emitter.emit(|| EventKind::ModelStart);
             let began = Instant::now();
             let deltas = Deltas(&self.emitter);
             let request = ModelRequest {
                 instructions: self.config.instructions.as_deref(),
-                messages: context::view(&self.messages, start),
+                messages: context::view(&self.messages, &selection, &masks),
                 tools: tools.definitions(),
                 cancel: token,
                 deadline,
