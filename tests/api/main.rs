@@ -13,6 +13,7 @@ mod console;
 mod conversations;
 mod durable;
 mod errors;
+mod eval;
 mod eventsource;
 mod lifecycle;
 mod mcp;

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Writes the scripted sample of the task set (to stdout, as JSONL): tasks in
+the task set's format whose model is scripted, one that solves its problem,
+one that does not, a fact answered, and a one-shot answer, so that the runner
+and its scorer are tested without a real model (the project's tests run it).
+
+    python3 eval/build_sample.py > eval/tasks/sample.jsonl
+"""
+
+import json
+
+STUB = 'def add(a, b):\n    """The sum of a and b.\n    >>> add(2, 3)\n    5\n    """\n'
+RIGHT = STUB + "    return a + b\n"
+WRONG = STUB + "    return a - b\n"
+EXAMPLES = (
+    "from solution import add\n"
+    "assert add(2, 3) == 5, add(2, 3)\n"
+    "print('1 of 1 examples pass')\n"
+)
+HIDDEN = "\n\ndef check(candidate):\n    assert candidate(2, 3) == 5\n    assert candidate(-1, 1) == 0\n\ncheck(add)\n"
+
+
+def solving(code, answer):
+    return {
+        "scripted": [
+            {"content": "", "tool_calls": [{"id": "w", "name": "write_file",
+                                            "arguments": {"path": "solution.py", "content": code}}]},
+            {"content": "", "tool_calls": [{"id": "t", "name": "run_command",
+                                            "arguments": {"command": "test"}}]},
+            {"content": answer},
+        ]
+    }
+
+
+def coding(name, model):
+    return {
+        "id": name,
+        "request": {
+            "prompt": "Complete add in solution.py; run the test command.",
+            "tools": ["read_file", "write_file", "run_command"],
+            "commands": ["test"],
+            "workspace": {"files": {"solution.py": STUB, "test_examples.py": EXAMPLES}},
+            "model": model,
+        },
+        "check": {"file": "solution.py", "python": HIDDEN},
+        "one_shot": {
+            "prompt": "Complete this function:\n" + STUB,
+            "model": {"scripted": [{"content": "Here:\n```python\n" + RIGHT + "```\n"}]},
+            "check": {"python": HIDDEN},
+        },
+    }
+
+
+def main():
+    print(json.dumps(coding("sample-solved", solving(RIGHT, "Done: add returns a + b."))))
+    wrong = coding("sample-wrong", solving(WRONG, "Done."))
+    wrong["one_shot"]["model"] = {"scripted": [{"content": "```python\n" + WRONG + "```"}]}
+    print(json.dumps(wrong))
+    print(
+        json.dumps(
+            {
+                "id": "sample-fact",
+                "request": {
+                    "prompt": "Which port? Answer with the number.",
+                    "tools": ["read_file"],
+                    "workspace": {"files": {"service.ini": "port = 8731\n"}},
+                    "model": {"scripted": [
+                        {"content": "", "tool_calls": [{"id": "r", "name": "read_file",
+                                                        "arguments": {"path": "service.ini"}}]},
+                        {"content": "It listens on 8731."},
+                    ]},
+                },
+                "check": {"answer_contains": "8731"},
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
