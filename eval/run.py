@@ -129,14 +129,21 @@ def check_one_shot(run, check):
     return run_python(code + "\n\n" + check["python"], {})
 
 
-def with_model(request, model):
+def with_model(request, model, ablate=()):
+    """`request` with the model profile (unless it names its own), less
+    what `ablate` turns off: `instructions` (the server's default ones),
+    `edit_file`, `search` (tools)."""
     request = dict(request)
     if "model" not in request and model:
         request["model"] = model
+    if "instructions" in ablate:
+        request["instructions"] = ""
+    if "tools" in request:
+        request["tools"] = [tool for tool in request["tools"] if tool not in ablate]
     return request
 
 
-def attempt(server, task, model, one_shot):
+def attempt(server, task, model, one_shot, ablate=()):
     began = time.monotonic()
     if one_shot:
         spec = task["one_shot"]
@@ -149,7 +156,7 @@ def attempt(server, task, model, one_shot):
         run = server.run(request)
         passed, detail = check_one_shot(run, spec["check"])
     else:
-        run = server.run(with_model(task["request"], model))
+        run = server.run(with_model(task["request"], model, ablate))
         passed, detail = check_run(server, run, task["check"])
     return {
         "task": task["id"],
@@ -175,6 +182,13 @@ def main():
     parser.add_argument("--repeat", type=int, default=1, help="tries of each task")
     parser.add_argument("--only", help="a regular expression the task ids must match")
     parser.add_argument("--out", help="where to write every result, as JSONL")
+    parser.add_argument(
+        "--ablate",
+        action="append",
+        default=[],
+        choices=["instructions", "edit_file", "search"],
+        help="turn one aid off (repeatable): the default instructions, or a tool",
+    )
     args = parser.parse_args()
 
     server = Server(args.server, args.token)
@@ -194,7 +208,7 @@ def main():
         for one_shot in modes:
             for _ in range(args.repeat):
                 try:
-                    result = attempt(server, task, args.model, one_shot)
+                    result = attempt(server, task, args.model, one_shot, args.ablate)
                 except Exception as error:  # a task's failure is its own
                     result = {"task": task["id"], "mode": "one_shot" if one_shot else "harness",
                               "passed": False, "status": "error", "steps": None,

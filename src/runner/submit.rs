@@ -101,6 +101,7 @@ impl Runner {
                     SubmitError::QueueFull
                 }
                 Refused::Storage(why) => SubmitError::StorageRefused(why),
+                Refused::Unready(why) => SubmitError::Unready(why),
             })?;
         let id = Uuid::now_v7();
         let mut run = Run::queued(id, &spec, Utc::now());

@@ -260,6 +260,7 @@ impl Runner {
             store: self.services.store.clone(),
             webhooks,
             runs_done: self.lifecycle.runs_done.clone(),
+            scheduler: Arc::clone(&self.scheduler),
         };
         self.lifecycle.webhooks.spawn(dispatcher.run());
     }
@@ -273,6 +274,10 @@ struct Dispatcher {
     /// Fires once the runs are done at shutdown: what is due then is tried,
     /// for [`DRAIN`] at most, and the dispatcher stops.
     runs_done: CancellationToken,
+    /// Asked before deliveries are taken: a replica that lost its lease
+    /// takes none until it joined again (it could not store their outcome,
+    /// so each would be made twice).
+    scheduler: Arc<dyn crate::scheduler::Scheduler>,
 }
 
 impl Dispatcher {
@@ -288,7 +293,7 @@ impl Dispatcher {
             // Whether as many were due as could be taken (more may be).
             let mut full = false;
             let mut unread = false;
-            if free > 0 {
+            if free > 0 && self.scheduler.unready().is_none() {
                 let skip: HashSet<String> = under_way.values().cloned().collect();
                 match self.store.take_deliveries(free, &skip, claim).await {
                     Ok(taken) => {

@@ -102,15 +102,23 @@ impl Scheduler for Leased {
     async fn admit(&self, _tenant: &Tenant) -> Result<Admission, Refused> {
         let shared = &self.shared;
         if let Some(why) = self.unready() {
-            return Err(Refused::Storage(why));
+            return Err(Refused::Unready(why));
         }
+        // A slot held under a membership lost meanwhile is given back.
+        let now = |slot: Slot| {
+            if slot.revoked() {
+                Err(Refused::Unready(REJOINING.to_owned()))
+            } else {
+                Ok(Admission::Now(slot))
+            }
+        };
         if let Some(slot) = shared.slots.try_slot() {
-            return Ok(Admission::Now(slot));
+            return now(slot);
         }
         if shared.claiming.load(Ordering::Acquire)
             && let Ok(Some(slot)) = tokio::time::timeout(CLAIM_GRACE, shared.slots.slot()).await
         {
-            return Ok(Admission::Now(slot));
+            return now(slot);
         }
         let (place, before) = shared.slots.place();
         let queued = shared
@@ -378,7 +386,7 @@ async fn heartbeat(shared: Arc<Shared>, host: Arc<dyn Host>, membership: Arc<Mem
     let lease = cluster.lease();
     let lost = membership.lost().clone();
     let leaving = cluster.leaving().clone();
-    let mut renewed = Instant::now();
+    let mut renewed = membership.since();
     let mut absent: HashSet<Uuid> = HashSet::new();
     loop {
         tokio::select! {

@@ -39,6 +39,9 @@ pub enum Refused {
     /// The queue could not be counted (the database's failure).
     #[error("{0}")]
     Storage(String),
+    /// This process takes no work for now (see [`Scheduler::unready`]).
+    #[error("{0}")]
+    Unready(String),
 }
 
 /// Where an admitted run goes.

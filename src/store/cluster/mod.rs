@@ -78,6 +78,8 @@ pub struct Cluster {
 pub struct Membership {
     id: Arc<str>,
     lost: CancellationToken,
+    /// Taken before its row was inserted: its lease runs from no earlier.
+    since: std::time::Instant,
 }
 
 impl Membership {
@@ -85,7 +87,14 @@ impl Membership {
         Self {
             id: Arc::from(Uuid::now_v7().to_string()),
             lost: CancellationToken::new(),
+            since: std::time::Instant::now(),
         }
+    }
+
+    /// When its lease began at the latest (before its row was inserted):
+    /// what the first renewal's deadline counts from.
+    pub fn since(&self) -> std::time::Instant {
+        self.since
     }
 
     /// The replica's id under this membership.

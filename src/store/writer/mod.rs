@@ -480,6 +480,12 @@ impl Task {
             }
         }
         let replica = self.cluster.as_ref().map(|cluster| cluster.membership());
+        if let Some(membership) = &replica {
+            batch = ops::refuse_strays(batch, membership.id(), &self.channels);
+            if batch.is_empty() {
+                return (Vec::new(), false);
+            }
+        }
         let mut committing = None;
         let applied = within(
             self.deadline,

@@ -265,3 +265,20 @@ pub(super) fn fail(op: Op, error: StoreError, channels: &Channels) {
         op => finish(op, false, channels),
     }
 }
+
+/// Fails the inserts in `batch` of runs held by a replica id other than
+/// `holder` (a membership of this replica's that is lost: a slot taken
+/// under it, an insert sent after the replica joined again), which must not
+/// be written under the new one. The rest of the batch.
+pub(super) fn refuse_strays(batch: Vec<Op>, holder: &str, channels: &Channels) -> Vec<Op> {
+    let mut kept = Vec::with_capacity(batch.len());
+    for op in batch {
+        match &op {
+            Op::InsertRun(row, _) if row.owner().is_some_and(|owner| owner != holder) => {
+                fail(op, StoreError::Fenced, channels);
+            }
+            _ => kept.push(op),
+        }
+    }
+    kept
+}

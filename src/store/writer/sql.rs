@@ -42,6 +42,12 @@ pub(crate) struct RunRow {
 }
 
 impl RunRow {
+    /// The replica that holds the run from its insert (it starts there at
+    /// once), if any.
+    pub(super) fn owner(&self) -> Option<&str> {
+        self.owner.as_deref()
+    }
+
     /// The run's prompt (the writer's test hook looks at it).
     #[cfg(debug_assertions)]
     pub(super) fn prompt(&self) -> &str {
