@@ -31,8 +31,8 @@ FACTS = [
             "- Search: owned by Tomás Ortega\n- Storage: owned by Wen Li\n",
             "docs/index.md": "# Docs\n\nSee team.md for who owns what.\n",
         },
-        "Who owns the search component, according to docs/team.md? Answer with the name.",
-        "Tomás Ortega",
+        "Who owns the billing component, according to docs/team.md? Answer with the name.",
+        "Priya Raman",
     ),
     (
         "fact-version",
@@ -89,7 +89,8 @@ def main():
                 {
                     "id": name,
                     "request": {"prompt": prompt, "tools": TOOLS[:-1], "workspace": {"files": files},
-                                "limits": {"max_steps": 8}},
+                                "limits": {"max_steps": 8},
+                                "context": {"max_context_chars": 16000}},
                     "check": {"answer_contains": answer},
                 }
             )
@@ -106,6 +107,7 @@ def main():
                         "commands": ["test"],
                         "workspace": {"files": {module: source, "test_examples.py": tests}},
                         "limits": {"max_steps": 12},
+                        "context": {"max_context_chars": 16000},
                     },
                     "check": {"file": module, "python": hidden, "module": module},
                 }

@@ -139,6 +139,9 @@ def task(problem):
                 }
             },
             "limits": {"max_steps": 16, "timeout_ms": 600000},
+            # The model's server holds 8,192 tokens: instructions and tool
+            # definitions included, this many characters stay within it.
+            "context": {"max_context_chars": 16000},
         },
         "check": {"file": "solution.py", "python": hidden},
         "one_shot": {

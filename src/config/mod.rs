@@ -127,13 +127,13 @@ pub struct RunsConfig {
 /// What `runs.default_instructions` is unless configured: how to work
 /// through the built-in tools, for a model that would otherwise only be
 /// told its task.
-pub const DEFAULT_INSTRUCTIONS: &str = "You work in a workspace: a directory of files that \
-you reach only through your tools. Act with the tools rather than describe what you would \
-do. Find files with list_dir or search, read them with read_file, change part of a file with \
-edit_file and write a whole file with write_file. When you have commands to run (such as \
-tests), run them to check your work; when a check fails, read its output, fix the cause and \
-check again. Do not repeat a call whose result you already have. When the task is done, \
-stop calling tools and answer briefly: the answer asked for, or what you changed.";
+pub const DEFAULT_INSTRUCTIONS: &str = "You work in a workspace: a directory of files you \
+reach only through your tools. The workspace is new to you: never answer from memory. When the \
+task names a file, first read it with read_file. Use search only to find which file mentions \
+something when no file is named. Change part of a file with edit_file; write a whole file with \
+write_file. When you have commands (such as tests), run them to check your work, and when one \
+fails, read its output, fix the cause and run it again. When the task is done, stop calling \
+tools and answer briefly: the answer asked for, or what you changed.";
 
 impl Default for RunsConfig {
     fn default() -> Self {

@@ -11,6 +11,7 @@ pub mod pause;
 pub mod registry;
 pub mod render;
 pub mod stop;
+pub mod stuck;
 pub mod tool;
 
 pub use agent::{

@@ -19,6 +19,12 @@ pub struct ModelRequest<'a> {
     /// The messages selected for context (see [`super::context`]), in order.
     pub messages: ContextView<'a>,
     pub tools: &'a [Arc<ToolDefinition>],
+    /// The model is to answer now, calling no tool: the run is stuck in a
+    /// loop (see [`super::stuck`]). An adapter sends no tools where its
+    /// provider accepts a transcript with calls but no tools (OpenAI's
+    /// dialect), and forbids their use otherwise (Anthropic); either way it
+    /// ends what it sends with [`super::stuck::ANSWER_NOW`] from the user.
+    pub answer_now: bool,
     /// Fires on client cancel and on the run's deadline. The harness also stops
     /// waiting for the model when it fires, so an adapter that ignores it is
     /// merely dropped.

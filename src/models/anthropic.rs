@@ -103,16 +103,32 @@ impl AnthropicModel {
 #[async_trait]
 impl Dialect for Anthropic {
     fn request_body(&self, request: &ModelRequest<'_>, stream: bool) -> Value {
+        let mut messages = messages_json(request.messages.iter());
+        if request.answer_now
+            && let Some(last) = messages.as_array_mut().and_then(|turns| turns.last_mut())
+        {
+            // The last turn is the user's (the results of the repeated
+            // step): the request joins it, as turns must alternate.
+            let note = json!({"type": "text", "text": crate::harness::stuck::ANSWER_NOW});
+            if let Some(blocks) = last["content"].as_array_mut() {
+                blocks.push(note);
+            }
+        }
         let mut body = json!({
             "model": self.model,
             "max_tokens": self.max_tokens,
-            "messages": messages_json(request.messages.iter()),
+            "messages": messages,
         });
         if let Some(instructions) = request.instructions {
             body["system"] = json!(instructions);
         }
         if !request.tools.is_empty() {
+            // A transcript with tool use needs its tools defined: a model
+            // asked to answer now is forbidden to use them instead.
             body["tools"] = tools_json(request.tools);
+            if request.answer_now {
+                body["tool_choice"] = json!({"type": "none"});
+            }
         }
         if let Some(temperature) = self.temperature {
             body["temperature"] = json!(temperature);

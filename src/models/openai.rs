@@ -96,12 +96,17 @@ impl Dialect for OpenAi {
         {
             messages.insert(0, json!({"role": "system", "content": instructions}));
         }
+        if let (true, Value::Array(messages)) = (request.answer_now, &mut messages) {
+            messages.push(json!({"role": "user", "content": crate::harness::stuck::ANSWER_NOW}));
+        }
         let mut body = json!({
             "model": self.model,
             "messages": messages,
         });
-        // The API refuses an empty `tools` array.
-        if !request.tools.is_empty() {
+        // The API refuses an empty `tools` array. A model asked to answer
+        // now is sent none: with them, small models call them regardless of
+        // `tool_choice`.
+        if !request.tools.is_empty() && !request.answer_now {
             body["tools"] = tools_json(request.tools);
         }
         if let Some(max_tokens) = self.max_tokens {

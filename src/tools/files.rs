@@ -47,8 +47,9 @@ impl ReadFile {
             definition: shared(&format!("{READ_FILE}:{limit}"), || ToolDefinition {
                 name: READ_FILE.into(),
                 description: format!(
-                    "Read a text file of the workspace. Use it to see a file's current content \
-                     before changing it or to check what you wrote. Returns the file's whole \
+                    "Read a text file of the workspace. Use it to learn what a file says (to \
+                     answer a question about it, when the task names it), to see its current \
+                     content before changing it, or to check what you wrote. Returns the file's whole \
                      text; with offset and/or limit, returns {{path, start_line, end_line, \
                      total_lines, text}} for that window of lines instead, for long files. \
                      Files over {limit} bytes, and files that are not UTF-8 text, are refused. \

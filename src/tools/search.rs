@@ -158,8 +158,8 @@ impl Search {
                 name: SEARCH.into(),
                 description: format!(
                     "Search the workspace's text files for a regular expression, line by line. \
-                     Use it to find where something is defined or used before reading or \
-                     changing files. Returns {{matches: [{{path, line, text}}], total, \
+                     Use it to find which files mention something when you do not know where \
+                     it is; when you know the file, read it with read_file instead. Returns {{matches: [{{path, line, text}}], total, \
                      truncated}}: at most {MAX_MATCHES} matching lines, sorted by path and line \
                      number; total counts every matching line, and truncated says some were \
                      left out (narrow the search with path or glob). Binary files, files over \

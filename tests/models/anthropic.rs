@@ -252,3 +252,29 @@ async fn an_error_object_in_a_successful_answer_is_a_model_error() {
         ))
     );
 }
+
+#[tokio::test]
+async fn a_model_asked_to_answer_now_may_not_use_its_tools_and_is_told_so() {
+    let server = MockServer::start(vec![Reply::ok(anthropic_message(
+        Some("Sunny."),
+        vec![],
+        "end_turn",
+    ))])
+    .await;
+    let response = generate_answer_now(&model(&server)).await.unwrap();
+    assert_eq!(response.content, "Sunny.");
+    let body = &server.requests()[0].body;
+    assert!(
+        body["tools"].is_array(),
+        "tool use in the transcript needs its tools"
+    );
+    assert_eq!(body["tool_choice"], json!({"type": "none"}));
+    let last = body["messages"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["role"], "user");
+    let blocks = last["content"].as_array().unwrap();
+    assert_eq!(blocks[0]["type"], "tool_result");
+    assert_eq!(
+        blocks.last().unwrap(),
+        &json!({"type": "text", "text": agent_runner::harness::stuck::ANSWER_NOW})
+    );
+}

@@ -385,3 +385,18 @@ async fn an_https_endpoint_that_does_not_speak_tls_is_a_connection_failure() {
         "{error}"
     );
 }
+
+#[tokio::test]
+async fn a_model_asked_to_answer_now_is_sent_no_tools_and_told_so() {
+    let server = MockServer::start(vec![Reply::ok(openai_answer("Sunny.", "stop"))]).await;
+    let response = generate_answer_now(&model(&server, None)).await.unwrap();
+    assert_eq!(response.content, "Sunny.");
+    let body = &server.requests()[0].body;
+    assert!(body.get("tools").is_none(), "{body}");
+    let messages = body["messages"].as_array().unwrap();
+    assert_eq!(
+        messages.last().unwrap(),
+        &json!({"role": "user", "content": agent_runner::harness::stuck::ANSWER_NOW})
+    );
+    assert_eq!(messages[messages.len() - 2]["role"], "tool");
+}

@@ -301,9 +301,41 @@ pub async fn generate(
         instructions: None,
         messages: ContextView::new(&messages[..1], &messages[1..]),
         tools: &tools,
+        answer_now: false,
         cancel,
         deadline,
         deltas,
+    };
+    model.generate(request).await
+}
+
+/// A call that asks the model to answer now (a stuck loop), after a step
+/// with a tool call and its result.
+pub async fn generate_answer_now(model: &dyn Model) -> Result<ModelResponse, ModelError> {
+    let messages: Vec<Arc<Message>> = [
+        Message::user("What is the weather?"),
+        Message::assistant(
+            "",
+            vec![agent_runner::harness::ToolCall::new(
+                "call_1",
+                "get_weather",
+                serde_json::json!({"location": "Paris"}),
+            )],
+        ),
+        Message::tool("call_1", "sunny", false),
+    ]
+    .into_iter()
+    .map(Arc::new)
+    .collect();
+    let tools = [Arc::new(weather_definition())];
+    let request = ModelRequest {
+        instructions: None,
+        messages: ContextView::new(&messages[..1], &messages[1..]),
+        tools: &tools,
+        answer_now: true,
+        cancel: &CancellationToken::new(),
+        deadline: None,
+        deltas: &Deltas::default(),
     };
     model.generate(request).await
 }

@@ -26,6 +26,7 @@ use super::model::{DeltaSink, Model, ModelError, ModelRequest};
 use super::pause::{Answer, Answers, Approval, Checkpoint, PendingAction};
 use super::registry::ToolRegistry;
 use super::stop::{Stop, StopReason};
+use super::stuck;
 
 /// How long a tool may go on after the run's token fired before the harness
 /// stops waiting for it (and drops it). Cooperative tools stop well within it.
@@ -525,6 +526,7 @@ impl Run<'_, '_> {
                 instructions: self.config.instructions.as_deref(),
                 messages: context::view(&self.messages, &selection, &masks),
                 tools: tools.definitions(),
+                answer_now: stuck::is_stuck(&self.messages),
                 cancel: token,
                 deadline,
                 deltas: &deltas,
