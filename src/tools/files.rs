@@ -236,9 +236,12 @@ impl Tool for ListDir {
     }
 
     async fn execute(&self, arguments: &Value, _: &CancellationToken) -> Result<Value, ToolError> {
+        // Absent, null or empty (as models fill optional arguments): the root.
         let path = match arguments.get("path") {
             None | Some(Value::Null) => ".".to_owned(),
-            Some(_) => string_argument(arguments, "path")?,
+            Some(_) => Some(string_argument(arguments, "path")?)
+                .filter(|path| !path.is_empty())
+                .unwrap_or_else(|| ".".to_owned()),
         };
         let entries = blocking(&self.workspace, Access::Read, move |ws| {
             ws.list_dir(&path)

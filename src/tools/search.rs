@@ -247,10 +247,14 @@ impl Tool for Search {
 }
 
 /// An optional string argument: absent and null are the same.
+/// An optional string argument: absent, null or empty (models fill the
+/// optional arguments they do not mean with empty strings) is `None`.
 fn optional_string(arguments: &Value, key: &str) -> Result<Option<String>, ToolError> {
     match arguments.get(key) {
         None | Some(Value::Null) => Ok(None),
-        Some(_) => string_argument(arguments, key).map(Some),
+        Some(_) => {
+            string_argument(arguments, key).map(|value| (!value.is_empty()).then_some(value))
+        }
     }
 }
 

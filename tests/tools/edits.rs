@@ -286,6 +286,14 @@ async fn a_search_walks_the_tree_in_path_order_and_skips_what_it_must() {
             (json!(4), json!(false))
         );
         assert_eq!(found["matches"][2]["text"], "hit()");
+        // Empty optional arguments, as models fill them, are absent ones.
+        let empty = f
+            .call("search", json!({"pattern": "hit", "path": "", "glob": ""}))
+            .await
+            .unwrap();
+        assert_eq!(empty, found);
+        let root = f.call("list_dir", json!({})).await.unwrap();
+        assert_eq!(f.call("list_dir", json!({"path": ""})).await.unwrap(), root);
 
         // A folder, a glob, one file, and nothing outside.
         let python = f
