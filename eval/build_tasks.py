@@ -28,10 +28,14 @@ import zipfile
 
 EXAMPLES = 3
 
+# The stub is in the prompt, as a user asking for it would paste it: asked
+# to find it in the workspace, a 1.5B model wrote functions it had not read
+# (0 of 10 solved, 5 of 10 with the stub in view).
 PROMPT = (
-    "Complete the function `{entry}` in solution.py so that it does what its "
-    "docstring says. Keep its signature. Run the `test` command to check it "
-    "against the examples, fix what fails, and answer briefly once the tests pass."
+    "Complete the function `{entry}` in solution.py, which holds:\n\n```python\n{stub}```\n\n"
+    "Write the whole file with the function's body filled in (keep its imports, signature "
+    "and docstring), then run the `test` command; fix what fails and answer briefly once "
+    "the tests pass."
 )
 
 ONE_SHOT = (
@@ -129,7 +133,7 @@ def task(problem):
     return {
         "id": problem["task_id"],
         "request": {
-            "prompt": PROMPT.format(entry=entry),
+            "prompt": PROMPT.format(entry=entry, stub=problem["prompt"]),
             "tools": ["read_file", "edit_file", "write_file", "search", "list_dir", "run_command"],
             "commands": ["test"],
             "workspace": {

@@ -65,7 +65,12 @@ class Server:
 
     def run(self, request):
         """Creates the run and waits for its end: the final run object."""
-        status, run = self.call("POST", "/v1/runs", request)
+        # A server that is busy or restarting (429, 503) is waited for.
+        for wait in (1, 2, 4, 8, 15, 30):
+            status, run = self.call("POST", "/v1/runs", request)
+            if status not in (429, 503):
+                break
+            time.sleep(wait)
         if status not in (200, 201):
             raise RuntimeError(f"POST /v1/runs answered {status}: {run}")
         while run["status"] in ("queued", "running"):
