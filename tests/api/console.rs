@@ -100,7 +100,7 @@ async fn the_console_creates_a_run_from_its_form() {
     assert_eq!(run.body["model"]["profile"], "demo");
     assert_eq!(
         run.body["tools"],
-        serde_json::json!(["list_dir", "read_file"])
+        serde_json::json!(["list_dir", "read_file", "edit_file", "search"])
     );
     assert_eq!(run.body["status"], "completed");
     let all = app.get("/v1/runs").await;
