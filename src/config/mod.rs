@@ -122,6 +122,12 @@ pub struct RunsConfig {
     /// The instructions of a run with built-in tools that has none of its
     /// own nor of its profile's; `""`: none.
     pub default_instructions: String,
+    /// Whether an answer that leaves changed files unchecked (no command
+    /// run since), or a failed command unfixed, is questioned before it
+    /// ends the run, in a run that has `run_command`. Off by default: a run
+    /// that reports a failing command as its answer is common, and a client
+    /// replaying a script expects its answers to end the run.
+    pub check_answers: bool,
 }
 
 /// What `runs.default_instructions` is unless configured: how to work
@@ -144,6 +150,7 @@ impl Default for RunsConfig {
             shutdown_grace_ms: 10_000,
             lease_ms: 10_000,
             default_instructions: DEFAULT_INSTRUCTIONS.to_owned(),
+            check_answers: false,
         }
     }
 }

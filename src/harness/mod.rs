@@ -10,6 +10,7 @@ pub mod model;
 pub mod pause;
 pub mod registry;
 pub mod render;
+pub mod review;
 pub mod stop;
 pub mod stuck;
 pub mod tool;
@@ -26,4 +27,4 @@ pub use pause::{ActionKind, Answer, Answers, Approval, Checkpoint, PendingAction
 pub use registry::{RegistryError, SchemaCache, ToolRegistry, compile_schema, is_valid_tool_name};
 pub use render::tool_result_for_model;
 pub use stop::{Stop, StopReason};
-pub use tool::{ClientTool, Tool, ToolDefinition, ToolError};
+pub use tool::{ClientTool, Tool, ToolDefinition, ToolError, ToolRole};

@@ -10,7 +10,7 @@ use jsonschema::paths::LocationSegment;
 use jsonschema::{ValidationError, Validator};
 use serde_json::Value;
 
-use super::tool::{Tool, ToolDefinition};
+use super::tool::{Tool, ToolDefinition, ToolRole};
 use crate::sync::lock;
 
 /// Why a set of tools could not be registered.
@@ -146,6 +146,19 @@ impl ToolRegistry {
 
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
         self.entry(name).map(|entry| &entry.tool)
+    }
+
+    /// What the tool `name` does to the work ([`ToolRole::Other`] for a
+    /// tool the registry lacks).
+    pub fn role(&self, name: &str) -> ToolRole {
+        self.get(name).map_or(ToolRole::Other, |tool| tool.role())
+    }
+
+    /// Whether one of the tools checks work.
+    pub fn has_check(&self) -> bool {
+        self.entries
+            .iter()
+            .any(|entry| entry.tool.role() == ToolRole::Checks)
     }
 
     pub fn len(&self) -> usize {

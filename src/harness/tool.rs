@@ -37,6 +37,20 @@ impl ToolError {
     }
 }
 
+/// What a tool does to the work of a run, as far as checking an answer goes
+/// (see [`crate::harness::review`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ToolRole {
+    /// Neither of the below.
+    #[default]
+    Other,
+    /// It changes files (the `path` argument names the one it changed).
+    Changes,
+    /// It runs a command, whose result (an `exit_code` of 0) says whether
+    /// the work passes a check.
+    Checks,
+}
+
 /// A capability the harness may execute on a model's behalf.
 ///
 /// `execute` receives arguments that already satisfy the tool's schema, and the
@@ -54,6 +68,11 @@ pub trait Tool: Send + Sync {
     /// is not shown).
     fn schema(&self) -> Option<&Value> {
         None
+    }
+
+    /// What the tool does to the work, for checking answers.
+    fn role(&self) -> ToolRole {
+        ToolRole::Other
     }
 
     /// Whether the client executes this tool: its calls pause the run for

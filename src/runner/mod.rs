@@ -90,6 +90,8 @@ pub(crate) struct Services {
     /// The tools' compiled argument validators, shared by all runs.
     schemas: SchemaCache,
     workspaces: Arc<Workspaces>,
+    /// `runs.check_answers`.
+    check_answers: bool,
 }
 
 /// Where the runner is in its life: taking runs, in shutdown's grace, or
@@ -190,6 +192,7 @@ impl Runner {
                     &config.storage.workspaces_dir,
                     WorkspaceOptions::default(),
                 )),
+                check_answers: config.runs.check_answers,
             }),
             runs: Arc::default(),
             scheduler,

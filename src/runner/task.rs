@@ -399,6 +399,7 @@ impl RunTask {
                     .ok_or("max_tool_result_chars is zero")?,
             },
             approval: Approval::from_names(&spec.approval.tools),
+            check_answers: shared.check_answers,
         };
         let harness = Harness {
             model: &*model,

@@ -23,7 +23,7 @@ use super::files::{Access, blocking, string_argument};
 use super::run_workspace::RunWorkspace;
 use super::suggest::{Want, explain};
 use super::text::{LineIndex, digits, numbered};
-use crate::harness::{Tool, ToolDefinition, ToolError};
+use crate::harness::{Tool, ToolDefinition, ToolError, ToolRole};
 
 pub const EDIT_FILE: &str = "edit_file";
 
@@ -443,6 +443,10 @@ impl From<WorkspaceError> for Failure {
 impl Tool for EditFile {
     fn definition(&self) -> Arc<ToolDefinition> {
         Arc::clone(&self.definition)
+    }
+
+    fn role(&self) -> ToolRole {
+        ToolRole::Changes
     }
 
     async fn execute(&self, arguments: &Value, _: &CancellationToken) -> Result<Value, ToolError> {

@@ -27,7 +27,7 @@ use super::run_workspace::RunWorkspace;
 use super::suggest::{Want, explain};
 use super::text;
 use super::workspace::Workspace;
-use crate::harness::{Tool, ToolDefinition, ToolError};
+use crate::harness::{Tool, ToolDefinition, ToolError, ToolRole};
 
 pub const READ_FILE: &str = "read_file";
 pub const WRITE_FILE: &str = "write_file";
@@ -171,6 +171,10 @@ impl Tool for WriteFile {
     /// Writing the same content to the same file twice leaves what once does.
     fn idempotent(&self, _arguments: &Value) -> bool {
         true
+    }
+
+    fn role(&self) -> ToolRole {
+        ToolRole::Changes
     }
 
     fn definition(&self) -> Arc<ToolDefinition> {

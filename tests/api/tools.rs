@@ -334,3 +334,106 @@ async fn the_model_is_told_what_each_preset_runs() {
         );
     }
 }
+
+/// A server with a `test` preset that passes once `main.py` says `ok`,
+/// questioning unchecked answers or not.
+async fn spawn_checking(check_answers: bool) -> TestApp {
+    spawn_with(move |config| {
+        let preset =
+            "program = \"sh\"\nargs = [\"-c\", \"grep -q ok main.py\"]\ntimeout_ms = 20000";
+        let preset = toml::from_str::<CommandPreset>(preset).unwrap();
+        config.commands.insert("test".into(), preset);
+        config.runs.check_answers = check_answers;
+    })
+    .await
+}
+
+/// A run of [`unchecked_script`] within `limits`.
+fn unchecked_run(limits: Value) -> Value {
+    json!({"prompt": "make main.py print ok", "commands": ["test"], "limits": limits,
+           "model": {"scripted": unchecked_script()}})
+}
+
+/// A scripted model that writes a file and answers at once, then (asked)
+/// runs the test, which fails, fixes the file, and runs it again.
+fn unchecked_script() -> Value {
+    let write = |id: &str, text: &str| {
+        call(
+            id,
+            "write_file",
+            json!({"path": "main.py", "content": text}),
+        )
+    };
+    let test = |id: &str| call(id, "run_command", json!({"command": "test"}));
+    json!([
+        {"content": "", "tool_calls": [write("w1", "print('no')\n")]},
+        {"content": "Done: the tests pass."},
+        {"content": "", "tool_calls": [test("t1")]},
+        {"content": "It is fixed."},
+        {"content": "", "tool_calls": [write("w2", "print('ok')\n")]},
+        {"content": "", "tool_calls": [test("t2")]},
+        {"content": "Fixed, and the test passes."}
+    ])
+}
+
+/// An answer that leaves a changed file unchecked, or a failed command
+/// unfixed, is questioned by a note of the server, and the run goes on; an
+/// answer after a passing check ends it.
+#[tokio::test]
+async fn an_unchecked_answer_is_questioned_before_it_ends_the_run() {
+    let app = spawn_checking(true).await;
+    let run = app.run_to_end(unchecked_run(json!({}))).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["answer"], "Fixed, and the test passes.", "{run}");
+    assert_eq!(run["steps"], 7, "{run}");
+    let messages = app.messages(run["id"].as_str().unwrap()).await;
+    let notes: Vec<&str> = messages
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .skip(1)
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(notes.len(), 2, "{notes:?}");
+    assert!(
+        notes[0].starts_with("[agent-runner] You changed `main.py` and ran no command since"),
+        "{}",
+        notes[0]
+    );
+    assert!(
+        notes[1].starts_with("[agent-runner] The last command you ran failed"),
+        "{}",
+        notes[1]
+    );
+    // Each note follows the answer it questions, in order.
+    let answers: Vec<&str> = messages
+        .iter()
+        .filter(|m| m["role"] == "assistant" && m.get("tool_calls").is_none())
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        answers,
+        [
+            "Done: the tests pass.",
+            "It is fixed.",
+            "Fixed, and the test passes."
+        ]
+    );
+    let id = run["id"].as_str().unwrap();
+    let file = app.get(&format!("/v1/runs/{id}/workspace/main.py")).await;
+    assert_eq!(file.text, "print('ok')\n");
+}
+
+/// Without `runs.check_answers` (the default) the first answer ends the
+/// run, and with it a run on its last step is not questioned.
+#[tokio::test]
+async fn answers_stand_when_checking_is_off_or_no_step_is_left() {
+    let app = spawn_checking(false).await;
+    let run = app.run_to_end(unchecked_run(json!({}))).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["answer"], "Done: the tests pass.", "{run}");
+
+    let app = spawn_checking(true).await;
+    let run = app.run_to_end(unchecked_run(json!({"max_steps": 2}))).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["answer"], "Done: the tests pass.", "{run}");
+}

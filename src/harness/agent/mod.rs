@@ -25,6 +25,7 @@ use super::message::{Message, UsageTotals};
 use super::model::{DeltaSink, Model, ModelError, ModelRequest};
 use super::pause::{Answer, Answers, Approval, Checkpoint, PendingAction};
 use super::registry::ToolRegistry;
+use super::review;
 use super::stop::{Stop, StopReason};
 use super::stuck;
 
@@ -96,6 +97,10 @@ pub struct RunConfig {
     pub context: ContextLimits,
     /// Which tools' calls wait for a client's approval.
     pub approval: Approval,
+    /// Whether an answer that leaves changed files unchecked, or a failed
+    /// check unfixed, is questioned before it ends the run (see
+    /// [`crate::harness::review`]).
+    pub check_answers: bool,
 }
 
 impl RunConfig {
@@ -109,6 +114,7 @@ impl RunConfig {
             limits: Limits::default(),
             context: ContextLimits::default(),
             approval: Approval::None,
+            check_answers: false,
         }
     }
 }
@@ -569,8 +575,13 @@ impl Run<'_, '_> {
                 return End::ToolLimit;
             }
             if batch == 0 {
+                let note = self.review();
                 let answer = response.content.clone();
                 self.append(Message::assistant(response.content, Vec::new()));
+                if let Some(note) = note {
+                    self.append(Message::user(note));
+                    continue;
+                }
                 return End::Completed(answer);
             }
             let assistant = self.append(Message::assistant(response.content, response.tool_calls));
@@ -593,6 +604,18 @@ impl Run<'_, '_> {
             }
         }
         End::StepLimit
+    }
+
+    /// The note questioning the answer the model just gave, if it leaves
+    /// work unchecked and a step is left to check it in.
+    fn review(&self) -> Option<String> {
+        let tools = self.harness.tools;
+        let enabled = self.config.check_answers
+            && self.steps < self.config.limits.max_steps.get()
+            && tools.has_check();
+        enabled
+            .then(|| review::note(&self.messages, |name| tools.role(name)))
+            .flatten()
     }
 
     fn model_failed(&mut self, error: String) -> End {

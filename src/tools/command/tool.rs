@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::{CommandError, CommandRunner, MAX_OUTPUT_CHARS, RUN_COMMAND};
-use crate::harness::{Tool, ToolDefinition, ToolError};
+use crate::harness::{Tool, ToolDefinition, ToolError, ToolRole};
 use crate::tools::SelectionError;
 use crate::tools::definitions::shared;
 use crate::tools::run_workspace::RunWorkspace;
@@ -98,6 +98,10 @@ impl RunCommand {
 impl Tool for RunCommand {
     fn definition(&self) -> Arc<ToolDefinition> {
         Arc::clone(&self.definition)
+    }
+
+    fn role(&self) -> ToolRole {
+        ToolRole::Checks
     }
 
     /// As its preset is marked (`idempotent = true`).

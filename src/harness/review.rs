@@ -1,0 +1,259 @@
+//! Unchecked answers: a model that changes files and answers without running
+//! the check it has, or answers while its last check fails, hands back work
+//! nobody looked at. A small model does it all the time, saying the tests
+//! pass when it never ran them. Such an answer is questioned before it ends
+//! the run: it stays in the transcript, followed by a user message from the
+//! harness (starting with [`NOTE_PREFIX`]) saying what is unchecked, and the
+//! loop goes on. SWE-agent asks for a review at submission in the same way.
+//!
+//! Only an answer that follows a tool step is questioned (an answer given
+//! right after a note stands), at most [`MAX_NOTES`] times in a prompt's
+//! turn, and never on the run's last step.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::message::Message;
+use super::tool::ToolRole;
+
+/// How every note of the harness starts, so that a reader of the
+/// transcript (and the harness itself) tells it from the client's words.
+pub const NOTE_PREFIX: &str = "[agent-runner] ";
+
+/// Notes at most in one prompt's turn.
+pub const MAX_NOTES: usize = 3;
+
+/// The note questioning an answer that `messages` (the transcript before
+/// it) leave unchecked; `None` when it stands. `role` tells what each tool
+/// (by name) does; the run must have a [`ToolRole::Checks`] tool.
+pub fn note(messages: &[Arc<Message>], role: impl Fn(&str) -> ToolRole) -> Option<String> {
+    if !matches!(messages.last().map(|m| &**m), Some(Message::Tool { .. })) {
+        return None;
+    }
+    let turn = turn_start(messages);
+    let notes = messages[turn..]
+        .iter()
+        .filter(|message| is_note(message))
+        .count();
+    if notes >= MAX_NOTES {
+        return None;
+    }
+    let mut calls: HashMap<&str, (ToolRole, &Value)> = HashMap::new();
+    let mut changed: BTreeSet<&str> = BTreeSet::new();
+    let mut last_check_failed = false;
+    for message in &messages[turn..] {
+        match &**message {
+            Message::Assistant { tool_calls, .. } => {
+                for call in tool_calls {
+                    calls.insert(&call.id, (role(&call.name), &call.arguments));
+                }
+            }
+            Message::Tool {
+                call_id,
+                content,
+                is_error,
+            } => match calls.get(call_id.as_str()) {
+                Some((ToolRole::Changes, arguments)) if !is_error => {
+                    if let Some(path) = arguments.get("path").and_then(Value::as_str) {
+                        changed.insert(path);
+                    }
+                }
+                Some((ToolRole::Checks, _)) => {
+                    changed.clear();
+                    last_check_failed = *is_error || !passed(content);
+                }
+                _ => {}
+            },
+            Message::User { .. } => {}
+        }
+    }
+    if !changed.is_empty() {
+        let files = changed
+            .iter()
+            .map(|path| format!("`{path}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Some(format!(
+            "{NOTE_PREFIX}You changed {files} and ran no command since, so your answer is \
+             unchecked. Check your work now with `run_command` (a preset that tests it), fix \
+             what fails, and answer once it passes."
+        ));
+    }
+    last_check_failed.then(|| {
+        format!(
+            "{NOTE_PREFIX}The last command you ran failed, and no file changed since. Fix what \
+             it shows by calling edit_file or write_file (code in an answer changes no file), \
+             then run it again; answer once it passes. If the failure is what the task asks \
+             for, answer again and say so."
+        )
+    })
+}
+
+/// Whether `message` is a note of the harness.
+pub fn is_note(message: &Message) -> bool {
+    matches!(message, Message::User { content } if content.starts_with(NOTE_PREFIX))
+}
+
+/// Where the newest prompt's turn starts: its user message (not a note).
+fn turn_start(messages: &[Arc<Message>]) -> usize {
+    messages
+        .iter()
+        .rposition(|message| matches!(**message, Message::User { .. }) && !is_note(message))
+        .unwrap_or(0)
+}
+
+/// Whether a command's stored result says it passed: exit code 0.
+fn passed(content: &str) -> bool {
+    serde_json::from_str::<Value>(content)
+        .ok()
+        .and_then(|value| value.get("exit_code").and_then(Value::as_i64))
+        == Some(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::harness::message::ToolCall;
+
+    fn role(name: &str) -> ToolRole {
+        match name {
+            "write_file" | "edit_file" => ToolRole::Changes,
+            "run_command" => ToolRole::Checks,
+            _ => ToolRole::Other,
+        }
+    }
+
+    struct Transcript(Vec<Arc<Message>>);
+
+    impl Transcript {
+        fn new() -> Self {
+            Self(vec![Arc::new(Message::user("Fix it"))])
+        }
+
+        fn call(mut self, name: &str, arguments: Value, result: Value, is_error: bool) -> Self {
+            let id = format!("c{}", self.0.len());
+            self.0.push(Arc::new(Message::assistant(
+                "",
+                vec![ToolCall::new(&id, name, arguments)],
+            )));
+            self.0
+                .push(Arc::new(Message::tool(id, result.to_string(), is_error)));
+            self
+        }
+
+        fn write(self, path: &str) -> Self {
+            self.call(
+                "write_file",
+                json!({"path": path, "content": "x"}),
+                json!({"path": path, "bytes_written": 1}),
+                false,
+            )
+        }
+
+        fn test(self, exit_code: i64) -> Self {
+            self.call(
+                "run_command",
+                json!({"command": "test"}),
+                json!({"exit_code": exit_code, "stdout": "", "stderr": ""}),
+                false,
+            )
+        }
+
+        fn say(mut self, message: Message) -> Self {
+            self.0.push(Arc::new(message));
+            self
+        }
+
+        fn note(&self) -> Option<String> {
+            note(&self.0, role)
+        }
+    }
+
+    #[test]
+    fn a_change_without_a_check_after_it_is_questioned() {
+        let note = Transcript::new()
+            .write("b.py")
+            .write("a.py")
+            .note()
+            .unwrap();
+        assert!(note.starts_with(NOTE_PREFIX), "{note}");
+        assert!(note.contains("`a.py`, `b.py`"), "{note}");
+        assert!(note.contains("run_command"), "{note}");
+    }
+
+    #[test]
+    fn a_passing_check_after_the_last_change_lets_the_answer_stand() {
+        assert_eq!(Transcript::new().write("a.py").test(0).note(), None);
+        let note = Transcript::new().write("a.py").test(0).write("a.py").note();
+        assert!(note.is_some(), "a change after the check is unchecked");
+    }
+
+    #[test]
+    fn a_failing_last_check_is_questioned_and_a_later_pass_clears_it() {
+        let note = Transcript::new().write("a.py").test(1).note().unwrap();
+        assert!(note.contains("failed"), "{note}");
+        assert_eq!(Transcript::new().write("a.py").test(1).test(0).note(), None);
+        let error = Transcript::new().call(
+            "run_command",
+            json!({"command": "nope"}),
+            json!("Unknown command"),
+            true,
+        );
+        assert!(
+            error.note().is_some(),
+            "a command that could not run passed nothing"
+        );
+    }
+
+    #[test]
+    fn reading_and_failed_writes_need_no_check() {
+        assert_eq!(Transcript::new().note(), None);
+        let read =
+            Transcript::new().call("read_file", json!({"path": "a.py"}), json!("text"), false);
+        assert_eq!(read.note(), None);
+        let refused = Transcript::new().call(
+            "write_file",
+            json!({"path": "../a.py", "content": "x"}),
+            json!("Path escapes the workspace"),
+            true,
+        );
+        assert_eq!(refused.note(), None);
+    }
+
+    #[test]
+    fn an_answer_right_after_a_note_stands_and_notes_are_bounded() {
+        let noted = Transcript::new().write("a.py");
+        let first = noted.note().unwrap();
+        let noted = noted
+            .say(Message::assistant("Done", Vec::new()))
+            .say(Message::user(first));
+        assert_eq!(noted.note(), None, "the answer after a note stands");
+        let mut transcript = noted;
+        for _ in 1..MAX_NOTES {
+            transcript = transcript.write("a.py");
+            let note = transcript.note().expect("still under the bound");
+            transcript = transcript
+                .say(Message::assistant("Done", Vec::new()))
+                .say(Message::user(note));
+        }
+        assert_eq!(transcript.write("a.py").note(), None, "at most MAX_NOTES");
+    }
+
+    #[test]
+    fn a_new_prompt_starts_a_new_turn() {
+        let earlier = Transcript::new().write("a.py").test(1);
+        let next = earlier
+            .say(Message::assistant("It fails", Vec::new()))
+            .say(Message::user("Now list the files"))
+            .call("list_dir", json!({}), json!({"entries": []}), false);
+        assert_eq!(
+            next.note(),
+            None,
+            "the earlier turn's failure is not this one's"
+        );
+    }
+}
