@@ -2,7 +2,6 @@
 //! executes and records.
 
 use std::future::Future;
-use std::num::{NonZeroU32, NonZeroUsize};
 use std::panic::AssertUnwindSafe;
 use std::pin::pin;
 use std::sync::Arc;
@@ -15,15 +14,21 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 mod calls;
+mod config;
+mod end;
 mod recover;
 
+pub use config::{
+    ContextLimits, DEFAULT_MAX_CONTEXT_CHARS, DEFAULT_MAX_STEPS, DEFAULT_MAX_TOOL_CALLS,
+    DEFAULT_MAX_TOOL_RESULT_CHARS, DEFAULT_TIMEOUT_MS, Limits, RunConfig,
+};
 pub use recover::StoppedBatch;
 
 use super::context::{self, ContextError, ContextIndex, Selection};
 use super::events::{Emitter, EventKind, Observer, Outcome, Totals};
 use super::message::{Message, UsageTotals};
 use super::model::{DeltaSink, Model, ModelError, ModelRequest};
-use super::pause::{Answer, Answers, Approval, Checkpoint, PendingAction};
+use super::pause::{Answer, Answers, Checkpoint, PendingAction};
 use super::registry::ToolRegistry;
 use super::review;
 use super::stop::{Stop, StopReason};
@@ -32,92 +37,6 @@ use super::stuck;
 /// How long a tool may go on after the run's token fired before the harness
 /// stops waiting for it (and drops it). Cooperative tools stop well within it.
 pub const TOOL_CANCEL_GRACE: Duration = Duration::from_millis(250);
-
-/// The budgets of one run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    /// Model responses the run may receive.
-    pub max_steps: NonZeroU32,
-    /// Tool calls the run may request, unknown and invalid ones included.
-    pub max_tool_calls: u32,
-    /// Deadline of the whole run, from its start.
-    pub timeout: Option<Duration>,
-}
-
-/// A run's budgets when it names none: the one home of these numbers, which
-/// the service's run defaults are built from.
-pub const DEFAULT_MAX_STEPS: u32 = 10;
-pub const DEFAULT_MAX_TOOL_CALLS: u32 = 30;
-pub const DEFAULT_TIMEOUT_MS: u64 = 120_000;
-pub const DEFAULT_MAX_CONTEXT_CHARS: usize = 32_000;
-pub const DEFAULT_MAX_TOOL_RESULT_CHARS: usize = 8_000;
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            max_steps: NonZeroU32::new(DEFAULT_MAX_STEPS).expect("nonzero"),
-            max_tool_calls: DEFAULT_MAX_TOOL_CALLS,
-            timeout: Some(Duration::from_millis(DEFAULT_TIMEOUT_MS)),
-        }
-    }
-}
-
-/// The context budgets of one run, in characters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ContextLimits {
-    /// Bound of the serialised messages sent to the model at each step.
-    pub max_context_chars: NonZeroUsize,
-    /// Bound of every tool result before it enters the transcript.
-    pub max_tool_result_chars: NonZeroUsize,
-}
-
-impl Default for ContextLimits {
-    fn default() -> Self {
-        Self {
-            max_context_chars: NonZeroUsize::new(DEFAULT_MAX_CONTEXT_CHARS).expect("nonzero"),
-            max_tool_result_chars: NonZeroUsize::new(DEFAULT_MAX_TOOL_RESULT_CHARS)
-                .expect("nonzero"),
-        }
-    }
-}
-
-/// Everything that defines one run, apart from its model and tools.
-#[derive(Debug, Clone)]
-pub struct RunConfig {
-    pub run_id: Uuid,
-    pub prompt: String,
-    /// The system prompt, sent on every step, counted against the context
-    /// budget, never in the transcript.
-    pub instructions: Option<String>,
-    /// The transcript this run continues (a previous run's), before its
-    /// prompt; empty for a run of its own. Not emitted again: it is the
-    /// caller's already.
-    pub history: Vec<Arc<Message>>,
-    pub limits: Limits,
-    pub context: ContextLimits,
-    /// Which tools' calls wait for a client's approval.
-    pub approval: Approval,
-    /// Whether an answer that leaves changed files unchecked, or a failed
-    /// check unfixed, is questioned before it ends the run (see
-    /// [`crate::harness::review`]).
-    pub check_answers: bool,
-}
-
-impl RunConfig {
-    /// A run with a fresh time-ordered id and the default budgets.
-    pub fn new(prompt: impl Into<String>) -> Self {
-        Self {
-            run_id: Uuid::now_v7(),
-            prompt: prompt.into(),
-            instructions: None,
-            history: Vec::new(),
-            limits: Limits::default(),
-            context: ContextLimits::default(),
-            approval: Approval::None,
-            check_answers: false,
-        }
-    }
-}
 
 /// Where a run driven by [`Harness::start`] or [`Harness::resume`] stands:
 /// ended (its `run_end` emitted), or paused for a decision (no `run_end`;
@@ -637,77 +556,6 @@ impl Run<'_, '_> {
             json,
         });
         message
-    }
-
-    /// Ends the run; `stopped` says why, should it have been stopped.
-    /// Where the drive left the run: paused, or ended (see [`Run::finish`]).
-    fn progress(self, end: End, stopped: Stopped) -> Progress {
-        match end {
-            End::Stopped if matches!(stopped, Stopped::From(StopReason::HandOver)) => {
-                Progress::HandedOver(Checkpoint {
-                    messages: self.messages,
-                    steps: self.steps,
-                    tool_calls: self.tool_calls,
-                    usage: self.usage,
-                    last_sequence: self.emitter.sequence(),
-                    elapsed: self.elapsed_before,
-                    pending: Vec::new(),
-                })
-            }
-            End::Paused(pending) => Progress::Paused(Checkpoint {
-                messages: self.messages,
-                steps: self.steps,
-                tool_calls: self.tool_calls,
-                usage: self.usage,
-                last_sequence: self.emitter.sequence(),
-                elapsed: self.elapsed_before,
-                pending,
-            }),
-            end => Progress::Ended(self.finish(end, stopped)),
-        }
-    }
-
-    fn finish(mut self, end: End, stopped: Stopped) -> RunResult {
-        let (status, answer, error) = match end {
-            End::Completed(answer) => (Outcome::Completed, Some(answer), None),
-            End::StepLimit => (Outcome::StepLimit, None, None),
-            End::ToolLimit => (Outcome::ToolLimit, None, None),
-            End::Stopped => match stopped {
-                Stopped::Deadline => (Outcome::Timeout, None, None),
-                Stopped::From(StopReason::Cancelled) => (Outcome::Aborted, None, None),
-                Stopped::From(StopReason::Interrupted(why)) => {
-                    (Outcome::Interrupted, None, Some(why))
-                }
-                Stopped::From(StopReason::Failed(why)) => (Outcome::Failed, None, Some(why)),
-                Stopped::From(StopReason::HandOver) => {
-                    (Outcome::Interrupted, None, Some(HANDED_OVER.to_owned()))
-                }
-            },
-            End::ModelError(error) => (Outcome::ModelError, None, Some(error)),
-            End::ContextLimit(error) => (Outcome::ContextLimit, None, Some(error)),
-            End::Failed(error) => (Outcome::Failed, None, Some(error)),
-            // A drive that cannot pause ends `failed` instead (see `run`).
-            End::Paused(_) => (Outcome::Failed, None, Some(CANNOT_PAUSE.to_owned())),
-        };
-        let (steps, tool_calls, usage) = (self.steps, self.tool_calls, self.usage);
-        self.emitter.emit(|| EventKind::RunEnd {
-            status,
-            steps,
-            tool_calls,
-            usage,
-            answer: answer.clone(),
-            error: error.clone(),
-        });
-        RunResult {
-            run_id: self.config.run_id,
-            status,
-            answer,
-            error,
-            messages: self.messages,
-            steps,
-            tool_calls,
-            usage,
-        }
     }
 }
 

@@ -1,0 +1,97 @@
+//! What defines one run for the loop: its prompt, instructions, history,
+//! budgets and rules.
+
+use std::num::{NonZeroU32, NonZeroUsize};
+use std::sync::Arc;
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use crate::harness::message::Message;
+use crate::harness::pause::Approval;
+
+/// The budgets of one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Model responses the run may receive.
+    pub max_steps: NonZeroU32,
+    /// Tool calls the run may request, unknown and invalid ones included.
+    pub max_tool_calls: u32,
+    /// Deadline of the whole run, from its start.
+    pub timeout: Option<Duration>,
+}
+
+/// A run's budgets when it names none: the one home of these numbers, which
+/// the service's run defaults are built from.
+pub const DEFAULT_MAX_STEPS: u32 = 10;
+pub const DEFAULT_MAX_TOOL_CALLS: u32 = 30;
+pub const DEFAULT_TIMEOUT_MS: u64 = 120_000;
+pub const DEFAULT_MAX_CONTEXT_CHARS: usize = 32_000;
+pub const DEFAULT_MAX_TOOL_RESULT_CHARS: usize = 8_000;
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_steps: NonZeroU32::new(DEFAULT_MAX_STEPS).expect("nonzero"),
+            max_tool_calls: DEFAULT_MAX_TOOL_CALLS,
+            timeout: Some(Duration::from_millis(DEFAULT_TIMEOUT_MS)),
+        }
+    }
+}
+
+/// The context budgets of one run, in characters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContextLimits {
+    /// Bound of the serialised messages sent to the model at each step.
+    pub max_context_chars: NonZeroUsize,
+    /// Bound of every tool result before it enters the transcript.
+    pub max_tool_result_chars: NonZeroUsize,
+}
+
+impl Default for ContextLimits {
+    fn default() -> Self {
+        Self {
+            max_context_chars: NonZeroUsize::new(DEFAULT_MAX_CONTEXT_CHARS).expect("nonzero"),
+            max_tool_result_chars: NonZeroUsize::new(DEFAULT_MAX_TOOL_RESULT_CHARS)
+                .expect("nonzero"),
+        }
+    }
+}
+
+/// Everything that defines one run, apart from its model and tools.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    pub run_id: Uuid,
+    pub prompt: String,
+    /// The system prompt, sent on every step, counted against the context
+    /// budget, never in the transcript.
+    pub instructions: Option<String>,
+    /// The transcript this run continues (a previous run's), before its
+    /// prompt; empty for a run of its own. Not emitted again: it is the
+    /// caller's already.
+    pub history: Vec<Arc<Message>>,
+    pub limits: Limits,
+    pub context: ContextLimits,
+    /// Which tools' calls wait for a client's approval.
+    pub approval: Approval,
+    /// Whether an answer that leaves changed files unchecked, or a failed
+    /// check unfixed, is questioned before it ends the run (see
+    /// [`crate::harness::review`]).
+    pub check_answers: bool,
+}
+
+impl RunConfig {
+    /// A run with a fresh time-ordered id and the default budgets.
+    pub fn new(prompt: impl Into<String>) -> Self {
+        Self {
+            run_id: Uuid::now_v7(),
+            prompt: prompt.into(),
+            instructions: None,
+            history: Vec::new(),
+            limits: Limits::default(),
+            context: ContextLimits::default(),
+            approval: Approval::None,
+            check_answers: false,
+        }
+    }
+}
