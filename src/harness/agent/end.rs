@@ -2,8 +2,8 @@
 //! other end emits `run_end` and becomes the run's result.
 
 use super::{
-    CANNOT_PAUSE, Checkpoint, End, HANDED_OVER, Outcome, Progress, Run, RunResult, StopReason,
-    Stopped,
+    CANNOT_PAUSE, Checkpoint, End, HANDED_OVER, Outcome, PendingAction, Progress, Run, RunResult,
+    StopReason, Stopped,
 };
 use crate::harness::events::EventKind;
 
@@ -13,26 +13,23 @@ impl Run<'_, '_> {
     pub(super) fn progress(self, end: End, stopped: Stopped) -> Progress {
         match end {
             End::Stopped if matches!(stopped, Stopped::From(StopReason::HandOver)) => {
-                Progress::HandedOver(Checkpoint {
-                    messages: self.messages,
-                    steps: self.steps,
-                    tool_calls: self.tool_calls,
-                    usage: self.usage,
-                    last_sequence: self.emitter.sequence(),
-                    elapsed: self.elapsed_before,
-                    pending: Vec::new(),
-                })
+                Progress::HandedOver(self.checkpoint(Vec::new()))
             }
-            End::Paused(pending) => Progress::Paused(Checkpoint {
-                messages: self.messages,
-                steps: self.steps,
-                tool_calls: self.tool_calls,
-                usage: self.usage,
-                last_sequence: self.emitter.sequence(),
-                elapsed: self.elapsed_before,
-                pending,
-            }),
+            End::Paused(pending) => Progress::Paused(self.checkpoint(pending)),
             end => Progress::Ended(self.finish(end, stopped)),
+        }
+    }
+
+    /// Where the run stands, to go on from later, waiting for `pending`.
+    fn checkpoint(self, pending: Vec<PendingAction>) -> Checkpoint {
+        Checkpoint {
+            messages: self.messages,
+            steps: self.steps,
+            tool_calls: self.tool_calls,
+            usage: self.usage,
+            last_sequence: self.emitter.sequence(),
+            elapsed: self.elapsed_before,
+            pending,
         }
     }
 
