@@ -9,12 +9,12 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    Remote, SseEvent, assert_gap_free, binary_command, call, eventually, read_sse, spawn_listening,
-    types,
+    Remote, ServerProcess, SseEvent, assert_gap_free, binary_command, call, eventually, read_sse,
+    spawn_listening, types,
 };
 
 /// The real binary on SQLite in `dir`, with `config` as its config file.
-fn start(dir: &tempfile::TempDir, config: &str) -> (std::process::Child, Remote) {
+fn start(dir: &tempfile::TempDir, config: &str) -> (ServerProcess, Remote) {
     let file = dir.path().join("durable.toml");
     std::fs::write(&file, config).unwrap();
     let database = format!("sqlite://{}/runs.db", dir.path().display());

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use crate::helpers::{Remote, binary_command, server_log, spawn_listening};
+use crate::helpers::{Remote, ServerProcess, binary_command, server_log, spawn_listening};
 
 /// The preset the task set's runs use (as in `eval/server.toml`).
 const CONFIG: &str = "[commands.test]\nprogram = \"python3\"\nargs = [\"test_examples.py\"]\n\
@@ -20,7 +20,7 @@ fn eval_file(name: &str) -> std::path::PathBuf {
 }
 
 /// The real binary with the task set's preset.
-fn start(dir: &tempfile::TempDir) -> (std::process::Child, Remote) {
+fn start(dir: &tempfile::TempDir) -> (ServerProcess, Remote) {
     let file = dir.path().join("eval.toml");
     std::fs::write(&file, CONFIG).unwrap();
     let mut command = binary_command(dir, &[]);

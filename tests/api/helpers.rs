@@ -544,16 +544,13 @@ pub fn terminate(child: &mut std::process::Child) -> std::process::ExitStatus {
 }
 
 /// The real binary, serving from `dir`.
-pub fn start_binary(dir: &TempDir) -> (std::process::Child, String) {
+pub fn start_binary(dir: &TempDir) -> (ServerProcess, String) {
     start_binary_with(dir, &[])
 }
 
 /// The real binary, serving from `dir`, with more settings (`AGENT_RUNNER_...`
 /// variables).
-pub fn start_binary_with(
-    dir: &TempDir,
-    settings: &[(&str, &str)],
-) -> (std::process::Child, String) {
+pub fn start_binary_with(dir: &TempDir, settings: &[(&str, &str)]) -> (ServerProcess, String) {
     let mut command = binary_command(dir, settings);
     let log = server_log(&mut command);
     command.stderr(log);
@@ -603,7 +600,7 @@ pub fn binary_command(dir: &TempDir, settings: &[(&str, &str)]) -> std::process:
 
 /// Starts `command` (a server whose stdout is piped) and waits for the
 /// address it prints it listens on.
-pub fn spawn_listening(mut command: std::process::Command) -> (std::process::Child, String) {
+pub fn spawn_listening(mut command: std::process::Command) -> (ServerProcess, String) {
     use std::io::{BufRead, BufReader};
     let mut child = command.spawn().unwrap();
     let stdout = child.stdout.take().unwrap();
@@ -614,7 +611,32 @@ pub fn spawn_listening(mut command: std::process::Command) -> (std::process::Chi
         .strip_prefix("listening on ")
         .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
         .to_owned();
-    (child, address)
+    (ServerProcess(child), address)
+}
+
+/// A server process of a test, killed when dropped: a failed assertion
+/// leaves none running behind it.
+pub struct ServerProcess(std::process::Child);
+
+impl std::ops::Deref for ServerProcess {
+    type Target = std::process::Child;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for ServerProcess {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// Runs the install script `script` (a path under the project's root) and

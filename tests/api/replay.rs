@@ -30,17 +30,6 @@ const CLIENTS: usize = 20;
 /// it its readers' page caches).
 const MAX_GROWTH_KIB: u64 = 64 * 1024;
 
-/// A server process, killed when dropped (a failed assertion leaves none
-/// behind).
-struct Server(std::process::Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// The resident memory of process `pid`, in KiB (`None` once it is gone).
 fn resident_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -120,7 +109,8 @@ async fn replay(client: &reqwest::Client, address: &str, id: &str) -> u64 {
 async fn twenty_clients_replay_a_fifty_thousand_event_run_in_bounded_memory() {
     let dir = tempfile::tempdir().unwrap();
     let calls = (TOOL_STEPS * CALLS_PER_STEP).to_string();
-    let (child, address) = start_binary_with(
+    // Killed when dropped, at the end or at a failed assertion.
+    let (server, address) = start_binary_with(
         &dir,
         &[
             ("AGENT_RUNNER_LIMITS__MAX_TOOL_CALLS", &calls),
@@ -131,8 +121,7 @@ async fn twenty_clients_replay_a_fifty_thousand_event_run_in_bounded_memory() {
             ("AGENT_RUNNER_RUNS__LEASE_MS", "30000"),
         ],
     );
-    let server = Server(child);
-    let pid = server.0.id();
+    let pid = server.id();
     let remote = Remote::new(address);
 
     let began = Instant::now();

@@ -4,7 +4,6 @@
 //! (`AGENT_RUNNER_TEST_POSTGRES`, as `.ci/run` does), and fail, rather than
 //! pass without running, when asked for on SQLite.
 
-use std::process::Child;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
@@ -13,15 +12,15 @@ use sqlx::Connection;
 use tempfile::TempDir;
 
 use crate::helpers::{
-    Remote, TEST_LEASE_MS, assert_gap_free, call, database_url, read_sse, require_postgres,
-    start_binary_with, terminate, types,
+    Remote, ServerProcess, TEST_LEASE_MS, assert_gap_free, call, database_url, read_sse,
+    require_postgres, start_binary_with, terminate, types,
 };
 use crate::statuses::Statuses;
 
 /// A replica: the real binary on the shared data directory, killed when
 /// dropped.
 struct Replica {
-    child: Child,
+    child: ServerProcess,
     server: Remote,
 }
 
@@ -62,13 +61,6 @@ impl Replica {
         read_sse(self.server.get(&format!("/v1/runs/{id}/events")).await)
             .await
             .0
-    }
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -13,7 +13,8 @@ use serde_json::{Value, json};
 use tempfile::TempDir;
 
 use crate::helpers::{
-    Remote, assert_gap_free, call, eventually, read_sse, require_postgres, start_binary_with, types,
+    Remote, ServerProcess, assert_gap_free, call, eventually, read_sse, require_postgres,
+    start_binary_with, types,
 };
 
 /// The statement deadline the server under test is given.
@@ -153,7 +154,7 @@ fn steps(count: usize, delay_ms: u64) -> Value {
 
 /// The server under test: the real binary, killed when dropped.
 struct Server {
-    child: std::process::Child,
+    child: ServerProcess,
     remote: Remote,
 }
 
@@ -224,13 +225,6 @@ impl Server {
             .wait_status(run["id"].as_str().unwrap(), "completed")
             .await;
         assert_eq!(done["answer"], "after");
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

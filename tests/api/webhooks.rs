@@ -326,7 +326,7 @@ fn assert_one_attempt_at_a_time(received: &Received) {
 
 /// The real binary serving from `dir` with webhooks to 127.0.0.1 (and
 /// `more` of its config file), its address.
-fn start_with_webhooks(dir: &tempfile::TempDir, more: &str) -> (std::process::Child, Remote) {
+fn start_with_webhooks(dir: &tempfile::TempDir, more: &str) -> (ServerProcess, Remote) {
     let file = dir.path().join("webhooks.toml");
     std::fs::write(
         &file,
@@ -354,7 +354,7 @@ fn hooked(hooks: &str, delay_ms: u64) -> Value {
 
 /// Stops a server with SIGTERM and waits for it on a thread of its own,
 /// while this test's receiver goes on answering; whether it exited 0.
-async fn stop(mut child: std::process::Child) -> bool {
+async fn stop(mut child: ServerProcess) -> bool {
     tokio::task::spawn_blocking(move || terminate(&mut child).success())
         .await
         .unwrap()
