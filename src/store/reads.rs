@@ -1,0 +1,305 @@
+//! What the service reads of its runs: a run, lists of them, their
+//! transcripts and events, and what a paused or stopped run needs to go on.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::Row;
+use uuid::Uuid;
+
+use super::{
+    IdempotentRun, RunFilter, Store, StoreError, StoredEvent, StoredPause, StoredRecovery, rows,
+};
+use crate::harness::Message;
+use crate::run::{Run, RunStatus, Tenant};
+
+impl Store {
+    pub async fn get_run(&self, tenant: &Tenant, id: Uuid) -> Result<Option<Run>, StoreError> {
+        let row = self
+            .read(async |connection| {
+                sqlx::query(rows::SELECT_RUN_BY_ID)
+                    .bind(id.to_string())
+                    .bind(&tenant.0)
+                    .fetch_optional(connection)
+                    .await
+            })
+            .await?;
+        row.map(|row| rows::run_from_row(&row)).transpose()
+    }
+
+    /// Runs newest first, after `cursor` (an id) when given, of one status
+    /// or thread when given.
+    pub async fn list_runs(
+        &self,
+        tenant: &Tenant,
+        filter: RunFilter,
+        cursor: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<Run>, StoreError> {
+        let statement = match (filter.status, filter.thread_id) {
+            (None, None) => rows::SELECT_RUNS_PAGE,
+            (Some(_), None) => rows::SELECT_RUNS_PAGE_BY_STATUS,
+            (None, Some(_)) => rows::SELECT_RUNS_PAGE_BY_THREAD,
+            (Some(_), Some(_)) => rows::SELECT_RUNS_PAGE_BY_STATUS_AND_THREAD,
+        };
+        let mut query = sqlx::query(statement)
+            .bind(&tenant.0)
+            .bind(cursor.map(|c| c.to_string()))
+            .bind(i64::from(limit));
+        if let Some(thread) = filter.thread_id {
+            query = query.bind(thread.to_string());
+        }
+        if let Some(status) = filter.status {
+            query = query.bind(status.as_str());
+        }
+        let rows = self
+            .read(async |connection| query.fetch_all(connection).await)
+            .await?;
+        rows.iter().map(rows::run_from_row).collect()
+    }
+
+    /// The transcript's messages, each as its JSON text, in order.
+    pub async fn messages(&self, run_id: Uuid) -> Result<Vec<String>, StoreError> {
+        let rows = self
+            .read(async |connection| {
+                sqlx::query("SELECT body FROM messages WHERE run_id = $1 ORDER BY position")
+                    .bind(run_id.to_string())
+                    .fetch_all(connection)
+                    .await
+            })
+            .await?;
+        Ok(rows.iter().map(|row| row.get::<String, _>(0)).collect())
+    }
+
+    /// Stored events with a sequence greater than `after`, in order.
+    pub async fn events_after(
+        &self,
+        run_id: Uuid,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        let rows = self
+            .read(async |connection| {
+                sqlx::query(
+                    "SELECT sequence, type, body FROM events WHERE run_id = $1 AND sequence > $2 \
+                     ORDER BY sequence LIMIT $3",
+                )
+                .bind(run_id.to_string())
+                .bind(i64::try_from(after).unwrap_or(i64::MAX))
+                .bind(i64::from(limit))
+                .fetch_all(connection)
+                .await
+            })
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(StoredEvent {
+                    sequence: u64::try_from(row.get::<i64, _>(0))
+                        .map_err(|_| StoreError::Corrupt("negative event sequence".into()))?,
+                    kind: row.get(1),
+                    body: row.get(2),
+                })
+            })
+            .collect()
+    }
+
+    /// Runs waiting to be started, on the whole database. Read through the
+    /// read pool: admissions ask it often, and must not take the
+    /// connections that renew a replica's lease.
+    pub async fn queued(&self) -> Result<u64, StoreError> {
+        let count: i64 = self
+            .read(async |connection| {
+                sqlx::query_scalar("SELECT COUNT(*) FROM runs WHERE status = 'queued'")
+                    .fetch_one(connection)
+                    .await
+            })
+            .await?;
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
+    /// A run's status, whoever's it is.
+    pub async fn run_status(&self, id: Uuid) -> Result<Option<RunStatus>, StoreError> {
+        let status: Option<String> = self
+            .read(async |connection| {
+                sqlx::query_scalar("SELECT status FROM runs WHERE id = $1")
+                    .bind(id.to_string())
+                    .fetch_optional(connection)
+                    .await
+            })
+            .await?;
+        status
+            .map(|text| {
+                RunStatus::parse(&text)
+                    .ok_or_else(|| StoreError::Corrupt(format!("unknown run status {text:?}")))
+            })
+            .transpose()
+    }
+
+    /// The transcript's messages, read back, in order.
+    pub async fn transcript(&self, run_id: Uuid) -> Result<Vec<Arc<Message>>, StoreError> {
+        self.messages(run_id)
+            .await?
+            .iter()
+            .map(|text| {
+                serde_json::from_str::<Message>(text)
+                    .map(Arc::new)
+                    .map_err(|e| StoreError::Corrupt(format!("a message of run {run_id}: {e}")))
+            })
+            .collect()
+    }
+
+    /// Where an answered pause stands, to resume it: its transcript, its
+    /// last event, its running time, what it waited on and the answers.
+    pub async fn paused(&self, id: Uuid) -> Result<StoredPause, StoreError> {
+        let row = self
+            .read(async |connection| {
+                sqlx::query(
+                    "SELECT pending_actions, answers, running_ms, \
+                     (SELECT COALESCE(MAX(sequence), 0) FROM events WHERE run_id = runs.id) \
+                     AS last FROM runs WHERE id = $1",
+                )
+                .bind(id.to_string())
+                .fetch_optional(connection)
+                .await
+            })
+            .await?
+            .ok_or_else(|| StoreError::Corrupt(format!("run {id} vanished")))?;
+        let messages = self.transcript(id).await?;
+        let count = |column: &str| {
+            u64::try_from(row.get::<i64, _>(column))
+                .map_err(|_| StoreError::Corrupt(format!("{column} out of range")))
+        };
+        Ok(StoredPause {
+            messages,
+            last_sequence: count("last")?,
+            running: Duration::from_millis(count("running_ms")?),
+            pending: rows::json(&row, "pending_actions")?,
+            answers: rows::json(&row, "answers")?,
+        })
+    }
+
+    /// Where a run whose process stopped stands (see [`StoredRecovery`]).
+    pub async fn recovery(&self, id: Uuid) -> Result<StoredRecovery, StoreError> {
+        let row = self
+            .read(async |connection| {
+                sqlx::query(
+                    "SELECT steps, tool_calls, input_tokens, output_tokens, \
+                     model_calls_with_usage, running_ms, \
+                     (SELECT COALESCE(MAX(sequence), 0) FROM events WHERE run_id = runs.id) \
+                     AS last FROM runs WHERE id = $1",
+                )
+                .bind(id.to_string())
+                .fetch_optional(connection)
+                .await
+            })
+            .await?
+            .ok_or_else(|| StoreError::Corrupt(format!("run {id} vanished")))?;
+        let count = |column: &str| {
+            u64::try_from(row.get::<i64, _>(column))
+                .map_err(|_| StoreError::Corrupt(format!("{column} out of range")))
+        };
+        let narrow = |column: &str| {
+            u32::try_from(count(column)?)
+                .map_err(|_| StoreError::Corrupt(format!("{column} out of range")))
+        };
+        // The calls started since the last model response (its batch), and
+        // whether the run paused for that batch (which counted it whole).
+        let started = self
+            .read(async |connection| {
+                sqlx::query(
+                    "SELECT type, body FROM events WHERE run_id = $1 \
+                     AND type IN ('tool_start', 'actions_required') \
+                     AND sequence > (SELECT COALESCE(MAX(sequence), 0) FROM events \
+                     WHERE run_id = $1 AND type = 'model_end')",
+                )
+                .bind(id.to_string())
+                .fetch_all(connection)
+                .await
+            })
+            .await?;
+        let counted = started
+            .iter()
+            .any(|row| row.get::<String, _>(0) == "actions_required");
+        let started = started
+            .iter()
+            .filter_map(|row| {
+                let body: serde_json::Value =
+                    serde_json::from_str(&row.get::<String, _>(1)).ok()?;
+                body.get("call_id")?.as_str().map(str::to_owned)
+            })
+            .collect();
+        Ok(StoredRecovery {
+            messages: self.transcript(id).await?,
+            last_sequence: count("last")?,
+            steps: narrow("steps")?,
+            tool_calls: narrow("tool_calls")?,
+            usage: crate::harness::UsageTotals {
+                input_tokens: count("input_tokens")?,
+                output_tokens: count("output_tokens")?,
+                model_calls_with_usage: count("model_calls_with_usage")?,
+            },
+            running: Duration::from_millis(count("running_ms")?),
+            batch: crate::harness::StoppedBatch { started, counted },
+        })
+    }
+
+    /// Paused runs by their deadline, soonest first.
+    pub async fn pause_deadlines(
+        &self,
+        limit: u32,
+    ) -> Result<Vec<(Uuid, DateTime<Utc>)>, StoreError> {
+        let rows = self
+            .read(async |connection| {
+                sqlx::query(
+                    "SELECT id, action_deadline FROM runs WHERE status = 'requires_action' \
+                     AND action_deadline IS NOT NULL ORDER BY action_deadline LIMIT $1",
+                )
+                .bind(i64::from(limit))
+                .fetch_all(connection)
+                .await
+            })
+            .await?;
+        // A row that does not parse is logged and passed over, never in the
+        // way of the others' deadlines.
+        Ok(rows
+            .iter()
+            .filter_map(|row| {
+                let id = row.get::<String, _>(0);
+                let at = row.get::<String, _>(1);
+                match (rows::parse_uuid(&id), rows::time(&at)) {
+                    (Ok(id), Ok(at)) => Some((id, at)),
+                    _ => {
+                        tracing::error!(run_id = %id, deadline = %at, "a paused run's deadline is unreadable");
+                        None
+                    }
+                }
+            })
+            .collect())
+    }
+
+    pub async fn find_idempotent(
+        &self,
+        tenant: &Tenant,
+        key: &str,
+    ) -> Result<Option<IdempotentRun>, StoreError> {
+        let row = self
+            .read(async |connection| {
+                sqlx::query(rows::SELECT_RUN_BY_IDEMPOTENCY_KEY)
+                    .bind(&tenant.0)
+                    .bind(key)
+                    .fetch_optional(connection)
+                    .await
+            })
+            .await?;
+        row.map(|row| {
+            Ok(IdempotentRun {
+                run: rows::run_from_row(&row)?,
+                request_hash: row
+                    .get::<Option<String>, _>("request_hash")
+                    .unwrap_or_default(),
+            })
+        })
+        .transpose()
+    }
+}
