@@ -23,7 +23,7 @@ use super::tool::ToolRole;
 pub const NOTE_PREFIX: &str = "[agent-runner] ";
 
 /// Notes at most in one prompt's turn.
-pub const MAX_NOTES: usize = 3;
+const MAX_NOTES: usize = 3;
 
 /// The note questioning an answer that `messages` (the transcript before
 /// it) leave unchecked; `None` when it stands. `role` tells what each tool
@@ -92,7 +92,7 @@ pub fn note(messages: &[Arc<Message>], role: impl Fn(&str) -> ToolRole) -> Optio
 }
 
 /// Whether `message` is a note of the harness.
-pub fn is_note(message: &Message) -> bool {
+fn is_note(message: &Message) -> bool {
     matches!(message, Message::User { content } if content.starts_with(NOTE_PREFIX))
 }
 
