@@ -33,9 +33,9 @@ EXAMPLES = 3
 # (0 of 10 solved, 5 of 10 with the stub in view).
 PROMPT = (
     "Complete the function `{entry}` in solution.py, which holds:\n\n```python\n{stub}```\n\n"
-    "Write the whole file with the function's body filled in (keep its imports, signature "
-    "and docstring), then run the `test` command; fix what fails and answer briefly once "
-    "the tests pass."
+    "Answer with the new solution.py, whole, in one ```python code block: the function's "
+    "body filled in, its imports, signature and docstring kept. Then run the `test` command; "
+    "fix what fails and answer briefly once the tests pass."
 )
 
 ONE_SHOT = (

@@ -128,6 +128,11 @@ pub struct RunsConfig {
     /// that reports a failing command as its answer is common, and a client
     /// replaying a script expects its answers to end the run.
     pub check_answers: bool,
+    /// Whether code a model writes in a fenced block of its answer is taken
+    /// as a `write_file` of the file it rewrites, in a run that has
+    /// `write_file` (a small model writes code better there than in a tool
+    /// call's JSON). Off by default.
+    pub write_code_blocks: bool,
 }
 
 /// What `runs.default_instructions` is unless configured: how to work
@@ -151,6 +156,7 @@ impl Default for RunsConfig {
             lease_ms: 10_000,
             default_instructions: DEFAULT_INSTRUCTIONS.to_owned(),
             check_answers: false,
+            write_code_blocks: false,
         }
     }
 }

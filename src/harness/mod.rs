@@ -3,6 +3,7 @@
 //! records them. Nothing here knows about HTTP or SQL.
 
 pub mod agent;
+pub mod blocks;
 pub mod context;
 pub mod events;
 pub mod message;

@@ -154,6 +154,15 @@ impl ToolRegistry {
         self.get(name).map_or(ToolRole::Other, |tool| tool.role())
     }
 
+    /// The tool that writes whole files ([`ToolRole::Writes`]), if the run
+    /// has one.
+    pub fn whole_file_writer(&self) -> Option<&Arc<dyn Tool>> {
+        self.entries
+            .iter()
+            .map(|entry| &entry.tool)
+            .find(|tool| tool.role() == ToolRole::Writes)
+    }
+
     /// Whether one of the tools checks work.
     pub fn has_check(&self) -> bool {
         self.entries

@@ -28,7 +28,13 @@ const MAX_NOTES: usize = 3;
 /// The note questioning an answer that `messages` (the transcript before
 /// it) leave unchecked; `None` when it stands. `role` tells what each tool
 /// (by name) does; the run must have a [`ToolRole::Checks`] tool.
-pub fn note(messages: &[Arc<Message>], role: impl Fn(&str) -> ToolRole) -> Option<String> {
+/// `code_blocks`: whether code in an answer is written to the file it
+/// rewrites (see [`crate::harness::blocks`]), a way to fix the note offers.
+pub fn note(
+    messages: &[Arc<Message>],
+    role: impl Fn(&str) -> ToolRole,
+    code_blocks: bool,
+) -> Option<String> {
     if !matches!(messages.last().map(|m| &**m), Some(Message::Tool { .. })) {
         return None;
     }
@@ -55,7 +61,7 @@ pub fn note(messages: &[Arc<Message>], role: impl Fn(&str) -> ToolRole) -> Optio
                 content,
                 is_error,
             } => match calls.get(call_id.as_str()) {
-                Some((ToolRole::Changes, arguments)) if !is_error => {
+                Some((ToolRole::Changes | ToolRole::Writes, arguments)) if !is_error => {
                     if let Some(path) = arguments.get("path").and_then(Value::as_str) {
                         changed.insert(path);
                     }
@@ -81,12 +87,17 @@ pub fn note(messages: &[Arc<Message>], role: impl Fn(&str) -> ToolRole) -> Optio
              what fails, and answer once it passes."
         ));
     }
+    let fix = if code_blocks {
+        "by answering with the whole fixed file in a code block, or by calling edit_file or \
+         write_file"
+    } else {
+        "by calling edit_file or write_file (code in an answer changes no file)"
+    };
     last_check_failed.then(|| {
         format!(
             "{NOTE_PREFIX}The last command you ran failed, and no file changed since. Fix what \
-             it shows by calling edit_file or write_file (code in an answer changes no file), \
-             then run it again; answer once it passes. If the failure is what the task asks \
-             for, answer again and say so."
+             it shows {fix}, then run it again; answer once it passes. If the failure is what \
+             the task asks for, answer again and say so."
         )
     })
 }
@@ -169,8 +180,12 @@ mod tests {
         }
 
         fn note(&self) -> Option<String> {
-            note(&self.0, role)
+            note(&self.0, role, false)
         }
+    }
+
+    fn note_with_blocks(messages: &[Arc<Message>]) -> String {
+        note(messages, role, true).unwrap()
     }
 
     #[test]
@@ -194,8 +209,12 @@ mod tests {
 
     #[test]
     fn a_failing_last_check_is_questioned_and_a_later_pass_clears_it() {
-        let note = Transcript::new().write("a.py").test(1).note().unwrap();
+        let failed = Transcript::new().write("a.py").test(1);
+        let note = failed.note().unwrap();
         assert!(note.contains("failed"), "{note}");
+        assert!(note.contains("code in an answer changes no file"), "{note}");
+        let note = note_with_blocks(&failed.0);
+        assert!(note.contains("whole fixed file in a code block"), "{note}");
         assert_eq!(Transcript::new().write("a.py").test(1).test(0).note(), None);
         let error = Transcript::new().call(
             "run_command",

@@ -46,6 +46,11 @@ pub enum ToolRole {
     Other,
     /// It changes files (the `path` argument names the one it changed).
     Changes,
+    /// It changes files by writing one whole (its arguments are `{path,
+    /// content}`), and shows the workspace's text files
+    /// ([`Tool::text_files`]): code the model writes in an answer may be
+    /// taken as its call (see [`crate::harness::blocks`]).
+    Writes,
     /// It runs a command, whose result (an `exit_code` of 0) says whether
     /// the work passes a check.
     Checks,
@@ -73,6 +78,12 @@ pub trait Tool: Send + Sync {
     /// What the tool does to the work, for checking answers.
     fn role(&self) -> ToolRole {
         ToolRole::Other
+    }
+
+    /// For a [`ToolRole::Writes`] tool: the workspace's UTF-8 text files
+    /// (path, text), as many as are cheap to read; empty for any other.
+    async fn text_files(&self) -> Vec<(String, String)> {
+        Vec::new()
     }
 
     /// Whether the client executes this tool: its calls pause the run for

@@ -92,6 +92,8 @@ pub(crate) struct Services {
     workspaces: Arc<Workspaces>,
     /// `runs.check_answers`.
     check_answers: bool,
+    /// `runs.write_code_blocks`.
+    write_code_blocks: bool,
 }
 
 /// Where the runner is in its life: taking runs, in shutdown's grace, or
@@ -193,6 +195,7 @@ impl Runner {
                     WorkspaceOptions::default(),
                 )),
                 check_answers: config.runs.check_answers,
+                write_code_blocks: config.runs.write_code_blocks,
             }),
             runs: Arc::default(),
             scheduler,

@@ -400,6 +400,7 @@ impl RunTask {
             },
             approval: Approval::from_names(&spec.approval.tools),
             check_answers: shared.check_answers,
+            write_code_blocks: shared.write_code_blocks,
         };
         let harness = Harness {
             model: &*model,

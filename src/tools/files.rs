@@ -16,6 +16,7 @@
 //! [`super::WorkspaceError`]; a path that does not exist adds the
 //! workspace's paths closest to it (see [`super::suggest`]).
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -24,7 +25,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::definitions::shared;
 use super::run_workspace::RunWorkspace;
-use super::suggest::{Want, explain};
+use super::search::is_binary;
+use super::suggest::{Want, explain, is_skipped_dir};
 use super::text;
 use super::workspace::Workspace;
 use crate::harness::{Tool, ToolDefinition, ToolError, ToolRole};
@@ -32,6 +34,10 @@ use crate::harness::{Tool, ToolDefinition, ToolError, ToolRole};
 pub const READ_FILE: &str = "read_file";
 pub const WRITE_FILE: &str = "write_file";
 pub const LIST_DIR: &str = "list_dir";
+
+/// Files [`WriteFile::text_files`] shows at most, and the largest it reads.
+const MAX_TEXT_FILES: usize = 200;
+const MAX_TEXT_FILE_BYTES: u64 = 256 * 1024;
 
 /// Reads a UTF-8 text file of the workspace.
 pub struct ReadFile {
@@ -174,7 +180,35 @@ impl Tool for WriteFile {
     }
 
     fn role(&self) -> ToolRole {
-        ToolRole::Changes
+        ToolRole::Writes
+    }
+
+    /// Up to [`MAX_TEXT_FILES`] files of at most [`MAX_TEXT_FILE_BYTES`],
+    /// in the order of their paths; binary and non-UTF-8 files left out.
+    async fn text_files(&self) -> Vec<(String, String)> {
+        let scanned = blocking(&self.workspace, Access::Read, |ws| {
+            let mut files = Vec::new();
+            ws.scan_files(
+                ".",
+                MAX_TEXT_FILE_BYTES,
+                &is_skipped_dir,
+                &mut |path, bytes| {
+                    if let Ok(text) = std::str::from_utf8(bytes)
+                        && !is_binary(bytes)
+                    {
+                        files.push((path.to_owned(), text.to_owned()));
+                    }
+                    if files.len() == MAX_TEXT_FILES {
+                        ControlFlow::Break(())
+                    } else {
+                        ControlFlow::Continue(())
+                    }
+                },
+            )
+            .map(|()| files)
+        })
+        .await;
+        scanned.unwrap_or_default()
     }
 
     fn definition(&self) -> Arc<ToolDefinition> {

@@ -336,14 +336,16 @@ async fn the_model_is_told_what_each_preset_runs() {
 }
 
 /// A server with a `test` preset that passes once `main.py` says `ok`,
-/// questioning unchecked answers or not.
-async fn spawn_checking(check_answers: bool) -> TestApp {
+/// questioning unchecked answers or not, taking code in answers as files or
+/// not.
+async fn spawn_checking(check_answers: bool, write_code_blocks: bool) -> TestApp {
     spawn_with(move |config| {
         let preset =
             "program = \"sh\"\nargs = [\"-c\", \"grep -q ok main.py\"]\ntimeout_ms = 20000";
         let preset = toml::from_str::<CommandPreset>(preset).unwrap();
         config.commands.insert("test".into(), preset);
         config.runs.check_answers = check_answers;
+        config.runs.write_code_blocks = write_code_blocks;
     })
     .await
 }
@@ -381,7 +383,7 @@ fn unchecked_script() -> Value {
 /// answer after a passing check ends it.
 #[tokio::test]
 async fn an_unchecked_answer_is_questioned_before_it_ends_the_run() {
-    let app = spawn_checking(true).await;
+    let app = spawn_checking(true, false).await;
     let run = app.run_to_end(unchecked_run(json!({}))).await;
     assert_eq!(run["status"], "completed", "{run}");
     assert_eq!(run["answer"], "Fixed, and the test passes.", "{run}");
@@ -427,13 +429,94 @@ async fn an_unchecked_answer_is_questioned_before_it_ends_the_run() {
 /// run, and with it a run on its last step is not questioned.
 #[tokio::test]
 async fn answers_stand_when_checking_is_off_or_no_step_is_left() {
-    let app = spawn_checking(false).await;
+    let app = spawn_checking(false, false).await;
     let run = app.run_to_end(unchecked_run(json!({}))).await;
     assert_eq!(run["status"], "completed", "{run}");
     assert_eq!(run["answer"], "Done: the tests pass.", "{run}");
 
-    let app = spawn_checking(true).await;
+    let app = spawn_checking(true, false).await;
     let run = app.run_to_end(unchecked_run(json!({"max_steps": 2}))).await;
     assert_eq!(run["status"], "completed", "{run}");
     assert_eq!(run["answer"], "Done: the tests pass.", "{run}");
+}
+
+const STUB_MAIN: &str = "import sys\n\n\ndef main():\n    \"\"\"Print ok.\"\"\"\n    pass\n";
+const FIXED_MAIN: &str =
+    "import sys\n\n\ndef main():\n    \"\"\"Print ok.\"\"\"\n    print('ok')\n";
+
+/// A run whose model answers with code instead of calling write_file: the
+/// function without the file's import (unnamed), a new file (named), and a
+/// file outside the workspace; then it runs the test and answers with the
+/// file as it now is.
+fn block_run() -> Value {
+    let answer = "Here is the fix:\n\n```python\ndef main():\n    \"\"\"Print ok.\"\"\"\n    \
+                  print('ok')\n```\n\nnotes.md\n```\nhello\n```\n\n`../escape.py`:\n\
+                  ```python\nx = 1\n```\n";
+    let done = format!("The test passes:\n```python\n{FIXED_MAIN}```");
+    json!({
+        "prompt": "make main.py print ok",
+        "commands": ["test"],
+        "workspace": {"files": {"main.py": STUB_MAIN}},
+        "model": {"scripted": [
+            {"content": answer},
+            {"content": "", "tool_calls": [call("t1", "run_command", json!({"command": "test"}))]},
+            {"content": done}
+        ]}
+    })
+}
+
+/// Code blocks of an answer become write_file calls of the model's message,
+/// confined and recorded like any; a block that changes nothing leaves the
+/// answer an answer.
+#[tokio::test]
+async fn code_in_an_answer_is_written_as_the_file_it_rewrites() {
+    let app = spawn_checking(true, true).await;
+    let run = app.run_to_end(block_run()).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["steps"], 3, "{run}");
+    assert!(
+        run["answer"]
+            .as_str()
+            .unwrap()
+            .starts_with("The test passes")
+    );
+    let id = run["id"].as_str().unwrap();
+    let main = app.get(&format!("/v1/runs/{id}/workspace/main.py")).await;
+    assert_eq!(main.text, FIXED_MAIN);
+    let notes = app.get(&format!("/v1/runs/{id}/workspace/notes.md")).await;
+    assert_eq!(notes.text, "hello\n");
+
+    let messages = app.messages(id).await;
+    let calls = messages[1]["tool_calls"].as_array().unwrap();
+    let paths: Vec<&str> = calls
+        .iter()
+        .map(|c| {
+            assert_eq!(c["name"], "write_file");
+            assert!(c["id"].as_str().unwrap().starts_with("code_block_"), "{c}");
+            c["arguments"]["path"].as_str().unwrap()
+        })
+        .collect();
+    assert_eq!(paths, ["main.py", "notes.md", "../escape.py"]);
+    let results = results(&app, &run).await;
+    let escape = calls[2]["id"].as_str().unwrap();
+    assert!(
+        refused(&results, escape).contains("../escape.py"),
+        "{results:?}"
+    );
+    let written = ok(&results, calls[0]["id"].as_str().unwrap());
+    assert_eq!(written["bytes_written"], FIXED_MAIN.len());
+    // No note: the test ran after the writes, and passed.
+    assert_eq!(messages.iter().filter(|m| m["role"] == "user").count(), 1);
+}
+
+/// Off (the default), an answer with code is an answer.
+#[tokio::test]
+async fn code_in_an_answer_is_only_an_answer_by_default() {
+    let app = spawn_checking(true, false).await;
+    let run = app.run_to_end(block_run()).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["steps"], 1, "{run}");
+    let id = run["id"].as_str().unwrap();
+    let main = app.get(&format!("/v1/runs/{id}/workspace/main.py")).await;
+    assert_eq!(main.text, STUB_MAIN);
 }

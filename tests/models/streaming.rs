@@ -11,9 +11,15 @@ use tokio_util::sync::CancellationToken;
 use super::fixtures::*;
 use super::support::*;
 
+/// An attempt's limit here: what ends a call in these tests is the stream,
+/// never the clock, even on a loaded machine, where streaming an endless
+/// answer up to the size limit in a debug build takes seconds.
+const STREAM_TIMEOUT: Duration = Duration::from_secs(120);
+
 fn openai(server: &MockServer) -> OpenAiModel {
     let mut config = OpenAiConfig::new("gpt-4o-mini");
     config.http = settings(format!("{}/v1", server.base), None);
+    config.http.timeout = STREAM_TIMEOUT;
     config.stream = true;
     OpenAiModel::new(config).unwrap()
 }
@@ -21,6 +27,7 @@ fn openai(server: &MockServer) -> OpenAiModel {
 fn anthropic(server: &MockServer) -> AnthropicModel {
     let mut config = AnthropicConfig::new("claude-opus-4-6");
     config.http = settings(server.base.clone(), Some(KEY));
+    config.http.timeout = STREAM_TIMEOUT;
     config.stream = true;
     AnthropicModel::new(config).unwrap()
 }

@@ -5,15 +5,55 @@ use std::panic::AssertUnwindSafe;
 use std::time::Instant;
 
 use futures_util::FutureExt;
+use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
 
 use super::{Run, TOOL_CANCEL_GRACE, millis, panic_message, serialize_result};
+use crate::harness::blocks;
 use crate::harness::context::bound_tool_result;
 use crate::harness::events::EventKind;
 use crate::harness::message::{Message, ToolCall};
+use crate::harness::model::ModelResponse;
 use crate::harness::pause::{ActionKind, Answer, PendingAction, denied};
+use crate::harness::tool::ToolRole;
 
 impl Run<'_, '_> {
+    /// With `write_code_blocks`: the files the fenced blocks of the
+    /// response rewrite ([`blocks`]), as calls of the run's whole-file
+    /// writer, put before the response's own calls (which may run what
+    /// they wrote). A block for a file one of those calls changes is left
+    /// to that call.
+    pub(super) async fn add_code_block_calls(&self, response: &mut ModelResponse) {
+        if !self.config.write_code_blocks {
+            return;
+        }
+        let tools = self.harness.tools;
+        let Some(writer) = tools.whole_file_writer() else {
+            return;
+        };
+        let found = blocks::parse(&response.content);
+        if found.is_empty() {
+            return;
+        }
+        let changed: Vec<&str> = response
+            .tool_calls
+            .iter()
+            .filter(|call| matches!(tools.role(&call.name), ToolRole::Changes | ToolRole::Writes))
+            .filter_map(|call| call.arguments.get("path").and_then(Value::as_str))
+            .collect();
+        let writes = blocks::writes(&found, &writer.text_files().await, &changed);
+        let name = writer.definition().name.clone();
+        let calls = writes.into_iter().map(|write| {
+            // Unique in a conversation, and in the characters every
+            // provider accepts in an id.
+            let id = format!("code_block_{}", Uuid::now_v7().simple());
+            let arguments = json!({"path": write.path, "content": write.content});
+            ToolCall::new(id, name.clone(), arguments)
+        });
+        response.tool_calls.splice(0..0, calls);
+    }
+
     /// The calls of a batch that wait for an answer: valid calls of a
     /// client's tool, and valid calls that need approval. Unknown tools and
     /// invalid arguments are answered to the model as usual, never paused.

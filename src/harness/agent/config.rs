@@ -78,6 +78,9 @@ pub struct RunConfig {
     /// check unfixed, is questioned before it ends the run (see
     /// [`crate::harness::review`]).
     pub check_answers: bool,
+    /// Whether code the model writes in fenced blocks of its response is
+    /// taken as whole-file writes (see [`crate::harness::blocks`]).
+    pub write_code_blocks: bool,
 }
 
 impl RunConfig {
@@ -92,6 +95,7 @@ impl RunConfig {
             context: ContextLimits::default(),
             approval: Approval::None,
             check_answers: false,
+            write_code_blocks: false,
         }
     }
 }

@@ -469,7 +469,7 @@ impl Run<'_, '_> {
                     )))
                 })
                 .and_then(|response| response.validate().map(|()| response));
-            let response = match response {
+            let mut response = match response {
                 Ok(response) => response,
                 Err(_) if token.is_cancelled() => return End::Stopped,
                 Err(error) => return self.model_failed(error.to_string()),
@@ -488,6 +488,7 @@ impl Run<'_, '_> {
             self.emitter
                 .emit(|| EventKind::ModelEnd { duration_ms, usage });
 
+            self.add_code_block_calls(&mut response).await;
             let batch = response.tool_calls.len();
             if batch > limits.max_tool_calls.saturating_sub(self.tool_calls) as usize {
                 // Refused whole, before anything of it is recorded or run.
@@ -533,7 +534,11 @@ impl Run<'_, '_> {
             && self.steps < self.config.limits.max_steps.get()
             && tools.has_check();
         enabled
-            .then(|| review::note(&self.messages, |name| tools.role(name)))
+            .then(|| {
+                let code_blocks =
+                    self.config.write_code_blocks && tools.whole_file_writer().is_some();
+                review::note(&self.messages, |name| tools.role(name), code_blocks)
+            })
             .flatten()
     }
 

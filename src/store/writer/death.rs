@@ -6,6 +6,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::health::Health;
+#[cfg(debug_assertions)]
 use super::ops::Op;
 
 /// Whether the writer's task died (it panicked): from then on every write

@@ -11,7 +11,6 @@ use futures_util::TryFutureExt;
 use sqlx::{AnyConnection, Connection};
 use tokio::sync::{mpsc, oneshot};
 
-use super::death;
 use super::health::{Health, is_refusal};
 use super::ops::{self, Op, fail, finish, hold};
 use super::sql::{self, apply_all};
@@ -125,7 +124,7 @@ impl Task {
                 .unwrap_or_else(|| pending.len().min(MAX_BATCH));
             let batch: Vec<Op> = pending.drain(..take).collect();
             #[cfg(debug_assertions)]
-            death::panic_if_asked(&batch);
+            super::death::panic_if_asked(&batch);
             self.stats.batches.fetch_add(1, Ordering::Relaxed);
             self.stats
                 .operations
