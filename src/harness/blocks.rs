@@ -52,7 +52,8 @@ pub struct Write {
     pub content: String,
 }
 
-/// The closed fenced blocks of `answer`, in order.
+/// The fenced blocks of `answer`, in order (a block left unclosed runs to
+/// the end of the answer).
 pub fn parse(answer: &str) -> Vec<Block> {
     let lines: Vec<&str> = answer.lines().collect();
     let mut blocks = Vec::new();
@@ -176,8 +177,7 @@ fn looks_like_path(word: &str) -> bool {
     let Some((stem, extension)) = word.rsplit_once('.') else {
         return false;
     };
-    !word.is_empty()
-        && word.len() <= MAX_NAME_CHARS
+    word.len() <= MAX_NAME_CHARS
         && !stem.is_empty()
         && !stem.ends_with('/')
         && !extension.is_empty()
@@ -353,6 +353,19 @@ mod tests {
         assert_eq!(
             writes[0].content,
             "from typing import List\n\n\ndef first(xs: List[int]) -> int:\n    \"\"\"The first.\"\"\"\n    return xs[0]\n"
+        );
+    }
+
+    #[test]
+    fn a_block_of_the_top_of_a_file_keeps_the_lines_below_it() {
+        let file = "import os\n\nTIMEOUT = 5\n\n\ndef main():\n    run(TIMEOUT)\n";
+        let files = vec![("app.py".to_owned(), file.to_owned())];
+        let blocks = parse("```python\nimport os\n\nTIMEOUT = 30\n\n\ndef main():\n```");
+        let writes = writes(&blocks, &files, &[]);
+        assert_eq!(writes.len(), 1, "{writes:?}");
+        assert_eq!(
+            writes[0].content,
+            "import os\n\nTIMEOUT = 30\n\n\ndef main():\n    run(TIMEOUT)\n"
         );
     }
 

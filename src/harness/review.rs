@@ -61,7 +61,7 @@ pub fn note(
                 content,
                 is_error,
             } => match calls.get(call_id.as_str()) {
-                Some((ToolRole::Changes | ToolRole::Writes, arguments)) if !is_error => {
+                Some((kind, arguments)) if kind.changes_files() && !is_error => {
                     if let Some(path) = arguments.get("path").and_then(Value::as_str) {
                         changed.insert(path);
                     }

@@ -56,6 +56,13 @@ pub enum ToolRole {
     Checks,
 }
 
+impl ToolRole {
+    /// Whether a successful call changes the file its `path` argument names.
+    pub fn changes_files(self) -> bool {
+        matches!(self, Self::Changes | Self::Writes)
+    }
+}
+
 /// A capability the harness may execute on a model's behalf.
 ///
 /// `execute` receives arguments that already satisfy the tool's schema, and the

@@ -520,3 +520,30 @@ async fn code_in_an_answer_is_only_an_answer_by_default() {
     let main = app.get(&format!("/v1/runs/{id}/workspace/main.py")).await;
     assert_eq!(main.text, STUB_MAIN);
 }
+
+/// A block for a file that a call of the same response writes is left to
+/// that call: the model's own call says what it meant.
+#[tokio::test]
+async fn a_block_for_a_file_the_response_writes_is_left_to_that_call() {
+    let app = spawn_checking(false, true).await;
+    let write = call(
+        "w1",
+        "write_file",
+        json!({"path": "notes.md", "content": "from the call\n"}),
+    );
+    let run = app
+        .run_to_end(json!({
+            "prompt": "write notes.md",
+            "model": {"scripted": [
+                {"content": "notes.md\n```\nfrom the block\n```", "tool_calls": [write]},
+                {"content": "Done."}
+            ]}
+        }))
+        .await;
+    assert_eq!(run["status"], "completed", "{run}");
+    let id = run["id"].as_str().unwrap();
+    let notes = app.get(&format!("/v1/runs/{id}/workspace/notes.md")).await;
+    assert_eq!(notes.text, "from the call\n");
+    let messages = app.messages(id).await;
+    assert_eq!(messages[1]["tool_calls"].as_array().unwrap().len(), 1);
+}

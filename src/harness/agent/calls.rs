@@ -2,6 +2,7 @@
 //! one is recorded, and how an admitted one is dispatched.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 use std::time::Instant;
 
 use futures_util::FutureExt;
@@ -16,22 +17,28 @@ use crate::harness::events::EventKind;
 use crate::harness::message::{Message, ToolCall};
 use crate::harness::model::ModelResponse;
 use crate::harness::pause::{ActionKind, Answer, PendingAction, denied};
-use crate::harness::tool::ToolRole;
+use crate::harness::tool::Tool;
 
 impl Run<'_, '_> {
+    /// The tool code blocks are written with, when this run takes them as
+    /// files (`write_code_blocks`, and a whole-file writer among its tools).
+    pub(super) fn block_writer(&self) -> Option<&Arc<dyn Tool>> {
+        self.config
+            .write_code_blocks
+            .then(|| self.harness.tools.whole_file_writer())
+            .flatten()
+    }
+
     /// With `write_code_blocks`: the files the fenced blocks of the
     /// response rewrite ([`blocks`]), as calls of the run's whole-file
     /// writer, put before the response's own calls (which may run what
     /// they wrote). A block for a file one of those calls changes is left
     /// to that call.
     pub(super) async fn add_code_block_calls(&self, response: &mut ModelResponse) {
-        if !self.config.write_code_blocks {
-            return;
-        }
-        let tools = self.harness.tools;
-        let Some(writer) = tools.whole_file_writer() else {
+        let Some(writer) = self.block_writer() else {
             return;
         };
+        let tools = self.harness.tools;
         let found = blocks::parse(&response.content);
         if found.is_empty() {
             return;
@@ -39,7 +46,7 @@ impl Run<'_, '_> {
         let changed: Vec<&str> = response
             .tool_calls
             .iter()
-            .filter(|call| matches!(tools.role(&call.name), ToolRole::Changes | ToolRole::Writes))
+            .filter(|call| tools.role(&call.name).changes_files())
             .filter_map(|call| call.arguments.get("path").and_then(Value::as_str))
             .collect();
         let writes = blocks::writes(&found, &writer.text_files().await, &changed);

@@ -535,8 +535,7 @@ impl Run<'_, '_> {
             && tools.has_check();
         enabled
             .then(|| {
-                let code_blocks =
-                    self.config.write_code_blocks && tools.whole_file_writer().is_some();
+                let code_blocks = self.block_writer().is_some();
                 review::note(&self.messages, |name| tools.role(name), code_blocks)
             })
             .flatten()
