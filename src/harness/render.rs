@@ -2,8 +2,9 @@
 //! its JSON serialisation (section 2 of the spec); a model reads it better as
 //! text: a string result (a file's text) as that text, not a JSON literal
 //! with its quotes and `\n` escapes; a command's result as its exit code,
-//! then its output and errors as text (a traceback reads as one); anything
-//! else as the compact JSON it already is. Errors are text already.
+//! then its output and errors as text (a traceback reads as one); a search
+//! that matched nothing with a note on where search looks; anything else as
+//! the compact JSON it already is. Errors are text already.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -18,6 +19,12 @@ use super::message::Message;
 /// its steps run out.
 pub const REPEATED: &str =
     "This is the same call with the same result as before; try something different.";
+
+/// What a search that matched nothing ends with for its model: a small
+/// model asked to fix `stats.py` searched for the text `stats.py`, found no
+/// line holding it, and answered from memory instead of reading the file.
+pub const NO_MATCH: &str = "No line of any file matches: search looks inside files, not at \
+their names. To see a file whose name you know, read it.";
 
 /// What the model reads of each message's tool result, in order: `None`
 /// for a message that is not a tool result, else its text (see
@@ -71,6 +78,9 @@ pub fn tool_result_for_model(content: &str, is_error: bool) -> Cow<'_, str> {
         Ok(Value::Object(object)) if is_command_output(&object) => {
             Cow::Owned(command_text(&object))
         }
+        Ok(Value::Object(object)) if is_empty_search(&object) => {
+            Cow::Owned(format!("{content}\n\n{NO_MATCH}"))
+        }
         Ok(_) => Cow::Borrowed(content),
         // A string result cut to fit (`"head\n...[N or more characters
         // omitted]...\ntail"`): each side read as the text it is.
@@ -83,6 +93,18 @@ fn is_command_output(object: &Map<String, Value>) -> bool {
     object.contains_key("exit_code")
         && object.get("stdout").is_some_and(Value::is_string)
         && object.get("stderr").is_some_and(Value::is_string)
+}
+
+/// Whether `object` is the result of a search that matched nothing
+/// (`{"matches": [], "total": 0, "truncated": false}`).
+fn is_empty_search(object: &Map<String, Value>) -> bool {
+    object.len() == 3
+        && object
+            .get("matches")
+            .and_then(Value::as_array)
+            .is_some_and(Vec::is_empty)
+        && object.get("total").and_then(Value::as_u64) == Some(0)
+        && object.get("truncated").and_then(Value::as_bool) == Some(false)
 }
 
 fn command_text(object: &Map<String, Value>) -> String {
@@ -196,6 +218,21 @@ mod tests {
             tool_result_for_model(&killed, false),
             "ended by SIGKILL (timed out)\n[stdout]\nx\n[stderr: empty]"
         );
+    }
+
+    #[test]
+    fn a_search_that_matched_nothing_says_where_search_looks() {
+        let empty = json!({"matches": [], "total": 0, "truncated": false}).to_string();
+        assert_eq!(
+            tool_result_for_model(&empty, false),
+            format!("{empty}\n\n{NO_MATCH}")
+        );
+        let found = json!({"matches": [{"path": "a.py", "line": 1, "text": "x"}], "total": 1,
+            "truncated": false})
+        .to_string();
+        assert_eq!(tool_result_for_model(&found, false), found);
+        let other = json!({"matches": [], "total": 0, "truncated": false, "more": 1}).to_string();
+        assert_eq!(tool_result_for_model(&other, false), other, "another shape");
     }
 
     #[test]
