@@ -89,7 +89,7 @@ def main():
                 {
                     "id": name,
                     "request": {"prompt": prompt, "tools": TOOLS[:-1], "workspace": {"files": files},
-                                "limits": {"max_steps": 8},
+                                "limits": {"max_steps": 8, "timeout_ms": 600000},
                                 "context": {"max_context_chars": 16000}},
                     "check": {"answer_contains": answer},
                 }
@@ -106,7 +106,7 @@ def main():
                         "tools": TOOLS,
                         "commands": ["test"],
                         "workspace": {"files": {module: source, "test_examples.py": tests}},
-                        "limits": {"max_steps": 12},
+                        "limits": {"max_steps": 12, "timeout_ms": 600000},
                         "context": {"max_context_chars": 16000},
                     },
                     "check": {"file": module, "python": hidden, "module": module},

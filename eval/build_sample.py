@@ -42,7 +42,9 @@ def coding(name, model):
             "workspace": {"files": {"solution.py": STUB, "test_examples.py": EXAMPLES}},
             "model": model,
         },
-        "check": {"file": "solution.py", "python": HIDDEN},
+        # As the HumanEval tasks are scored: the file imported as its module.
+        "check": {"file": "solution.py", "module": "solution.py",
+                  "python": "from solution import *\n" + HIDDEN},
         "one_shot": {
             "prompt": "Complete this function:\n" + STUB,
             "model": {"scripted": [{"content": "Here:\n```python\n" + RIGHT + "```\n"}]},

@@ -30,12 +30,15 @@ EXAMPLES = 3
 
 # The stub is in the prompt, as a user asking for it would paste it: asked
 # to find it in the workspace, a 1.5B model wrote functions it had not read
-# (0 of 10 solved, 5 of 10 with the stub in view).
+# (0 of 10 solved, 5 of 10 with the stub in view). It is shown without the
+# blank lines some stubs start with, and the model is not asked for imports
+# (lines of the file above the function are kept): asked for "solution.py,
+# its imports kept" or "its imports included", it filled those lines with
+# imports of its own (`from solution import *`, `from tools import *`).
 PROMPT = (
-    "Complete the function `{entry}` in solution.py, which holds:\n\n```python\n{stub}```\n\n"
-    "Answer with the new solution.py, whole, in one ```python code block: the function's "
-    "body filled in, its imports, signature and docstring kept. Then run the `test` command; "
-    "fix what fails and answer briefly once the tests pass."
+    "Complete this Python function, in solution.py. Answer with the whole function in one "
+    "```python code block. Then run the `test` command; fix what fails and answer briefly "
+    "once the tests pass.\n\n```python\n{stub}```"
 )
 
 ONE_SHOT = (
@@ -133,7 +136,7 @@ def task(problem):
     return {
         "id": problem["task_id"],
         "request": {
-            "prompt": PROMPT.format(entry=entry, stub=problem["prompt"]),
+            "prompt": PROMPT.format(stub=problem["prompt"].lstrip("\n")),
             "tools": ["read_file", "edit_file", "write_file", "search", "list_dir", "run_command"],
             "commands": ["test"],
             "workspace": {
@@ -147,7 +150,12 @@ def task(problem):
             # definitions included, this many characters stay within it.
             "context": {"max_context_chars": 16000},
         },
-        "check": {"file": "solution.py", "python": hidden},
+        # Imported as the module it is, as `test_examples.py` does.
+        "check": {
+            "file": "solution.py",
+            "module": "solution.py",
+            "python": "from solution import *  # noqa: F401,F403\n" + hidden,
+        },
         "one_shot": {
             "prompt": ONE_SHOT.format(prompt=problem["prompt"]),
             "check": {"python": hidden},
