@@ -89,7 +89,9 @@ impl EditError {
                                    use write_file)"
                 .to_owned(),
             Self::Unchanged => {
-                "old_text and new_text are the same: the edit would change nothing".to_owned()
+                "old_text and new_text are the same: the edit would change nothing. old_text is \
+                 the text as it is now; new_text is what it is to become."
+                    .to_owned()
             }
             Self::NotFound { closest: None } => format!(
                 "old_text was not found in {path}, and no lines of it are close to it. Read the \
@@ -144,9 +146,9 @@ pub fn apply(content: &str, old: &str, new: &str, replace_all: bool) -> Result<E
     if old.is_empty() {
         return Err(EditError::EmptyOldText);
     }
-    if old == new {
-        return Err(EditError::Unchanged);
-    }
+    // Not found comes first: an unchanged edit of text the file lacks is
+    // better answered with the file's closest lines.
+    let unchanged = old == new;
     let (old, new): (Cow<'_, str>, Cow<'_, str>) = if !content.contains(old)
         && content.contains("\r\n")
         && old.contains('\n')
@@ -164,6 +166,9 @@ pub fn apply(content: &str, old: &str, new: &str, replace_all: bool) -> Result<E
         return Err(EditError::NotFound {
             closest: closest_lines(content, &old),
         });
+    }
+    if unchanged {
+        return Err(EditError::Unchanged);
     }
     if found.len() > 1 && !replace_all {
         let index = LineIndex::new(content);
@@ -569,6 +574,13 @@ mod tests {
     fn empty_and_unchanged_edits_are_refused() {
         assert_eq!(apply("x", "", "y", false), Err(EditError::EmptyOldText));
         assert_eq!(apply("x", "x", "x", false), Err(EditError::Unchanged));
+        assert!(
+            matches!(
+                apply("a\nb\n", "c", "c", false),
+                Err(EditError::NotFound { .. })
+            ),
+            "text the file lacks is not found, changed or not"
+        );
     }
 
     #[test]
