@@ -15,6 +15,7 @@ mod durable;
 mod errors;
 mod eval;
 mod eventsource;
+mod installs;
 mod lifecycle;
 mod mcp;
 mod metrics;

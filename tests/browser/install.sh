@@ -6,7 +6,5 @@
 # concurrently and again.
 set -euo pipefail
 cd "$(dirname "$0")"
-if [ ! -x /usr/bin/chromium ]; then
-  apt-get update -qq >&2 && apt-get install -y -qq chromium >&2
-fi
+bash ../apt/install.sh /usr/bin/chromium chromium
 exec bash ../npm/install.sh . playwright node_modules/playwright-core/package.json

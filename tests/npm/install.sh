@@ -17,9 +17,7 @@ if [ -e "$TARGET/$ENTRY" ]; then
   echo "$TARGET"
   exit 0
 fi
-if ! command -v npm >/dev/null 2>&1; then
-  apt-get update -qq >&2 && apt-get install -y -qq nodejs npm >&2
-fi
+bash "$(dirname "$0")/../apt/install.sh" npm nodejs npm
 mkdir -p "$CACHE"
 exec 9>"$CACHE/.$NAME.lock"
 flock 9

@@ -14,7 +14,7 @@ find_bin() {
 
 BIN="$(find_bin || true)"
 if [ -z "$BIN" ]; then
-  apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >&2
+  bash "$(dirname "$0")/../apt/install.sh" '/usr/lib/postgresql/*/bin/initdb' postgresql
   BIN="$(find_bin)"
 fi
 
