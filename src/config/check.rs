@@ -1,6 +1,7 @@
 //! Checking a configuration once it is read: every value in range, every
 //! name well formed, and the combinations that cannot work refused.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use super::{
@@ -110,6 +111,8 @@ impl Config {
                     ));
                 }
             }
+            check_env(&format!("commands.{name}.env"), &preset.env)
+                .map_err(ConfigError::Invalid)?;
             check_sandbox_settings(
                 &format!("commands.{name}."),
                 &preset.read_paths,
@@ -224,6 +227,30 @@ fn check_origin(origin: &str) -> Result<(), &'static str> {
 }
 
 /// `^[A-Za-z_][A-Za-z0-9_]*$`: a name a variable can have.
+/// Variables a preset's or a stdio MCP server's `env` may not set: the
+/// sandbox sets them (a private directory of the server's).
+const RESERVED_ENV: [&str; 2] = ["HOME", "TMPDIR"];
+
+/// An `env` table of a preset or a stdio MCP server (`at` names it in the
+/// error): names a shell would take, none the sandbox sets, values that a
+/// process environment can hold (no NUL byte).
+pub(crate) fn check_env(at: &str, env: &BTreeMap<String, String>) -> Result<(), String> {
+    for (key, value) in env {
+        if !is_valid_env_name(key) {
+            return Err(format!("{at}: {key:?} is not an environment variable name"));
+        }
+        if RESERVED_ENV.contains(&key.as_str()) {
+            return Err(format!(
+                "{at}: {key} is set by the sandbox (a private directory of the server's)"
+            ));
+        }
+        if value.contains('\0') {
+            return Err(format!("{at}.{key}: a value may not hold a NUL byte"));
+        }
+    }
+    Ok(())
+}
+
 pub fn is_valid_env_name(name: &str) -> bool {
     let mut chars = name.chars();
     chars

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 mod check;
 mod print;
 
+pub(crate) use check::check_env;
 pub(crate) use check::check_sandbox_settings;
 pub use check::is_valid_env_name;
 use print::redacted;
@@ -532,6 +533,36 @@ mod tests {
             "d".repeat(1001)
         );
         assert!(error(&long).contains("commands.t.description must be at most 1000"));
+        let env_error =
+            |table: &str| error(&format!("[commands.t]\nprogram = \"x\"\nenv = {table}"));
+        assert!(env_error("{ \"A-B\" = \"1\" }").contains("commands.t.env: \"A-B\" is not"));
+        assert!(
+            env_error("{ TMPDIR = \"/tmp\" }")
+                .contains("commands.t.env: TMPDIR is set by the sandbox")
+        );
+        assert!(
+            env_error("{ A = \"x\\u0000y\" }")
+                .contains("commands.t.env.A: a value may not hold a NUL")
+        );
+    }
+
+    #[test]
+    fn a_presets_env_is_kept_as_written_and_printed_redacted() {
+        let config = Config::from_toml(
+            "[commands.t]\nprogram = \"x\"\nenv = { CARGO_HOME = \"/opt/cargo\", TOKEN = \"$SECRET\" }\n",
+            env(&[("SECRET", "s3cret")]),
+        )
+        .unwrap();
+        let preset = &config.commands["t"];
+        assert_eq!(preset.env["TOKEN"], "$SECRET");
+        assert_eq!(preset.env["CARGO_HOME"], "/opt/cargo");
+        let printed = effective(&config).unwrap();
+        assert!(printed.contains("CARGO_HOME"), "{printed}");
+        assert!(
+            !printed.contains("/opt/cargo") && !printed.contains("$SECRET"),
+            "{printed}"
+        );
+        assert!(!format!("{preset:?}").contains("/opt/cargo"));
     }
 
     #[test]

@@ -19,9 +19,6 @@ pub const DEFAULT_STARTUP_TIMEOUT_MS: u64 = 10_000;
 /// `tool_timeout_ms` when the table gives none.
 pub const DEFAULT_TOOL_TIMEOUT_MS: u64 = 60_000;
 
-/// Variables a stdio server's `env` may not set: the sandbox sets them.
-const RESERVED_ENV: [&str; 2] = ["HOME", "TMPDIR"];
-
 fn default_startup_timeout_ms() -> u64 {
     DEFAULT_STARTUP_TIMEOUT_MS
 }
@@ -133,20 +130,7 @@ impl McpServerConfig {
                         at("bearer_token_env")
                     ));
                 }
-                for key in self.env.keys() {
-                    if !is_valid_env_name(key) {
-                        return Err(format!(
-                            "{}: {key:?} is not an environment variable name",
-                            at("env")
-                        ));
-                    }
-                    if RESERVED_ENV.contains(&key.as_str()) {
-                        return Err(format!(
-                            "{}: {key} is set by the sandbox (a private directory of the server's)",
-                            at("env")
-                        ));
-                    }
-                }
+                crate::config::check_env(&at("env"), &self.env)?;
                 crate::config::check_sandbox_settings(
                     &format!("mcp.{name}."),
                     &self.read_paths,

@@ -522,6 +522,36 @@ async fn a_presets_read_paths_extend_what_it_can_read() {
 }
 
 #[tokio::test]
+async fn a_presets_env_reaches_it_as_written_and_nothing_else_of_the_servers() {
+    let app = server(SandboxMode::Enforce, |config| {
+        config.commands.insert(
+            "env".into(),
+            python()
+                .with_env("CARGO_HOME", "/opt/cargo")
+                .with_env("LITERAL", "$PATH ${HOME} `id` $(id)"),
+        );
+    })
+    .await;
+    let script = r#"
+import json, os
+names = ['CARGO_HOME', 'LITERAL', 'USER', 'AGENT_RUNNER_TOKENS']
+print(json.dumps({name: os.environ.get(name) for name in names}))
+"#;
+    let result = run_script(&app, "env", script).await;
+    let seen: Value = serde_json::from_str(stdout(&result)).unwrap_or_else(|_| panic!("{result}"));
+    assert_eq!(
+        seen,
+        json!({"CARGO_HOME": "/opt/cargo", "LITERAL": "$PATH ${HOME} `id` $(id)",
+               "USER": null, "AGENT_RUNNER_TOKENS": null}),
+        "{result}"
+    );
+    // Another preset of the same server gets none of it.
+    let plain = run_script(&app, "py", script).await;
+    let seen: Value = serde_json::from_str(stdout(&plain)).unwrap();
+    assert_eq!(seen["CARGO_HOME"], Value::Null, "{plain}");
+}
+
+#[tokio::test]
 async fn the_server_refuses_to_start_with_storage_under_a_read_path() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = test_config(&dir);

@@ -188,6 +188,7 @@ impl CommandRunner {
             })?;
         let mut command = self.command(&preset.program, &preset.args, workspace);
         command
+            .envs(&preset.env)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());

@@ -17,7 +17,7 @@ fn default_timeout_ms() -> u64 {
 }
 
 /// A command the model may run by name: a fixed program and arguments.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CommandPreset {
     /// What the preset is for, in a sentence ("Runs the unit tests"):
@@ -48,6 +48,34 @@ pub struct CommandPreset {
     /// end (it only reads, or running it twice leaves what once does).
     #[serde(default)]
     pub idempotent: bool,
+    /// Variables added to the command's cleared environment, as written
+    /// (`CARGO_HOME = "/opt/cargo"`): nothing is expanded, and nothing of
+    /// the server's own environment is reachable through them. Their values
+    /// are redacted when the configuration is printed.
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        serialize_with = "crate::config::redacted_values"
+    )]
+    pub env: BTreeMap<String, String>,
+}
+
+/// `env` values may be credentials: only their names are shown.
+impl std::fmt::Debug for CommandPreset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CommandPreset")
+            .field("description", &self.description)
+            .field("program", &self.program)
+            .field("args", &self.args)
+            .field("timeout_ms", &self.timeout_ms)
+            .field("read_paths", &self.read_paths)
+            .field("network", &self.network)
+            .field("memory_max_bytes", &self.memory_max_bytes)
+            .field("pids_max", &self.pids_max)
+            .field("idempotent", &self.idempotent)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .finish()
+    }
 }
 
 impl CommandPreset {
@@ -65,6 +93,7 @@ impl CommandPreset {
             memory_max_bytes: None,
             pids_max: None,
             idempotent: false,
+            env: BTreeMap::new(),
         }
     }
 
@@ -87,6 +116,11 @@ impl CommandPreset {
 
     pub fn with_description(mut self, description: impl Into<String>) -> Self {
         self.description = Some(description.into());
+        self
+    }
+
+    pub fn with_env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.insert(name.into(), value.into());
         self
     }
 }
