@@ -123,6 +123,11 @@ impl Config {
         for (name, server) in &self.mcp {
             server.check(name).map_err(ConfigError::Invalid)?;
         }
+        if self.sandbox.uid == 0 || self.sandbox.gid == 0 {
+            return invalid(
+                "sandbox.uid and sandbox.gid must not be 0: a command never runs as root".into(),
+            );
+        }
         check_sandbox_settings(
             "sandbox.",
             &self.sandbox.read_paths,

@@ -512,6 +512,8 @@ mod tests {
         assert!(error("[sandbox]\nmode = \"loose\"").contains("sandbox.mode"));
         assert!(error("[sandbox]\nread_paths = [\"usr\"]").contains("absolute"));
         assert!(error("[sandbox]\npids_max = 0").contains("pids_max"));
+        assert!(error("[sandbox]\nuid = 0").contains("never runs as root"));
+        assert!(error("[sandbox]\ngid = 0").contains("never runs as root"));
         assert!(error("[limits]\naction_timeout_ms = 0").contains("action_timeout_ms"));
         assert!(error("[limits]\naction_timeout_ms = 31536000001").contains("a year"));
         assert!(error("[limits]\ntimeout_ms = 31536000001").contains("a year"));

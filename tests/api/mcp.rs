@@ -83,17 +83,19 @@ fn id(run: &Value) -> &str {
 /// The processes whose working directory is `dir` (a run's workspace): its
 /// stdio MCP servers.
 fn processes_in(dir: &Path) -> Vec<u32> {
-    let dir = dir
-        .canonicalize()
+    use std::os::unix::fs::MetadataExt;
+    // By the directory itself, not its name: a command sees its workspace
+    // at /workspace, and that is the name its cwd link reads as.
+    let here = std::fs::metadata(dir)
         .unwrap_or_else(|e| panic!("the workspace {} exists: {e}", dir.display()));
     std::fs::read_dir("/proc")
         .unwrap()
         .filter_map(|entry| {
             let entry = entry.ok()?;
             let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let cwd = std::fs::read_link(entry.path().join("cwd")).ok()?;
+            let cwd = std::fs::metadata(entry.path().join("cwd")).ok()?;
             // A zombie has no working directory; a live one in `dir` counts.
-            (cwd == dir).then_some(pid)
+            (cwd.dev() == here.dev() && cwd.ino() == here.ino()).then_some(pid)
         })
         .collect()
 }

@@ -7,6 +7,11 @@
 //! Where an attack could pass for denied by accident (a wrong path, a
 //! typo), the same script also runs with `mode = "off"` and succeeds, so
 //! the test would notice a sandbox that stopped holding.
+//!
+//! A command has a `/tmp` of its own, so the servers here keep their data
+//! in a directory outside `/tmp` that every user may traverse: what the
+//! attacks aim at is then in view, and Landlock, not a hidden path or the
+//! directory's mode, is what stops them.
 
 use std::net::{TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -17,7 +22,7 @@ use agent_runner::config::Config;
 use agent_runner::tools::{CommandPreset, SandboxMode};
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, call, spawn_in, spawn_with, test_config};
+use crate::helpers::{TestApp, call, spawn_in, test_config};
 
 /// Debian's interpreter: `/usr` is a read path, wherever the server's own
 /// `PATH` points.
@@ -28,13 +33,22 @@ fn python() -> CommandPreset {
     CommandPreset::new(PYTHON, ["main.py"])
 }
 
+/// A directory outside `/tmp` (which a command does not see) that every
+/// user may traverse, as `/srv` would be.
+fn visible_dir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
 async fn server(mode: SandboxMode, configure: impl FnOnce(&mut Config)) -> TestApp {
-    spawn_with(|config| {
-        config.sandbox.mode = mode;
-        config.commands.insert("py".into(), python());
-        configure(config);
-    })
-    .await
+    let dir = visible_dir();
+    let mut config = test_config(&dir);
+    config.sandbox.mode = mode;
+    config.commands.insert("py".into(), python());
+    configure(&mut config);
+    spawn_in(dir, config).await
 }
 
 /// Runs `script` as `main.py` through the preset `preset`, and returns the
@@ -139,7 +153,7 @@ async fn a_command_cannot_read_or_rewrite_the_database() {
 
 #[tokio::test]
 async fn a_command_cannot_read_the_config_file_with_the_tokens() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = visible_dir();
     let file = dir.path().join("agent-runner.toml");
     std::fs::write(
         &file,
@@ -213,7 +227,7 @@ async fn a_command_cannot_read_list_or_overwrite_another_runs_workspace() {
 #[tokio::test]
 async fn a_command_cannot_write_outside_its_workspace_and_tmpdir() {
     let app = server(SandboxMode::Enforce, |_| {}).await;
-    let target = std::env::temp_dir().join(format!("agent-runner-escape-{}", std::process::id()));
+    let target = app.dir.path().join("escape.txt");
     let result = attack(
         &app,
         &format!("got = open({}, 'w').write('x')", python_str(&target)),
@@ -223,6 +237,87 @@ async fn a_command_cannot_write_outside_its_workspace_and_tmpdir() {
     assert!(!target.exists());
     let home = attack(&app, "got = open('/root/planted', 'w')").await;
     assert_denied(&home);
+}
+
+#[tokio::test]
+async fn a_command_is_not_root_and_cannot_read_what_only_root_may() {
+    let root = rustix::process::geteuid().is_root();
+    for mode in [SandboxMode::Enforce, SandboxMode::Off] {
+        let app = server(mode, |_| {}).await;
+        let shadow = attack(&app, "got = open('/etc/shadow').read()").await;
+        let listing = attack(&app, "got = os.listdir('/root')").await;
+        let who = attack(&app, "got = (os.getuid(), os.getgid(), os.getgroups())").await;
+        match mode {
+            SandboxMode::Enforce => {
+                assert_denied(&shadow);
+                assert_denied(&listing);
+                let expected = if root {
+                    "OK (65534, 65534, [])".to_owned()
+                } else {
+                    format!("OK ({}, ", rustix::process::geteuid().as_raw())
+                };
+                assert!(stdout(&who).starts_with(&expected), "{who}");
+            }
+            // The same scripts, unconfined, as the root server they then are.
+            SandboxMode::Off if root => {
+                assert_allowed(&shadow);
+                assert_allowed(&listing);
+                assert!(stdout(&who).starts_with("OK (0, 0"), "{who}");
+            }
+            SandboxMode::Off => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_command_sees_its_workspace_tmp_and_shm_and_real_programs_work() {
+    let app = server(SandboxMode::Enforce, |_| {}).await;
+    let script = r#"
+import json, multiprocessing, os, tempfile
+out = {'cwd': os.getcwd(), 'home': os.environ['HOME'], 'tmpdir': os.environ['TMPDIR']}
+with multiprocessing.Pool(2) as pool:
+    out['pool'] = pool.map(abs, [-1, -2, -3])
+open('/dev/shm/mine', 'w').write('shared memory')
+out['shm'] = os.listdir('/dev/shm')
+with tempfile.NamedTemporaryFile('w', delete=False) as f:
+    f.write('scratch')
+out['tmp'] = os.path.dirname(f.name)
+os.makedirs('made/by', exist_ok=True)
+open('made/by/command.txt', 'w').write('the command wrote this')
+os.chmod('made/by/command.txt', 0o600)
+os.chmod('made/by', 0o700)
+print(json.dumps(out, sort_keys=True))
+raise SystemExit(open('no-such-file.txt'))
+"#;
+    let (id, result) = run_with_files(&app, "py", json!({"main.py": script})).await;
+    let out: Value = serde_json::from_str(stdout(&result)).unwrap_or_else(|_| panic!("{result}"));
+    assert_eq!(
+        out,
+        json!({"cwd": "/workspace", "home": "/workspace", "tmpdir": "/tmp",
+               "pool": [1, 2, 3], "shm": ["mine"], "tmp": "/tmp"}),
+        "{result}"
+    );
+    // What the model reads of a traceback names the workspace as the
+    // command saw it, never the server's own layout.
+    let stderr = result["stderr"].as_str().unwrap();
+    assert!(stderr.contains("File \"/workspace/main.py\""), "{stderr}");
+    let workspaces = app.dir.path().join("workspaces");
+    assert!(!stderr.contains(workspaces.to_str().unwrap()), "{stderr}");
+    assert!(!stderr.contains(&id), "{stderr}");
+    // The server's /dev/shm never saw the command's file.
+    assert!(!Path::new("/dev/shm/mine").exists());
+    // What the command wrote, private to its user, the server still serves
+    // and removes.
+    let file = app
+        .get(&format!("/v1/runs/{id}/workspace/made/by/command.txt"))
+        .await;
+    assert_eq!(file.status, 200, "{}", file.text);
+    assert_eq!(file.text, "the command wrote this");
+    let purged = app
+        .send(app.request(reqwest::Method::POST, &format!("/v1/runs/{id}/purge")))
+        .await;
+    assert_eq!(purged.status, 204, "{}", purged.text);
+    assert!(!workspaces.join(&id).exists());
 }
 
 #[tokio::test]
@@ -493,7 +588,7 @@ print(json.dumps(out, sort_keys=True))
 
 #[tokio::test]
 async fn a_presets_read_paths_extend_what_it_can_read() {
-    let tools = tempfile::tempdir().unwrap();
+    let tools = visible_dir();
     std::fs::write(tools.path().join("helper.txt"), "from the toolchain").unwrap();
     let script = attempt(&format!(
         "got = open({}).read()",

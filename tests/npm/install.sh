@@ -10,7 +10,16 @@ NAME="$2"
 ENTRY="$3"
 
 LOCK_HASH="$(sha256sum "$DIR/package-lock.json" | cut -c1-16)"
-CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/agent-runner-ci"
+# Commands, MCP servers among them, run as an unprivileged user when the
+# server is root (tests run as root on CI), so a root's cache is one every
+# user may read, not one under /root.
+if [ -n "${XDG_CACHE_HOME:-}" ]; then
+  CACHE="$XDG_CACHE_HOME/agent-runner-ci"
+elif [ "$(id -u)" = 0 ]; then
+  CACHE="/var/cache/agent-runner-ci"
+else
+  CACHE="$HOME/.cache/agent-runner-ci"
+fi
 TARGET="$CACHE/$NAME-$LOCK_HASH"
 
 if [ -e "$TARGET/$ENTRY" ]; then
@@ -25,6 +34,7 @@ if [ ! -e "$TARGET/$ENTRY" ]; then
   TMP="$(mktemp -d "$CACHE/.$NAME.XXXXXX")"
   cp "$DIR/package.json" "$DIR/package-lock.json" "$TMP/"
   npm ci --ignore-scripts --silent --no-audit --no-fund --prefix "$TMP" >&2
+  chmod 755 "$TMP"
   rm -rf "$TARGET"
   mv "$TMP" "$TARGET"
 fi

@@ -199,8 +199,8 @@ async fn output_and_exit_codes_are_reported() {
                   "timed_out": false, "truncated": false, "sandbox": enforced()})
         )
     );
-    let root = f.workspace.root().to_str().unwrap().to_owned();
-    assert_eq!(f.run("where").await.unwrap()["stdout"], format!("{root}\n"));
+    // A command sees its workspace at /workspace, and runs there.
+    assert_eq!(f.run("where").await.unwrap()["stdout"], "/workspace\n");
     // stdin is closed: `cat` sees its end at once.
     assert_eq!(f.run("reads_stdin").await.unwrap()["exit_code"], 0);
     assert_eq!(f.leftover_cgroups(), Vec::<String>::new());
@@ -234,22 +234,50 @@ async fn the_environment_is_cleared_to_an_allowlist() {
     names.sort();
     names.retain(|name| !matches!(*name, "LANG" | "TZ"));
     assert_eq!(names, ["HOME", "PATH", "TMPDIR"]);
-    let home = format!("HOME={}", f.workspace.root().display());
-    assert!(stdout.lines().any(|line| line == home), "{stdout}");
+    assert!(
+        stdout.lines().any(|line| line == "HOME=/workspace"),
+        "{stdout}"
+    );
+    assert!(stdout.lines().any(|line| line == "TMPDIR=/tmp"), "{stdout}");
 }
 
 #[tokio::test]
 async fn a_commands_private_tmpdir_is_removed_after_it() {
+    // The command sees its TMPDIR as /tmp; the test finds the directory
+    // behind it by a file only this command writes there, and lets the
+    // command end once it has.
+    let marker = format!("marker-{}", uuid::Uuid::now_v7());
     let f = Fixture::detected(&[(
         "fill",
-        sh(
-            r#"mkdir "$TMPDIR/d" && for i in 1 2 3; do echo $i > "$TMPDIR/d/$i"; done && echo "$TMPDIR""#,
-        ),
+        sh(&format!(
+            r#"mkdir "$TMPDIR/d" && for i in 1 2 3; do echo $i > "$TMPDIR/d/$i"; done && \
+               touch "$TMPDIR/{marker}" && echo "$TMPDIR" && \
+               while [ ! -e "$TMPDIR/go" ]; do sleep 0.02; done"#
+        )),
     )]);
-    let output = f.run("fill").await.unwrap();
+    let find = async {
+        let deadline = Instant::now() + GONE_WITHIN;
+        loop {
+            let found = std::fs::read_dir(std::env::temp_dir())
+                .unwrap()
+                .filter_map(Result::ok)
+                .map(|entry| entry.path().join("tmp"))
+                .find(|tmp| tmp.join(&marker).exists());
+            if let Some(tmp) = found {
+                std::fs::write(tmp.join("go"), "").unwrap();
+                return tmp;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the command's TMPDIR was not found"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    let (output, tmp) = tokio::join!(f.run("fill"), find);
+    let output = output.unwrap();
     assert_eq!(output["exit_code"], 0, "{output}");
-    let tmp = PathBuf::from(output["stdout"].as_str().unwrap().trim());
-    assert!(tmp.is_absolute() && tmp != std::env::temp_dir(), "{output}");
+    assert_eq!(output["stdout"], "/tmp\n", "{output}");
     // The removal runs on a blocking thread, after the result.
     let deadline = Instant::now() + GONE_WITHIN;
     while tmp.exists() {

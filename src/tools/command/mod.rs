@@ -3,7 +3,8 @@
 //! A preset is a fixed program and argument list: the model only picks its
 //! name, so there is nothing for it to inject, and no shell ever runs. Each
 //! command runs with:
-//! - its working directory, and `HOME`, set to the run's workspace;
+//! - its working directory, and `HOME`, set to the run's workspace (which the
+//!   sandbox shows the command as `/workspace`);
 //! - stdin closed (`/dev/null`);
 //! - an environment cleared down to `PATH`, `HOME`, `LANG` and `TZ`, so none of
 //!   the server's secrets (API keys, tokens) reach it. `PATH` is the server's

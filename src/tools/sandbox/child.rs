@@ -12,13 +12,19 @@
 //! 1. join the command's cgroups, while the child may still write cgroup
 //!    files;
 //! 2. `RLIMIT_AS`, where no memory cgroup could be used;
-//! 3. drop every capability: from the bounding set (so an `exec` as root
-//!    regains none), the ambient set, and the effective, permitted and
-//!    inheritable sets. A root server's command keeps uid 0 but loses what
-//!    makes root more than a file owner (raw sockets, mounts, `ptrace`,
-//!    overriding file permissions, loading modules);
-//! 4. Landlock's `restrict_self`, which also sets `PR_SET_NO_NEW_PRIVS`;
-//! 5. the seccomp filters, last, since they could refuse a step above.
+//! 3. its own mount namespace, with `/workspace`, `/tmp` and `/dev/shm`
+//!    ([`super::mounts`]), while it may still mount;
+//! 4. drop every capability from the bounding set (so an `exec` as root
+//!    regains none) and the ambient set;
+//! 5. become the command's user ([`super::identity`]): no supplementary
+//!    groups, then its group, then its user, which also empties the
+//!    effective and permitted sets of a child of a root server;
+//! 6. empty the effective, permitted and inheritable sets (a server that is
+//!    not root keeps its user): nothing makes the command more than a file
+//!    owner (raw sockets, mounts, `ptrace`, overriding file permissions,
+//!    loading modules);
+//! 7. Landlock's `restrict_self`, which also sets `PR_SET_NO_NEW_PRIVS`;
+//! 8. the seccomp filters, last, since they could refuse a step above.
 
 use std::io;
 use std::os::fd::OwnedFd;
@@ -29,9 +35,13 @@ use rustix::io::Errno;
 use rustix::process::{Resource, Rlimit, setrlimit};
 use rustix::thread::{
     CapabilitySet, CapabilitySets, clear_ambient_capability_set,
-    remove_capability_from_bounding_set, set_capabilities, set_no_new_privs,
+    remove_capability_from_bounding_set, set_capabilities, set_no_new_privs, set_thread_groups,
+    set_thread_res_gid, set_thread_res_uid,
 };
 use seccompiler::BpfProgram;
+
+use super::identity::RunAs;
+use super::mounts::Layout;
 
 /// Everything a child applies to itself before `exec`, prepared by the
 /// parent.
@@ -45,12 +55,15 @@ pub(crate) struct ChildSetup {
     pub(super) confinement: Option<Confinement>,
 }
 
-/// Landlock rules, and the seccomp filters of a command without network.
+/// Landlock rules, the seccomp filters of a command without network, and
+/// the command's own layout and user where the server can give them.
 #[derive(Debug)]
 pub(super) struct Confinement {
     pub(super) landlock: RulesetCreated,
     /// Empty when the command may use the network.
     pub(super) filters: Arc<[BpfProgram]>,
+    pub(super) layout: Option<Layout>,
+    pub(super) run_as: Option<RunAs>,
 }
 
 impl ChildSetup {
@@ -73,7 +86,23 @@ impl ChildSetup {
         let Some(confinement) = &self.confinement else {
             return Ok(());
         };
-        drop_capabilities()?;
+        if let Some(layout) = &confinement.layout {
+            layout.apply()?;
+        }
+        drop_bounding_and_ambient()?;
+        if let Some(user) = confinement.run_as {
+            set_thread_groups(&[])?;
+            set_thread_res_gid(user.gid(), user.gid(), user.gid())?;
+            set_thread_res_uid(user.uid(), user.uid(), user.uid())?;
+        }
+        set_capabilities(
+            None,
+            CapabilitySets {
+                effective: CapabilitySet::empty(),
+                permitted: CapabilitySet::empty(),
+                inheritable: CapabilitySet::empty(),
+            },
+        )?;
         // `try_clone` duplicates the descriptor (one `fcntl`), since
         // `restrict_self` takes the ruleset by value and this hook may only
         // borrow what the parent prepared.
@@ -93,11 +122,11 @@ impl ChildSetup {
     }
 }
 
-/// Empties every capability set of the calling thread. Without
-/// `CAP_SETPCAP` (an unprivileged server) the bounding set cannot shrink,
-/// but there is then nothing in it an `exec` could grant under
+/// Empties the bounding and ambient capability sets of the calling thread.
+/// Without `CAP_SETPCAP` (an unprivileged server) the bounding set cannot
+/// shrink, but there is then nothing in it an `exec` could grant under
 /// `no_new_privs`.
-fn drop_capabilities() -> io::Result<()> {
+fn drop_bounding_and_ambient() -> io::Result<()> {
     for bit in 0..64 {
         match remove_capability_from_bounding_set(CapabilitySet::from_bits_retain(1 << bit)) {
             Ok(()) => {}
@@ -108,16 +137,7 @@ fn drop_capabilities() -> io::Result<()> {
     }
     match clear_ambient_capability_set() {
         // EINVAL: a kernel without ambient capabilities (before 4.3).
-        Ok(()) | Err(Errno::INVAL) => {}
-        Err(errno) => return Err(errno.into()),
+        Ok(()) | Err(Errno::INVAL) => Ok(()),
+        Err(errno) => Err(errno.into()),
     }
-    set_capabilities(
-        None,
-        CapabilitySets {
-            effective: CapabilitySet::empty(),
-            permitted: CapabilitySet::empty(),
-            inheritable: CapabilitySet::empty(),
-        },
-    )?;
-    Ok(())
 }

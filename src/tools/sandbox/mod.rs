@@ -13,6 +13,9 @@
 //! - [`cgroup`]: the cgroup hierarchies (v2, and v1 on hybrid machines);
 //! - [`filesystem`]: the Landlock rules;
 //! - [`network`]: the seccomp filters of a command without network;
+//! - [`mounts`]: `/workspace`, `/tmp` and `/dev/shm` of its own;
+//! - [`identity`]: the user a command runs as, and its workspace handed to
+//!   it;
 //! - [`child`]: the steps the child takes between fork and exec.
 //!
 //! With `mode = "off"` commands run unconfined (no Landlock, no seccomp,
@@ -22,6 +25,8 @@
 pub(crate) mod cgroup;
 pub(crate) mod child;
 pub(crate) mod filesystem;
+pub mod identity;
+pub mod mounts;
 pub(crate) mod network;
 pub mod process_tree;
 
@@ -35,6 +40,8 @@ use tokio::process::Command;
 
 use child::{ChildSetup, Confinement};
 use filesystem::Grant;
+use identity::RunAs;
+use mounts::Layout;
 pub(crate) use process_tree::ContainedChild;
 pub use process_tree::{AppliedLimits, Containment, ContainmentKind, Resources};
 
@@ -75,6 +82,9 @@ pub struct SandboxConfig {
     pub read_paths: Vec<PathBuf>,
     pub memory_max_bytes: u64,
     pub pids_max: u64,
+    /// The user and group commands run as when the server is root.
+    pub uid: u32,
+    pub gid: u32,
 }
 
 impl Default for SandboxConfig {
@@ -84,6 +94,8 @@ impl Default for SandboxConfig {
             read_paths: DEFAULT_READ_PATHS.iter().map(PathBuf::from).collect(),
             memory_max_bytes: DEFAULT_MEMORY_MAX_BYTES,
             pids_max: DEFAULT_PIDS_MAX,
+            uid: identity::DEFAULT_UID,
+            gid: identity::DEFAULT_GID,
         }
     }
 }
@@ -135,6 +147,11 @@ pub struct Sandbox {
     defaults: Resources,
     /// Where each command's private TMPDIR is created.
     temp_root: PathBuf,
+    /// The user commands run as, when it is not the server's own.
+    run_as: Option<RunAs>,
+    /// Whether commands get `/workspace`, `/tmp` and `/dev/shm` of their
+    /// own, or why not.
+    layout: Result<(), String>,
 }
 
 impl Sandbox {
@@ -173,6 +190,15 @@ impl Sandbox {
                 pids_max: config.pids_max,
             },
             temp_root: std::env::temp_dir(),
+            run_as: RunAs::for_this_server(RunAs {
+                uid: config.uid,
+                gid: config.gid,
+            }),
+            layout: if config.mode == SandboxMode::Enforce {
+                mounts::available()
+            } else {
+                Err("the sandbox is off".into())
+            },
         }
     }
 
@@ -222,9 +248,24 @@ impl Sandbox {
             );
         }
         let landlock = &self.landlock;
+        let user = match self.run_as {
+            Some(RunAs { uid, gid }) => format!("commands run as uid {uid}, gid {gid}"),
+            None => format!(
+                "commands run as the server's own user (uid {}: the server is not root)",
+                rustix::process::geteuid().as_raw()
+            ),
+        };
+        let layout = match &self.layout {
+            Ok(()) => format!(
+                "their workspace at {}, private {} and /dev/shm (a mount namespace)",
+                mounts::WORKSPACE,
+                mounts::TMP
+            ),
+            Err(why) => format!("their workspace at its own path, /dev/shm not writable ({why})"),
+        };
         format!(
             "sandbox enforced: filesystem by Landlock, network by seccomp{}{}; \
-             capabilities dropped, no_new_privs; {limits}",
+             capabilities dropped, no_new_privs; {user}; {layout}; {limits}",
             if landlock.tcp {
                 " and Landlock TCP rules"
             } else {
@@ -308,17 +349,44 @@ impl Sandbox {
         mut command: Command,
         policy: &CommandPolicy,
     ) -> io::Result<SandboxedChild> {
-        let tmp = tempfile::Builder::new()
+        // The command's own directories: `tmp` (its TMPDIR) and `shm`.
+        let private = tempfile::Builder::new()
             .prefix("agent-runner-cmd-")
             .tempdir_in(&self.temp_root)?;
-        command.env("TMPDIR", tmp.path());
-        if policy.private_home {
-            command.env("HOME", tmp.path());
-        }
+        let tmp = private.path().join("tmp");
+        let shm = private.path().join("shm");
+        std::fs::create_dir(&tmp)?;
+        std::fs::create_dir(&shm)?;
         let enforce = self.mode == SandboxMode::Enforce;
+        let layout = if enforce && self.layout.is_ok() {
+            Some(Layout::new(&policy.workspace, &tmp, &shm)?)
+        } else {
+            None
+        };
+        let (seen_tmp, seen_workspace) = match layout {
+            Some(_) => (Path::new(mounts::TMP), Path::new(mounts::WORKSPACE)),
+            None => (tmp.as_path(), policy.workspace.as_path()),
+        };
+        command.env("TMPDIR", seen_tmp);
+        command.env(
+            "HOME",
+            if policy.private_home {
+                seen_tmp
+            } else {
+                seen_workspace
+            },
+        );
+        let run_as = self.run_as.filter(|_| enforce);
+        if let Some(owner) = run_as {
+            identity::hand_over(&policy.workspace, owner)?;
+            identity::hand_over(private.path(), owner)?;
+        }
         let mut setup = ChildSetup::default();
         if enforce {
-            setup.confinement = Some(self.confinement(policy, tmp.path())?);
+            let mut confinement = self.confinement(policy, &tmp, &shm)?;
+            confinement.layout = layout;
+            confinement.run_as = run_as;
+            setup.confinement = Some(confinement);
         }
         let resources = Resources {
             memory_max_bytes: policy
@@ -340,11 +408,20 @@ impl Sandbox {
         Ok(SandboxedChild {
             process,
             report,
-            _tmp: PrivateTmp(Some(tmp)),
+            _tmp: PrivateTmp(Some(private)),
         })
     }
 
-    fn confinement(&self, policy: &CommandPolicy, tmp: &Path) -> io::Result<Confinement> {
+    /// The rules of a command whose own directories are `tmp` and `shm`.
+    /// Each is granted itself: bound elsewhere (`/tmp`, `/dev/shm`), a
+    /// directory's ancestors are the mount point's, so a grant of their
+    /// parent would not reach them.
+    fn confinement(
+        &self,
+        policy: &CommandPolicy,
+        tmp: &Path,
+        shm: &Path,
+    ) -> io::Result<Confinement> {
         let filters = if policy.network {
             Arc::from(Vec::new())
         } else {
@@ -355,6 +432,7 @@ impl Sandbox {
         let own = [
             filesystem::full_grant(&policy.workspace).map_err(io::Error::other)?,
             filesystem::full_grant(tmp).map_err(io::Error::other)?,
+            filesystem::full_grant(shm).map_err(io::Error::other)?,
         ];
         let extra: Vec<Grant> = policy
             .read_paths
@@ -364,7 +442,12 @@ impl Sandbox {
         let landlock =
             filesystem::ruleset(self.read.iter().chain(&extra).chain(&own), policy.network)
                 .map_err(io::Error::other)?;
-        Ok(Confinement { landlock, filters })
+        Ok(Confinement {
+            landlock,
+            filters,
+            layout: None,
+            run_as: None,
+        })
     }
 }
 

@@ -1,0 +1,94 @@
+//! What a command sees of the filesystem's layout: its workspace at
+//! `/workspace`, its private temporary directory at `/tmp`, and a private
+//! `/dev/shm` (Python's `multiprocessing`, Node's workers), in a mount
+//! namespace of its own. No path of the server's layout (its
+//! `workspaces_dir`, a run's id) appears in what a command prints, and no
+//! two commands share a `/tmp` or a `/dev/shm`.
+//!
+//! The private directories are bind mounts of directories the server made
+//! for the command (inside its TMPDIR), so the Landlock rules that grant
+//! them, which hold the directories' inodes, hold there too. Making a mount
+//! namespace takes `CAP_SYS_ADMIN`: a root server has it; elsewhere the
+//! command runs at the real paths (the start-up log says so).
+
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use rustix::mount::{MountPropagationFlags, mount_bind, mount_bind_recursive, mount_change};
+use rustix::thread::UnshareFlags;
+
+/// Where a command sees its workspace.
+pub const WORKSPACE: &str = "/workspace";
+/// Where a command sees its private temporary directory (its `TMPDIR`).
+pub const TMP: &str = "/tmp";
+/// Shared memory, private to the command.
+const SHM: &str = "/dev/shm";
+
+/// Whether commands can be given the layout on this machine: the server
+/// may make mount namespaces (root), and `/workspace`, the mount point,
+/// exists (a root server makes it, empty, when it is missing).
+pub fn available() -> Result<(), String> {
+    if !rustix::process::geteuid().is_root() {
+        return Err("the server is not root (a mount namespace needs CAP_SYS_ADMIN)".into());
+    }
+    match std::fs::create_dir(WORKSPACE) {
+        Ok(()) => {}
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(error) => return Err(format!("{WORKSPACE} cannot be made: {error}")),
+    }
+    if !Path::new(WORKSPACE).is_dir() {
+        return Err(format!("{WORKSPACE} is not a directory"));
+    }
+    Ok(())
+}
+
+/// One command's mounts, prepared before the fork (the child may not
+/// allocate).
+#[derive(Debug)]
+pub(super) struct Layout {
+    workspace: CString,
+    tmp: CString,
+    /// `None` where the machine has no `/dev/shm` to cover.
+    shm: Option<CString>,
+}
+
+impl Layout {
+    /// The mounts of a command whose workspace is `workspace` and whose
+    /// private directories are `tmp` and `shm`.
+    pub(super) fn new(workspace: &Path, tmp: &Path, shm: &Path) -> io::Result<Self> {
+        let c = |path: &Path| {
+            CString::new(path.as_os_str().as_bytes())
+                .map_err(|_| io::Error::other("a NUL in a path"))
+        };
+        Ok(Self {
+            workspace: c(workspace)?,
+            tmp: c(tmp)?,
+            shm: Path::new(SHM).is_dir().then(|| c(shm)).transpose()?,
+        })
+    }
+
+    /// Runs in the forked child, while it still has its capabilities:
+    /// system calls only.
+    pub(super) fn apply(&self) -> io::Result<()> {
+        // SAFETY: the child has one thread, and no file table is unshared.
+        #[allow(unsafe_code)]
+        unsafe {
+            rustix::thread::unshare_unsafe(UnshareFlags::NEWNS)?;
+        }
+        // Nothing mounted here reaches the server's namespace.
+        mount_change(
+            c"/",
+            MountPropagationFlags::REC | MountPropagationFlags::PRIVATE,
+        )?;
+        // `/tmp` last: the sources may lie under the server's `/tmp`.
+        mount_bind_recursive(self.workspace.as_c_str(), c"/workspace")?;
+        if let Some(shm) = &self.shm {
+            mount_bind(shm.as_c_str(), c"/dev/shm")?;
+        }
+        mount_bind(self.tmp.as_c_str(), c"/tmp")?;
+        rustix::process::chdir(c"/workspace")?;
+        Ok(())
+    }
+}
