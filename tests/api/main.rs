@@ -11,6 +11,7 @@ mod cli;
 mod connections;
 mod console;
 mod conversations;
+mod deploy;
 mod durable;
 mod errors;
 mod eval;
