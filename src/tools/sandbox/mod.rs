@@ -25,8 +25,8 @@
 pub(crate) mod cgroup;
 pub(crate) mod child;
 pub(crate) mod filesystem;
-pub mod identity;
-pub mod mounts;
+pub(crate) mod identity;
+pub(crate) mod mounts;
 pub(crate) mod network;
 pub mod process_tree;
 

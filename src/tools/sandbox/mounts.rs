@@ -31,7 +31,7 @@ const SHM: &str = "/dev/shm";
 /// exists (a root server makes it, empty, when it is missing).
 pub fn available() -> Result<(), String> {
     if !rustix::process::geteuid().is_root() {
-        return Err("the server is not root (a mount namespace needs CAP_SYS_ADMIN)".into());
+        return Err("a mount namespace needs a root server".into());
     }
     match std::fs::create_dir(WORKSPACE) {
         Ok(()) => {}
