@@ -9,7 +9,7 @@
 //! the test would notice a sandbox that stopped holding.
 //!
 //! A command has a `/tmp` of its own, so the servers here keep their data
-//! in a directory outside `/tmp` that every user may traverse: what the
+//! in a directory under `/var/tmp` that every user may traverse: what the
 //! attacks aim at is then in view, and Landlock, not a hidden path or the
 //! directory's mode, is what stops them.
 
@@ -33,11 +33,14 @@ fn python() -> CommandPreset {
     CommandPreset::new(PYTHON, ["main.py"])
 }
 
-/// A directory outside `/tmp` (which a command does not see) that every
-/// user may traverse, as `/srv` would be.
+/// A directory outside `/tmp` (which a command does not see), wherever the
+/// checkout is, that every user may traverse, as `/srv` would be.
 fn visible_dir() -> tempfile::TempDir {
+    traversable(tempfile::tempdir_in("/var/tmp").unwrap())
+}
+
+fn traversable(dir: tempfile::TempDir) -> tempfile::TempDir {
     use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     dir
 }
@@ -644,6 +647,35 @@ print(json.dumps({name: os.environ.get(name) for name in names}))
     let plain = run_script(&app, "py", script).await;
     let seen: Value = serde_json::from_str(stdout(&plain)).unwrap();
     assert_eq!(seen["CARGO_HOME"], Value::Null, "{plain}");
+}
+
+#[tokio::test]
+async fn a_read_path_under_the_servers_tmp_stays_in_view() {
+    // A checkout under /tmp, say: covering /tmp would hide the preset's
+    // own files, so its command keeps its TMPDIR at its real path instead.
+    let tools = traversable(tempfile::tempdir_in("/tmp").unwrap());
+    std::fs::write(tools.path().join("helper.txt"), "from the toolchain").unwrap();
+    let reads = tools.path().to_owned();
+    let app = server(SandboxMode::Enforce, |config| {
+        let mut with_tools = python();
+        with_tools.read_paths = vec![reads];
+        config.commands.insert("tools".into(), with_tools);
+    })
+    .await;
+    let script = attempt(&format!(
+        "got = (open({}).read(), os.environ['TMPDIR'], os.getcwd())",
+        python_str(&tools.path().join("helper.txt"))
+    ));
+    let result = run_script(&app, "tools", &script).await;
+    let out = stdout(&result);
+    assert!(
+        out.starts_with("OK ('from the toolchain', '/tmp/"),
+        "{result}"
+    );
+    assert!(out.contains("'/workspace')"), "{result}");
+    // Without that read path, /tmp is the command's own.
+    let plain = run_script(&app, "py", &attempt("got = os.environ['TMPDIR']")).await;
+    assert_eq!(stdout(&plain), "OK '/tmp'\n", "{plain}");
 }
 
 #[tokio::test]

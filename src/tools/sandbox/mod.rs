@@ -358,14 +358,27 @@ impl Sandbox {
         std::fs::create_dir(&tmp)?;
         std::fs::create_dir(&shm)?;
         let enforce = self.mode == SandboxMode::Enforce;
+        // Covering the server's /tmp would hide a read path there.
+        let hide_tmp = !self
+            .read_paths()
+            .chain(policy.read_paths.iter().map(PathBuf::as_path))
+            .any(|path| path.starts_with(mounts::TMP));
         let layout = if enforce && self.layout.is_ok() {
-            Some(Layout::new(&policy.workspace, &tmp, &shm)?)
+            Some(Layout::new(
+                &policy.workspace,
+                hide_tmp.then_some(tmp.as_path()),
+                &shm,
+            )?)
         } else {
             None
         };
-        let (seen_tmp, seen_workspace) = match layout {
-            Some(_) => (Path::new(mounts::TMP), Path::new(mounts::WORKSPACE)),
-            None => (tmp.as_path(), policy.workspace.as_path()),
+        let seen_tmp = match layout {
+            Some(_) if hide_tmp => Path::new(mounts::TMP),
+            _ => tmp.as_path(),
+        };
+        let seen_workspace = match layout {
+            Some(_) => Path::new(mounts::WORKSPACE),
+            None => policy.workspace.as_path(),
         };
         command.env("TMPDIR", seen_tmp);
         command.env(

@@ -21,7 +21,8 @@ use rustix::thread::UnshareFlags;
 
 /// Where a command sees its workspace.
 pub const WORKSPACE: &str = "/workspace";
-/// Where a command sees its private temporary directory (its `TMPDIR`).
+/// Where a command sees its private temporary directory (its `TMPDIR`),
+/// unless one of its read paths lies under the server's `/tmp`.
 pub const TMP: &str = "/tmp";
 /// Shared memory, private to the command.
 const SHM: &str = "/dev/shm";
@@ -49,22 +50,25 @@ pub fn available() -> Result<(), String> {
 #[derive(Debug)]
 pub(super) struct Layout {
     workspace: CString,
-    tmp: CString,
+    /// `None` when the command must read something under the server's
+    /// `/tmp` (a read path there, as a checkout under `/tmp` has): its
+    /// TMPDIR is then its private directory at its real path.
+    tmp: Option<CString>,
     /// `None` where the machine has no `/dev/shm` to cover.
     shm: Option<CString>,
 }
 
 impl Layout {
     /// The mounts of a command whose workspace is `workspace` and whose
-    /// private directories are `tmp` and `shm`.
-    pub(super) fn new(workspace: &Path, tmp: &Path, shm: &Path) -> io::Result<Self> {
+    /// private directories are `tmp` (bound at `/tmp` when given) and `shm`.
+    pub(super) fn new(workspace: &Path, tmp: Option<&Path>, shm: &Path) -> io::Result<Self> {
         let c = |path: &Path| {
             CString::new(path.as_os_str().as_bytes())
                 .map_err(|_| io::Error::other("a NUL in a path"))
         };
         Ok(Self {
             workspace: c(workspace)?,
-            tmp: c(tmp)?,
+            tmp: tmp.map(c).transpose()?,
             shm: Path::new(SHM).is_dir().then(|| c(shm)).transpose()?,
         })
     }
@@ -87,7 +91,9 @@ impl Layout {
         if let Some(shm) = &self.shm {
             mount_bind(shm.as_c_str(), c"/dev/shm")?;
         }
-        mount_bind(self.tmp.as_c_str(), c"/tmp")?;
+        if let Some(tmp) = &self.tmp {
+            mount_bind(tmp.as_c_str(), c"/tmp")?;
+        }
         rustix::process::chdir(c"/workspace")?;
         Ok(())
     }
