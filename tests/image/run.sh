@@ -65,10 +65,13 @@ fi
 
 IMAGE=localhost/agent-runner-ci/agent-runner:test
 started=$(date +%s)
-b bud --quiet --isolation chroot --network host --pull-never \
+b bud --quiet --format docker --isolation chroot --network host --pull-never \
   --build-arg BUILD_IMAGE="$RUST" --build-arg RUNTIME_IMAGE="$BASE" \
   -t "$IMAGE" -f Dockerfile . >/dev/null
 echo "image: built in $(( $(date +%s) - started )) s, $(b images --format '{{.Size}}' "$IMAGE")"
+# Docker's format, whose health check an engine runs (OCI's has none).
+b inspect --type image --format '{{.Docker.Config.Healthcheck.Test}}' "$IMAGE" | grep -q /healthz \
+  || { echo "image: no health check on /healthz" >&2; exit 1; }
 
 # Run it as it ships: the image's entrypoint, user, working directory and
 # environment, and one token (outside loopback the server requires one). A
