@@ -20,6 +20,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 
 use rustix::fs::{AtFlags, Dir, FileType, Gid, Mode, OFlags, Uid, chownat, fstat, openat};
+use rustix::thread::CapabilitySet;
 
 /// `[sandbox] uid` and `gid` when the config gives none: `nobody` and
 /// `nogroup` on Debian.
@@ -42,7 +43,15 @@ impl RunAs {
     /// server is root (it alone can give a command another user), else
     /// `None`, the server's own (unprivileged) user.
     pub fn for_this_server(configured: RunAs) -> Option<RunAs> {
-        rustix::process::geteuid().is_root().then_some(configured)
+        let able = rustix::process::geteuid().is_root()
+            && [
+                CapabilitySet::CHOWN,
+                CapabilitySet::SETUID,
+                CapabilitySet::SETGID,
+            ]
+            .into_iter()
+            .all(has_capability);
+        able.then_some(configured)
     }
 
     pub(super) fn uid(self) -> Uid {
@@ -52,6 +61,12 @@ impl RunAs {
     pub(super) fn gid(self) -> Gid {
         Gid::from_raw(self.gid)
     }
+}
+
+/// Whether this process has `capability` in its effective set (a root
+/// server in a container may lack some).
+pub(super) fn has_capability(capability: CapabilitySet) -> bool {
+    rustix::thread::capabilities(None).is_ok_and(|sets| sets.effective.contains(capability))
 }
 
 const DIR: OFlags = OFlags::RDONLY
@@ -72,52 +87,54 @@ pub(super) fn hand_over(root: &Path, owner: RunAs) -> io::Result<u64> {
     };
     let mut changed = 0;
     give(&dir, owner, &mut changed)?;
-    let mut stack = vec![(dir, 0)];
-    while let Some((dir, depth)) = stack.pop() {
-        for entry in Dir::read_from(&dir)? {
-            let entry = entry?;
-            let name = entry.file_name();
-            if name == c"." || name == c".." {
+    walk(&dir, 0, owner, &mut changed)?;
+    Ok(changed)
+}
+
+/// Hands over what `dir` holds, depth first, so that at most two
+/// descriptors a level are open however wide a directory is.
+fn walk(dir: &OwnedFd, depth: usize, owner: RunAs, changed: &mut u64) -> io::Result<()> {
+    for entry in Dir::read_from(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name == c"." || name == c".." {
+            continue;
+        }
+        // What it is now, from the descriptor, whatever the entry said
+        // (some filesystems do not say).
+        let fd = match openat(dir, name, ANY, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::NOENT) => continue, // gone meanwhile
+            Err(error) => return Err(error.into()),
+        };
+        let is_dir = give(&fd, owner, changed)?;
+        if !is_dir || depth >= MAX_DEPTH {
+            continue;
+        }
+        let sub = match openat(dir, name, DIR, Mode::empty()) {
+            Ok(sub) => sub,
+            // Gone, or replaced by a link or a file meanwhile: not walked.
+            Err(rustix::io::Errno::NOENT | rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => {
                 continue;
             }
-            // Opened as what it is now, whatever the entry said: a
-            // directory to walk, anything else only to be changed.
-            let is_dir = entry.file_type() == FileType::Directory;
-            let opened = if is_dir && depth < MAX_DEPTH {
-                openat(&dir, name, DIR, Mode::empty())
-            } else {
-                openat(&dir, name, ANY, Mode::empty())
-            };
-            let fd = match opened {
-                Ok(fd) => fd,
-                // Gone meanwhile, or replaced by what the flags refuse (a
-                // directory become a link): nothing to hand over.
-                Err(
-                    rustix::io::Errno::NOENT | rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR,
-                ) => {
-                    continue;
-                }
-                Err(error) => return Err(error.into()),
-            };
-            give(&fd, owner, &mut changed)?;
-            if is_dir && depth < MAX_DEPTH {
-                stack.push((fd, depth + 1));
-            }
-        }
+            Err(error) => return Err(error.into()),
+        };
+        walk(&sub, depth + 1, owner, changed)?;
     }
-    Ok(changed)
+    Ok(())
 }
 
 /// Gives what `fd` refers to (itself, never what a link points to) to
 /// `owner`, unless it has it already or is a file with other names.
-fn give(fd: &OwnedFd, owner: RunAs, changed: &mut u64) -> io::Result<()> {
+/// Returns whether it is a directory.
+fn give(fd: &OwnedFd, owner: RunAs, changed: &mut u64) -> io::Result<bool> {
     let stat = fstat(fd)?;
+    let is_dir = FileType::from_raw_mode(stat.st_mode) == FileType::Directory;
     if stat.st_uid == owner.uid && stat.st_gid == owner.gid {
-        return Ok(());
+        return Ok(is_dir);
     }
-    let kind = FileType::from_raw_mode(stat.st_mode);
-    if kind != FileType::Directory && stat.st_nlink > 1 {
-        return Ok(());
+    if !is_dir && stat.st_nlink > 1 {
+        return Ok(is_dir);
     }
     chownat(
         fd.as_fd(),
@@ -127,7 +144,7 @@ fn give(fd: &OwnedFd, owner: RunAs, changed: &mut u64) -> io::Result<()> {
         AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
     )?;
     *changed += 1;
-    Ok(())
+    Ok(is_dir)
 }
 
 #[cfg(test)]

@@ -275,7 +275,7 @@ impl Sandbox {
                 "; signals and abstract sockets scoped to the command"
             } else {
                 "; signals not scoped (Landlock before ABI 6): a command can signal \
-                 processes of the server's user"
+                 processes of its own user"
             },
         )
     }

@@ -34,6 +34,9 @@ pub fn available() -> Result<(), String> {
     if !rustix::process::geteuid().is_root() {
         return Err("a mount namespace needs a root server".into());
     }
+    if !super::identity::has_capability(rustix::thread::CapabilitySet::SYS_ADMIN) {
+        return Err("the server lacks CAP_SYS_ADMIN (a container's root)".into());
+    }
     match std::fs::create_dir(WORKSPACE) {
         Ok(()) => {}
         Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
@@ -62,7 +65,10 @@ impl Layout {
     /// The mounts of a command whose workspace is `workspace` and whose
     /// private directories are `tmp` (bound at `/tmp` when given) and `shm`.
     pub(super) fn new(workspace: &Path, tmp: Option<&Path>, shm: &Path) -> io::Result<Self> {
+        // Absolute, from the server's working directory: the child has
+        // already changed into the workspace when it mounts.
         let c = |path: &Path| {
+            let path = std::path::absolute(path)?;
             CString::new(path.as_os_str().as_bytes())
                 .map_err(|_| io::Error::other("a NUL in a path"))
         };
@@ -79,7 +85,9 @@ impl Layout {
         // SAFETY: the child has one thread, and no file table is unshared.
         #[allow(unsafe_code)]
         unsafe {
-            rustix::thread::unshare_unsafe(UnshareFlags::NEWNS)?;
+            // Its own System V IPC and POSIX message queues too: commands
+            // share a user, and Landlock does not cover those.
+            rustix::thread::unshare_unsafe(UnshareFlags::NEWNS | UnshareFlags::NEWIPC)?;
         }
         // Nothing mounted here reaches the server's namespace.
         mount_change(
@@ -96,5 +104,26 @@ impl Layout {
         }
         rustix::process::chdir(c"/workspace")?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_made_absolute_before_the_child_changes_directory() {
+        let layout = Layout::new(
+            Path::new("data/workspaces/run"),
+            Some(Path::new("tmp")),
+            Path::new("/x/shm"),
+        )
+        .unwrap();
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(
+            layout.workspace.to_str().unwrap(),
+            cwd.join("data/workspaces/run").to_str().unwrap()
+        );
+        assert!(layout.tmp.unwrap().to_str().unwrap().starts_with('/'));
     }
 }
