@@ -28,18 +28,35 @@ flock 8
 b() { buildah --root "$STORE/storage" --runroot "$STORE/run" "$@"; }
 have_image() { b inspect --type image "$1" >/dev/null 2>&1; }
 
+# Whatever this run leaves, its exit removes: the containers it made, the
+# image it tested, its temporary files, and the server (stop, below).
+c=""
+LOG=""
+SCRATCH="$(mktemp -d)"
+IMAGE=localhost/agent-runner-ci/agent-runner:test
+cleanup() {
+  stop
+  if [ -n "$c" ]; then b rm "$c" >/dev/null 2>&1 || true; fi
+  b rmi "$IMAGE" >/dev/null 2>&1 || true
+  b rmi --prune >/dev/null 2>&1 || true
+  rm -rf "$SCRATCH"
+}
+stop() { :; }
+trap cleanup EXIT
+
 # The runtime stage's base: Debian bookworm, minimal, with what the
 # Dockerfile installs already in (its apt-get then finds them there).
 BASE=localhost/agent-runner-ci/bookworm:1
 if ! have_image "$BASE"; then
-  TAR="$(mktemp -d)/bookworm.tar"
+  TAR="$SCRATCH/bookworm.tar"
   mmdebstrap --quiet --variant=minbase --include=ca-certificates,curl,tini \
     bookworm "$TAR" http://deb.debian.org/debian
   c="$(b from scratch)"
   b add "$c" "$TAR" / >/dev/null
   b commit --quiet "$c" "$BASE" >/dev/null
   b rm "$c" >/dev/null
-  rm -rf "$(dirname "$TAR")"
+  c=""
+  rm -f "$TAR"
 fi
 
 # The build stage's: that, a C compiler, this machine's toolchain (its
@@ -61,17 +78,20 @@ if ! have_image "$RUST"; then
     --env CARGO_HOME=/usr/local/cargo "$c"
   b commit --quiet "$c" "$RUST" >/dev/null
   b rm "$c" >/dev/null
+  c=""
 fi
 
-IMAGE=localhost/agent-runner-ci/agent-runner:test
 started=$(date +%s)
 b bud --quiet --format docker --isolation chroot --network host --pull-never \
   --build-arg BUILD_IMAGE="$RUST" --build-arg RUNTIME_IMAGE="$BASE" \
   -t "$IMAGE" -f Dockerfile . >/dev/null
 echo "image: built in $(( $(date +%s) - started )) s, $(b images --format '{{.Size}}' "$IMAGE")"
 # Docker's format, whose health check an engine runs (OCI's has none).
-b inspect --type image --format '{{.Docker.Config.Healthcheck.Test}}' "$IMAGE" | grep -q /healthz \
-  || { echo "image: no health check on /healthz" >&2; exit 1; }
+HEALTHCHECK="$(b inspect --type image --format '{{.Docker.Config.Healthcheck.Test}}' "$IMAGE")"
+case "$HEALTHCHECK" in
+  */healthz*) ;;
+  *) echo "image: no health check on /healthz: $HEALTHCHECK" >&2; exit 1 ;;
+esac
 
 # Run it as it ships: the image's entrypoint, user, working directory and
 # environment, and one token (outside loopback the server requires one). A
@@ -87,7 +107,7 @@ mapfile -t ENVS < <(field '{{range .OCIv1.Config.Env}}{{println .}}{{end}}' | se
 ENV_ARGS=()
 for pair in "${ENVS[@]}"; do ENV_ARGS+=(--env "$pair"); done
 c="$(b from --pull-never "$IMAGE")"
-LOG="$(mktemp)"
+LOG="$SCRATCH/server.log"
 # The server runs in a process group of its own. buildah passes no signal
 # on (a SIGTERM to it kills the container), so the stop is the server's own
 # SIGTERM, through tini as a container engine's stop gives it; the group is killed
@@ -103,14 +123,6 @@ stop() {
   wait "$SERVER" 2>/dev/null || true
   SERVER=
 }
-cleanup() {
-  stop
-  b rm "$c" >/dev/null 2>&1 || true
-  b rmi "$IMAGE" >/dev/null 2>&1 || true
-  b rmi --prune >/dev/null 2>&1 || true
-  rm -f "$LOG"
-}
-trap cleanup EXIT
 setsid buildah --root "$STORE/storage" --runroot "$STORE/run" run --isolation chroot --network host --user "$USER_NAME" --workingdir "$WORKDIR" \
   "${ENV_ARGS[@]}" \
   --env AGENT_RUNNER_SERVER__BIND="0.0.0.0:$PORT" \
