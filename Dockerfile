@@ -55,9 +55,12 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates curl tini \
  && rm -rf /var/lib/apt/lists/*
 
+# /workspace: where a command sees its run's workspace (a mount point in
+# its own user and mount namespace, where the runtime allows one; the
+# server, not root, cannot make it).
 RUN useradd --system --uid 10001 --user-group --home-dir /data \
       --shell /usr/sbin/nologin agent-runner \
- && mkdir -p /data \
+ && mkdir -p /data /workspace \
  && chown agent-runner:agent-runner /data
 
 COPY --from=build /usr/local/bin/agent-runner /usr/local/bin/agent-runner

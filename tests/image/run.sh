@@ -140,6 +140,10 @@ for _ in $(seq 1 100); do
 done
 curl -fsS -o /dev/null "$URL/healthz" || { echo "image: no /healthz:" >&2; cat "$LOG" >&2; exit 1; }
 grep -q "sandbox enforced" "$LOG" || { echo "image: the sandbox is not enforced:" >&2; cat "$LOG" >&2; exit 1; }
+# Which layout commands get here (a chroot refuses user namespaces, so
+# their real paths), said at start either way.
+grep -q "their workspace at" "$LOG" || { echo "image: the log names no layout:" >&2; cat "$LOG" >&2; exit 1; }
+grep -o "their workspace at [^;]*" "$LOG" | head -1
 
 RUN="$(curl -fsS -H "authorization: Bearer $TOKEN" -H 'content-type: application/json' \
   "$URL/v1/runs?wait=true" -d '{

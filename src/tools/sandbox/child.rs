@@ -12,7 +12,8 @@
 //! 1. join the command's cgroups, while the child may still write cgroup
 //!    files;
 //! 2. `RLIMIT_AS`, where no memory cgroup could be used;
-//! 3. its own mount namespace, with `/workspace`, `/tmp` and `/dev/shm`
+//! 3. its own mount namespace (in its own user namespace, for a server
+//!    that is not root), with `/workspace`, `/tmp` and `/dev/shm`
 //!    ([`super::mounts`]), while it may still mount;
 //! 4. drop every capability from the bounding set (so an `exec` as root
 //!    regains none) and the ambient set;

@@ -151,7 +151,7 @@ pub struct Sandbox {
     run_as: Option<RunAs>,
     /// Whether commands get `/workspace`, `/tmp` and `/dev/shm` of their
     /// own, or why not.
-    layout: Result<(), String>,
+    layout: Result<mounts::Namespaces, String>,
 }
 
 impl Sandbox {
@@ -256,10 +256,15 @@ impl Sandbox {
             ),
         };
         let layout = match &self.layout {
-            Ok(()) => format!(
-                "their workspace at {}, private {} and /dev/shm (a mount namespace)",
+            Ok(namespaces) => format!(
+                "their workspace at {}, private {} and /dev/shm ({})",
                 mounts::WORKSPACE,
-                mounts::TMP
+                mounts::TMP,
+                match namespaces {
+                    mounts::Namespaces::Privileged => "a mount namespace",
+                    mounts::Namespaces::User =>
+                        "a mount namespace in a user namespace mapping the server's user to itself",
+                }
             ),
             Err(why) => format!("their workspace at its own path, /dev/shm not writable ({why})"),
         };
@@ -363,14 +368,14 @@ impl Sandbox {
             .read_paths()
             .chain(policy.read_paths.iter().map(PathBuf::as_path))
             .any(|path| path.starts_with(mounts::TMP));
-        let layout = if enforce && self.layout.is_ok() {
-            Some(Layout::new(
+        let layout = match self.layout {
+            Ok(namespaces) if enforce => Some(Layout::new(
                 &policy.workspace,
                 hide_tmp.then_some(tmp.as_path()),
                 &shm,
-            )?)
-        } else {
-            None
+                namespaces,
+            )?),
+            _ => None,
         };
         let seen_tmp = match layout {
             Some(_) if hide_tmp => Path::new(mounts::TMP),

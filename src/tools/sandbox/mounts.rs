@@ -8,14 +8,20 @@
 //! The private directories are bind mounts of directories the server made
 //! for the command (inside its TMPDIR), so the Landlock rules that grant
 //! them, which hold the directories' inodes, hold there too. Making a mount
-//! namespace takes `CAP_SYS_ADMIN`: a root server has it; elsewhere the
-//! command runs at the real paths (the start-up log says so).
+//! namespace takes `CAP_SYS_ADMIN`: a root server has it; a server that is
+//! not root gets it in a user namespace of the command's own, in which the
+//! server's user is mapped to itself (so the command's files are the
+//! server's, and it gains no right outside), where the kernel allows one
+//! (not in a chroot, nor under a seccomp profile that refuses `unshare`: a
+//! probe at start tells). Elsewhere the command runs at the real paths (the
+//! start-up log says so).
 
 use std::ffi::CString;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
+use rustix::fs::{Mode, OFlags};
 use rustix::mount::{MountPropagationFlags, mount_bind, mount_bind_recursive, mount_change};
 use rustix::thread::UnshareFlags;
 
@@ -27,25 +33,67 @@ pub const TMP: &str = "/tmp";
 /// Shared memory, private to the command.
 const SHM: &str = "/dev/shm";
 
-/// Whether commands can be given the layout on this machine: the server
-/// may make mount namespaces (root), and `/workspace`, the mount point,
-/// exists (a root server makes it, empty, when it is missing).
-pub fn available() -> Result<(), String> {
-    if !rustix::process::geteuid().is_root() {
-        return Err("a mount namespace needs a root server".into());
-    }
-    if !super::identity::has_capability(rustix::thread::CapabilitySet::SYS_ADMIN) {
-        return Err("the server lacks CAP_SYS_ADMIN (a container's root)".into());
-    }
-    match std::fs::create_dir(WORKSPACE) {
-        Ok(()) => {}
-        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(error) => return Err(format!("{WORKSPACE} cannot be made: {error}")),
+/// How a command's mount namespace is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Namespaces {
+    /// By the server's own right to mount (root with `CAP_SYS_ADMIN`).
+    Privileged,
+    /// In a user namespace of the command's own, the server's user and
+    /// group mapped to themselves: a server that is not root.
+    User,
+}
+
+/// Whether commands can be given the layout on this machine, and how: the
+/// server may make mount namespaces (root), or user namespaces (the probe
+/// makes one), and `/workspace`, the mount point, exists (a root server
+/// makes it, empty, when it is missing; the image has it).
+pub fn available() -> Result<Namespaces, String> {
+    if rustix::process::geteuid().is_root() {
+        if !super::identity::has_capability(rustix::thread::CapabilitySet::SYS_ADMIN) {
+            return Err("the server lacks CAP_SYS_ADMIN (a container's root)".into());
+        }
+        match std::fs::create_dir(WORKSPACE) {
+            Ok(()) => {}
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(error) => return Err(format!("{WORKSPACE} cannot be made: {error}")),
+        }
     }
     if !Path::new(WORKSPACE).is_dir() {
-        return Err(format!("{WORKSPACE} is not a directory"));
+        return Err(format!(
+            "{WORKSPACE} is missing, and a server that is not root cannot make it"
+        ));
     }
-    Ok(())
+    if rustix::process::geteuid().is_root() {
+        return Ok(Namespaces::Privileged);
+    }
+    probe_user_namespace()
+        .map(|()| Namespaces::User)
+        .map_err(|error| format!("no user namespace can be made here ({error})"))
+}
+
+/// Starts `/bin/sh -c :` with an empty directory at `/workspace` in a user
+/// namespace of its own, as a command would be.
+fn probe_user_namespace() -> io::Result<()> {
+    use std::os::unix::process::CommandExt;
+    let empty = tempfile::tempdir()?;
+    let layout = Layout::new(empty.path(), None, empty.path(), Namespaces::User)?;
+    let mut probe = std::process::Command::new("/bin/sh");
+    probe
+        .args(["-c", ":"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: `apply` makes system calls only, on what was prepared.
+    #[allow(unsafe_code)]
+    unsafe {
+        probe.pre_exec(move || layout.apply());
+    }
+    let status = probe.status()?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!("the probe ended with {status}")))
+    }
 }
 
 /// One command's mounts, prepared before the fork (the child may not
@@ -59,12 +107,20 @@ pub(super) struct Layout {
     tmp: Option<CString>,
     /// `None` where the machine has no `/dev/shm` to cover.
     shm: Option<CString>,
+    /// With [`Namespaces::User`]: the `uid_map` and `gid_map` lines that
+    /// map the server's user and group to themselves.
+    maps: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl Layout {
     /// The mounts of a command whose workspace is `workspace` and whose
     /// private directories are `tmp` (bound at `/tmp` when given) and `shm`.
-    pub(super) fn new(workspace: &Path, tmp: Option<&Path>, shm: &Path) -> io::Result<Self> {
+    pub(super) fn new(
+        workspace: &Path,
+        tmp: Option<&Path>,
+        shm: &Path,
+        namespaces: Namespaces,
+    ) -> io::Result<Self> {
         // Absolute, from the server's working directory: the child has
         // already changed into the workspace when it mounts.
         let c = |path: &Path| {
@@ -76,18 +132,39 @@ impl Layout {
             workspace: c(workspace)?,
             tmp: tmp.map(c).transpose()?,
             shm: Path::new(SHM).is_dir().then(|| c(shm)).transpose()?,
+            maps: (namespaces == Namespaces::User).then(|| {
+                let uid = rustix::process::geteuid().as_raw();
+                let gid = rustix::process::getegid().as_raw();
+                (
+                    format!("{uid} {uid} 1").into_bytes(),
+                    format!("{gid} {gid} 1").into_bytes(),
+                )
+            }),
         })
     }
 
     /// Runs in the forked child, while it still has its capabilities:
     /// system calls only.
     pub(super) fn apply(&self) -> io::Result<()> {
+        // Its own System V IPC and POSIX message queues too: commands
+        // share a user, and Landlock does not cover those.
+        let mut flags = UnshareFlags::NEWNS | UnshareFlags::NEWIPC;
+        if self.maps.is_some() {
+            // Created first, and owning the others: the right to mount
+            // there is the child's, in this namespace only.
+            flags |= UnshareFlags::NEWUSER;
+        }
         // SAFETY: the child has one thread, and no file table is unshared.
         #[allow(unsafe_code)]
         unsafe {
-            // Its own System V IPC and POSIX message queues too: commands
-            // share a user, and Landlock does not cover those.
-            rustix::thread::unshare_unsafe(UnshareFlags::NEWNS | UnshareFlags::NEWIPC)?;
+            rustix::thread::unshare_unsafe(flags)?;
+        }
+        if let Some((uid_map, gid_map)) = &self.maps {
+            // `deny` first: a process without `CAP_SETGID` in the parent
+            // namespace may map its group only then.
+            write_proc(c"/proc/self/setgroups", b"deny")?;
+            write_proc(c"/proc/self/uid_map", uid_map)?;
+            write_proc(c"/proc/self/gid_map", gid_map)?;
         }
         // Nothing mounted here reaches the server's namespace.
         mount_change(
@@ -107,6 +184,18 @@ impl Layout {
     }
 }
 
+/// Writes `bytes` to a file of `/proc` in one `write`, as the kernel
+/// wants its maps written.
+fn write_proc(path: &std::ffi::CStr, bytes: &[u8]) -> io::Result<()> {
+    let file = rustix::fs::open(path, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())?;
+    let written = rustix::io::write(&file, bytes)?;
+    if written == bytes.len() {
+        Ok(())
+    } else {
+        Err(io::Error::other("a short write to /proc"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,6 +206,7 @@ mod tests {
             Path::new("data/workspaces/run"),
             Some(Path::new("tmp")),
             Path::new("/x/shm"),
+            Namespaces::Privileged,
         )
         .unwrap();
         let cwd = std::env::current_dir().unwrap();

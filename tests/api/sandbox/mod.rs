@@ -18,6 +18,7 @@
 //! environment).
 
 mod layout;
+mod unprivileged;
 
 use std::net::{TcpListener, UdpSocket};
 use std::path::Path;
