@@ -30,21 +30,21 @@ EXAMPLES = 3
 
 # The stub is in the prompt, as a user asking for it would paste it: asked
 # to find it in the workspace, a 1.5B model wrote functions it had not read
-# (0 of 10 solved, 5 of 10 with the stub in view). It is shown without the
-# blank lines some stubs start with, and the model is not asked for imports
-# (lines of the file above the function are kept): asked for "solution.py,
-# its imports kept" or "its imports included", it filled those lines with
-# imports of its own (`from solution import *`, `from tools import *`).
-PROMPT = (
-    "Complete this Python function, in solution.py. Answer with the whole function in one "
-    "```python code block. Then run the `test` command; fix what fails and answer briefly "
-    "once the tests pass.\n\n```python\n{stub}```"
-)
-
+# (0 of 10 solved, 5 of 10 with the stub in view). The prompt is the one-shot
+# prompt, word for word: with the server's `draft_first`, the model's first
+# answer is made as the one-shot one is (no tools in view), its code block
+# becomes `solution.py` (the file most of whose lines it holds), and
+# `check_answers` has it run the `test` preset before its answer stands.
+# Worded otherwise, a small model's first answer differs: told to run the
+# tests, it appends tests of its own to the file (wrong ones, run at import);
+# told the file's name, it imports it (`from solution import *`); with the
+# tools' definitions in view, it imports them (`from tools import *`).
 ONE_SHOT = (
     "Complete this Python function. Answer with the whole function, its "
     "imports included, in one ```python code block.\n\n```python\n{prompt}```"
 )
+
+PROMPT = ONE_SHOT
 
 EXAMPLES_SCRIPT = '''"""Example tests for solution.py: run with `python3 test_examples.py`."""
 import math  # noqa: F401
@@ -136,7 +136,7 @@ def task(problem):
     return {
         "id": problem["task_id"],
         "request": {
-            "prompt": PROMPT.format(stub=problem["prompt"].lstrip("\n")),
+            "prompt": PROMPT.format(prompt=problem["prompt"]),
             "tools": ["read_file", "edit_file", "write_file", "search", "list_dir", "run_command"],
             "commands": ["test"],
             "workspace": {

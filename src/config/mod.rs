@@ -134,6 +134,11 @@ pub struct RunsConfig {
     /// `write_file` (a small model writes code better there than in a tool
     /// call's JSON). Off by default.
     pub write_code_blocks: bool,
+    /// Whether the first model call of a run that starts a conversation
+    /// is made without tool definitions: the model drafts its answer as it
+    /// would without tools (with `write_code_blocks`, its code blocks become
+    /// files), then goes on with them. Off by default.
+    pub draft_first: bool,
 }
 
 /// What `runs.default_instructions` is unless configured: how to work
@@ -158,6 +163,7 @@ impl Default for RunsConfig {
             default_instructions: DEFAULT_INSTRUCTIONS.to_owned(),
             check_answers: false,
             write_code_blocks: false,
+            draft_first: false,
         }
     }
 }

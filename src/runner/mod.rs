@@ -94,6 +94,8 @@ pub(crate) struct Services {
     check_answers: bool,
     /// `runs.write_code_blocks`.
     write_code_blocks: bool,
+    /// `runs.draft_first`.
+    draft_first: bool,
 }
 
 /// Where the runner is in its life: taking runs, in shutdown's grace, or
@@ -196,6 +198,7 @@ impl Runner {
                 )),
                 check_answers: config.runs.check_answers,
                 write_code_blocks: config.runs.write_code_blocks,
+                draft_first: config.runs.draft_first,
             }),
             runs: Arc::default(),
             scheduler,

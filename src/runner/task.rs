@@ -401,6 +401,7 @@ impl RunTask {
             approval: Approval::from_names(&spec.approval.tools),
             check_answers: shared.check_answers,
             write_code_blocks: shared.write_code_blocks,
+            draft_first: shared.draft_first,
         };
         let harness = Harness {
             model: &*model,

@@ -12,6 +12,7 @@ mod connections;
 mod console;
 mod conversations;
 mod deploy;
+mod drafts;
 mod durable;
 mod errors;
 mod eval;

@@ -11,12 +11,11 @@ use std::time::{Duration, Instant};
 
 use agent_runner::config::Config;
 use agent_runner::mcp::McpServerConfig;
-use agent_runner::models::profile::{HttpProfile, ModelProfile};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::helpers::*;
-use crate::providers::mock_providers;
+use crate::providers::{mock_openai_profile, mock_providers};
 
 /// Debian's interpreter, for the fixtures: `/usr` is a sandbox read path.
 const PYTHON: &str = "/usr/bin/python3";
@@ -260,16 +259,9 @@ async fn the_reference_servers_tools_are_listed_and_called_over_stdio() {
 async fn the_model_is_shown_each_tools_description_and_schema() {
     let (address, seen) = mock_providers().await;
     let app = with_servers_and(vec![("everything", everything())], |config| {
-        config.models.insert(
-            "oa".into(),
-            ModelProfile::OpenAi(HttpProfile {
-                base_url: Some(format!("{address}/v1")),
-                model: Some("mock".into()),
-                api_key_env: Some("PATH".into()),
-                max_attempts: Some(1),
-                ..HttpProfile::default()
-            }),
-        );
+        config
+            .models
+            .insert("oa".into(), mock_openai_profile(&address));
     })
     .await;
     let run = app

@@ -42,3 +42,52 @@ pub async fn mock_providers() -> (String, Seen) {
     tokio::spawn(async move { axum::serve(listener, router).await });
     (address, seen)
 }
+
+/// An OpenAI-dialect provider that answers with `replies` (assistant
+/// `message` objects), one a request in order, the last one again after
+/// them, keeping the request bodies it was sent.
+pub async fn scripted_openai(replies: Vec<Value>) -> (String, Seen) {
+    let seen = Seen::default();
+    let state = (Arc::clone(&seen), Arc::new(replies));
+    let router = Router::new()
+        .route(
+            "/v1/chat/completions",
+            post(
+                |State((seen, replies)): State<(Seen, Arc<Vec<Value>>)>,
+                 body: axum::Json<Value>| async move {
+                    let mut seen = seen.lock().unwrap();
+                    seen.push(body.0);
+                    let message = replies[(seen.len() - 1).min(replies.len() - 1)].clone();
+                    let finish = if message.get("tool_calls").is_some() {
+                        "tool_calls"
+                    } else {
+                        "stop"
+                    };
+                    axum::Json(json!({
+                        "id": "chatcmpl-1", "object": "chat.completion", "created": 1,
+                        "model": "mock",
+                        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                        "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}
+                    }))
+                },
+            ),
+        )
+        .with_state(state);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    (address, seen)
+}
+
+/// An OpenAI profile on a mock provider at `address` (its root URL): one
+/// attempt, any set variable as its key (the mock reads none).
+pub fn mock_openai_profile(address: &str) -> agent_runner::models::profile::ModelProfile {
+    use agent_runner::models::profile::{HttpProfile, ModelProfile};
+    ModelProfile::OpenAi(HttpProfile {
+        base_url: Some(format!("{address}/v1")),
+        model: Some("mock".into()),
+        api_key_env: Some("PATH".into()),
+        max_attempts: Some(1),
+        ..HttpProfile::default()
+    })
+}

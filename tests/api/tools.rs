@@ -1,12 +1,11 @@
 //! The built-in tools of SPEC section 15 through the real server: a scripted
 //! model calls them, and the transcript shows what the model was answered.
 
-use agent_runner::models::profile::{HttpProfile, ModelProfile};
 use agent_runner::tools::CommandPreset;
 use serde_json::{Value, json};
 
 use crate::helpers::*;
-use crate::providers::mock_providers;
+use crate::providers::{mock_openai_profile, mock_providers};
 
 /// Room for every result whole, in the context and in the transcript.
 fn roomy() -> Value {
@@ -273,16 +272,9 @@ async fn edit_file_and_search_are_built_in_and_named_in_refusals() {
 async fn the_model_is_told_what_each_preset_runs() {
     let (address, seen) = mock_providers().await;
     let app = spawn_with(move |config| {
-        config.models.insert(
-            "oa".into(),
-            ModelProfile::OpenAi(HttpProfile {
-                base_url: Some(format!("{address}/v1")),
-                model: Some("mock".into()),
-                api_key_env: Some("PATH".into()),
-                max_attempts: Some(1),
-                ..HttpProfile::default()
-            }),
-        );
+        config
+            .models
+            .insert("oa".into(), mock_openai_profile(&address));
         let preset = |text: &str| toml::from_str::<CommandPreset>(text).unwrap();
         config.commands.insert(
             "test".into(),

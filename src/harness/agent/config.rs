@@ -81,6 +81,10 @@ pub struct RunConfig {
     /// Whether code the model writes in fenced blocks of its response is
     /// taken as whole-file writes (see [`crate::harness::blocks`]).
     pub write_code_blocks: bool,
+    /// Whether the run's first model call, when it starts a conversation,
+    /// is a draft made without tool definitions (see
+    /// [`crate::harness::agent`]'s `draft` note).
+    pub draft_first: bool,
 }
 
 impl RunConfig {
@@ -96,6 +100,7 @@ impl RunConfig {
             approval: Approval::None,
             check_answers: false,
             write_code_blocks: false,
+            draft_first: false,
         }
     }
 }

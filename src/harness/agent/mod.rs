@@ -15,6 +15,7 @@ use uuid::Uuid;
 
 mod calls;
 mod config;
+mod draft;
 mod end;
 mod recover;
 
@@ -444,13 +445,14 @@ impl Run<'_, '_> {
                 .iter()
                 .map(|&index| (index, Arc::new(context::mask(&self.messages[index]))))
                 .collect();
+            let draft = self.drafting();
             self.emitter.emit(|| EventKind::ModelStart);
             let began = Instant::now();
             let deltas = Deltas(&self.emitter);
             let request = ModelRequest {
                 instructions: self.config.instructions.as_deref(),
                 messages: context::view(&self.messages, &selection, &masks),
-                tools: tools.definitions(),
+                tools: if draft { &[] } else { tools.definitions() },
                 answer_now: stuck::is_stuck(&self.messages),
                 cancel: token,
                 deadline,
@@ -495,7 +497,11 @@ impl Run<'_, '_> {
                 return End::ToolLimit;
             }
             if batch == 0 {
-                let note = self.review();
+                let note = if draft {
+                    Some(draft::DRAFT_NOTE.to_owned())
+                } else {
+                    self.review()
+                };
                 let answer = response.content.clone();
                 self.append(Message::assistant(response.content, Vec::new()));
                 if let Some(note) = note {

@@ -1,0 +1,140 @@
+//! `[runs] draft_first`: a run's first model call is made without tool
+//! definitions, and the run goes on with them.
+
+use agent_runner::tools::CommandPreset;
+use serde_json::{Value, json};
+
+use crate::helpers::*;
+use crate::providers::{Seen, mock_openai_profile, scripted_openai};
+
+/// A server drafting first, taking code blocks as files, with a `test`
+/// preset that passes once `main.py` says `ok`, and the profile `oa` on a
+/// provider answering `replies`.
+async fn spawn_drafting(replies: Vec<Value>) -> (TestApp, Seen) {
+    let (address, seen) = scripted_openai(replies).await;
+    let app = spawn_with(move |config| {
+        let preset =
+            "program = \"sh\"\nargs = [\"-c\", \"grep -q ok main.py\"]\ntimeout_ms = 20000";
+        let preset = toml::from_str::<CommandPreset>(preset).unwrap();
+        config.commands.insert("test".into(), preset);
+        config.runs.draft_first = true;
+        config.runs.write_code_blocks = true;
+        config
+            .models
+            .insert("oa".into(), mock_openai_profile(&address));
+    })
+    .await;
+    (app, seen)
+}
+
+fn run_test_call() -> Value {
+    json!({"role": "assistant", "content": null, "tool_calls": [{"id": "t1", "type": "function",
+           "function": {"name": "run_command", "arguments": "{\"command\": \"test\"}"}}]})
+}
+
+fn text(content: &str) -> Value {
+    json!({"role": "assistant", "content": content})
+}
+
+fn request(prompt: &str) -> Value {
+    json!({"prompt": prompt, "model": {"profile": "oa"}, "commands": ["test"],
+           "workspace": {"files": {"main.py": "print('no')\n"}}})
+}
+
+#[tokio::test]
+async fn a_draft_is_made_without_tools_and_its_code_block_becomes_the_file() {
+    let (app, seen) = spawn_drafting(vec![
+        text("Here it is:\n\nmain.py\n```python\nprint('ok')\n```"),
+        run_test_call(),
+        text("Done; the test passes."),
+    ])
+    .await;
+    let run = app.run_to_end(request("make main.py print ok")).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["answer"], "Done; the test passes.");
+    assert_eq!(run["steps"], 3, "{run}");
+
+    let requests = seen.lock().unwrap().clone();
+    assert_eq!(requests.len(), 3);
+    assert!(requests[0].get("tools").is_none(), "{}", requests[0]);
+    for later in &requests[1..] {
+        let names: Vec<&str> = later["tools"]
+            .as_array()
+            .expect("tools after the draft")
+            .iter()
+            .map(|tool| tool["function"]["name"].as_str().unwrap())
+            .collect();
+        assert!(names.contains(&"run_command"), "{names:?}");
+    }
+    let messages = app.messages(run["id"].as_str().unwrap()).await;
+    let call = &messages[1]["tool_calls"][0];
+    assert_eq!(call["name"], "write_file", "{messages:?}");
+    assert!(call["id"].as_str().unwrap().starts_with("code_block_"));
+    assert_eq!(call["arguments"]["content"], "print('ok')\n");
+    let test = &messages[4];
+    assert_eq!(test["role"], "tool", "{messages:?}");
+    let result: Value = serde_json::from_str(test["content"].as_str().unwrap()).unwrap();
+    assert_eq!(result["exit_code"], 0, "{test}");
+    let file = app
+        .get(&format!(
+            "/v1/runs/{}/workspace/main.py",
+            run["id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(file.text, "print('ok')\n");
+}
+
+#[tokio::test]
+async fn a_draft_that_changes_nothing_is_kept_and_followed_by_a_note() {
+    let write = json!({"role": "assistant", "content": null, "tool_calls": [{"id": "w1",
+        "type": "function", "function": {"name": "write_file",
+        "arguments": "{\"path\": \"main.py\", \"content\": \"print('ok')\\n\"}"}}]});
+    let (app, seen) = spawn_drafting(vec![
+        text("I would change main.py to print ok."),
+        write,
+        run_test_call(),
+        text("Changed and tested."),
+    ])
+    .await;
+    let run = app.run_to_end(request("make main.py print ok")).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["answer"], "Changed and tested.");
+    let messages = app.messages(run["id"].as_str().unwrap()).await;
+    assert_eq!(
+        messages[1]["content"],
+        "I would change main.py to print ok."
+    );
+    assert_eq!(messages[2]["role"], "user");
+    let note = messages[2]["content"].as_str().unwrap();
+    assert!(
+        note.starts_with("[agent-runner] That was a draft"),
+        "{note}"
+    );
+    let requests = seen.lock().unwrap().clone();
+    assert!(requests[0].get("tools").is_none());
+    assert!(requests[1]["tools"].is_array(), "{}", requests[1]);
+    // What the model is sent after the draft ends with the note.
+    let sent = requests[1]["messages"].as_array().unwrap();
+    assert_eq!(sent.last().unwrap()["content"], note);
+}
+
+#[tokio::test]
+async fn a_run_of_one_step_or_without_tools_never_drafts() {
+    let (app, seen) = spawn_drafting(vec![text("ok")]).await;
+    let mut one = request("answer");
+    one["limits"] = json!({"max_steps": 1});
+    let run = app.run_to_end(one).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    let mut none = request("answer");
+    none["tools"] = json!([]);
+    none.as_object_mut().unwrap().remove("commands");
+    let run = app.run_to_end(none).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(
+        run["steps"], 1,
+        "no note after an answer without tools: {run}"
+    );
+    let requests = seen.lock().unwrap().clone();
+    assert!(requests[0]["tools"].is_array(), "{}", requests[0]);
+    assert!(requests[1].get("tools").is_none());
+}
