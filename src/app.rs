@@ -118,6 +118,7 @@ impl Application {
                 Arc::clone(&metrics),
                 max_concurrent,
                 max_queued,
+                crate::config::TenantPolicy::new(&config.tenants, &config.runs),
             )),
         };
         let runner = Runner::new(

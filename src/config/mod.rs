@@ -9,12 +9,16 @@ use serde::{Deserialize, Serialize};
 
 mod check;
 mod print;
+mod tenants;
 
 pub(crate) use check::check_env;
 pub(crate) use check::check_sandbox_settings;
 pub use check::is_valid_env_name;
 use print::redacted;
 pub use print::{REDACTED, effective, redacted_values};
+pub use tenants::{
+    DEFAULT_TENANT_TABLE, Resolved as ResolvedTenantLimits, TenantLimits, TenantPolicy,
+};
 
 use crate::mcp::McpServerConfig;
 use crate::models::ModelProfile;
@@ -39,6 +43,8 @@ pub struct Config {
     pub auth: AuthConfig,
     pub retention: RetentionConfig,
     pub webhooks: WebhooksConfig,
+    /// `[tenants.NAME]`: each tenant's limits (SPEC section 16).
+    pub tenants: BTreeMap<String, TenantLimits>,
     /// The file this was read from, if any: the sandbox keeps commands away
     /// from it.
     #[serde(skip)]

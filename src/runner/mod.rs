@@ -496,6 +496,7 @@ mod tests {
                     Arc::clone(&metrics),
                     4,
                     4,
+                    crate::config::TenantPolicy::new(&config.tenants, &config.runs),
                 )),
                 metrics,
                 profiles: Arc::new(ModelProfiles::default()),

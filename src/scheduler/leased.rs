@@ -81,7 +81,9 @@ impl Leased {
                 store,
                 cluster,
                 metrics,
-                slots: Slots::new(max_concurrent, holding),
+                // Per-tenant limits are SQLite's only for now (the
+                // configuration refuses them here).
+                slots: Slots::new(max_concurrent, Arc::new(|_: &str| usize::MAX), holding),
                 max_queued,
                 claims: Notify::new(),
                 claiming: AtomicBool::new(false),
@@ -99,7 +101,7 @@ impl Scheduler for Leased {
     /// start at once should not be queued, or refused for a full queue, for
     /// it. Otherwise a place, if the database's queue has room (those being
     /// admitted here count too).
-    async fn admit(&self, _tenant: &Tenant) -> Result<Admission, Refused> {
+    async fn admit(&self, tenant: &Tenant) -> Result<Admission, Refused> {
         let shared = &self.shared;
         if let Some(why) = self.unready() {
             return Err(Refused::Unready(why));
@@ -112,7 +114,7 @@ impl Scheduler for Leased {
                 Ok(Admission::Now(slot))
             }
         };
-        if let Some(slot) = shared.slots.try_slot() {
+        if let Some(slot) = shared.slots.try_slot(&tenant.0) {
             return now(slot);
         }
         if shared.claiming.load(Ordering::Acquire)
@@ -120,7 +122,7 @@ impl Scheduler for Leased {
         {
             return now(slot);
         }
-        let (place, before) = shared.slots.place();
+        let (place, before, _) = shared.slots.place(&tenant.0);
         let queued = shared
             .store
             .queued()
@@ -136,8 +138,8 @@ impl Scheduler for Leased {
         Ok(Admission::Queue(place))
     }
 
-    fn readmit(&self, _tenant: &Tenant) -> Place {
-        self.shared.slots.place().0
+    fn readmit(&self, tenant: &Tenant) -> Place {
+        self.shared.slots.place(&tenant.0).0
     }
 
     /// Stored queued: whichever replica has a slot first claims it.

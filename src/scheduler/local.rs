@@ -1,5 +1,6 @@
 //! The scheduler of one process alone (SQLite): queued runs wait here, each
-//! for its turn at a slot, first come first served.
+//! for its turn at a slot: tenants in turn, first come first served within
+//! a tenant, each within its `[tenants]` limits.
 
 use std::sync::Arc;
 
@@ -9,6 +10,7 @@ use uuid::Uuid;
 use super::{
     Admission, Cancelled, Counts, Holding, Host, Place, Queued, Refused, Scheduler, Slots,
 };
+use crate::config::TenantPolicy;
 use crate::harness::Outcome;
 use crate::metrics::Metrics;
 use crate::run::Tenant;
@@ -19,6 +21,7 @@ pub struct Local {
     metrics: Arc<Metrics>,
     slots: Slots,
     max_queued: usize,
+    tenants: Arc<TenantPolicy>,
 }
 
 impl Local {
@@ -27,31 +30,38 @@ impl Local {
         metrics: Arc<Metrics>,
         max_concurrent: usize,
         max_queued: usize,
+        tenants: TenantPolicy,
     ) -> Self {
+        let tenants = Arc::new(tenants);
+        let limits = {
+            let tenants = Arc::clone(&tenants);
+            Arc::new(move |tenant: &str| tenants.of(tenant).max_concurrent)
+        };
         Self {
             store,
             metrics,
-            slots: Slots::new(max_concurrent, Holding::alone()),
+            slots: Slots::new(max_concurrent, limits, Holding::alone()),
             max_queued,
+            tenants,
         }
     }
 }
 
 #[async_trait::async_trait]
 impl Scheduler for Local {
-    async fn admit(&self, _tenant: &Tenant) -> Result<Admission, Refused> {
-        if let Some(slot) = self.slots.try_slot() {
+    async fn admit(&self, tenant: &Tenant) -> Result<Admission, Refused> {
+        if let Some(slot) = self.slots.try_slot(&tenant.0) {
             return Ok(Admission::Now(slot));
         }
-        let (place, before) = self.slots.place();
-        if before >= self.max_queued {
+        let (place, before, of_tenant) = self.slots.place(&tenant.0);
+        if before >= self.max_queued || of_tenant >= self.tenants.of(&tenant.0).max_queued {
             return Err(Refused::QueueFull);
         }
         Ok(Admission::Queue(place))
     }
 
-    fn readmit(&self, _tenant: &Tenant) -> Place {
-        self.slots.place().0
+    fn readmit(&self, tenant: &Tenant) -> Place {
+        self.slots.place(&tenant.0).0
     }
 
     fn enqueue(&self, place: Place) -> Queued {

@@ -14,6 +14,7 @@
 //! counts a run waiting and a [`Slot`] a run holding a slot until dropped,
 //! so that no path can forget to give them back.
 
+mod gate;
 mod leased;
 mod local;
 mod slots;

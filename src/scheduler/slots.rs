@@ -3,14 +3,15 @@
 //! A slot is held under a [`Holding`]: who the runs in it are stored as
 //! held by, and whether that hold was revoked.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 
+use super::gate::{Gate, Limits, Permit, Who};
 use crate::sync::lock;
 
 /// Who holds the runs executing in a process's slots, as their rows store
@@ -77,10 +78,10 @@ impl Hold {
     }
 }
 
-/// The slots (a fair semaphore: first come, first served) and what is
-/// counted of them. Shared by both schedulers.
+/// The slots (a [`Gate`]: tenants in turn, first come first served within
+/// one) and what is counted of them. Shared by both schedulers.
 pub(super) struct Slots {
-    permits: Arc<Semaphore>,
+    gate: Arc<Gate>,
     tally: Arc<Tally>,
     /// The holding new slots are held under.
     holding: Mutex<Holding>,
@@ -92,12 +93,16 @@ struct Tally {
     waiting: AtomicUsize,
     /// Runs executing in a slot.
     executing: AtomicUsize,
+    /// Runs waiting, by tenant.
+    by_tenant: Mutex<HashMap<Arc<str>, usize>>,
 }
 
 impl Slots {
-    pub(super) fn new(max_concurrent: usize, holding: Holding) -> Self {
+    /// `max_concurrent` slots, each tenant's share of them within
+    /// `limits`.
+    pub(super) fn new(max_concurrent: usize, limits: Limits, holding: Holding) -> Self {
         Self {
-            permits: Arc::new(Semaphore::new(max_concurrent)),
+            gate: Gate::new(max_concurrent, limits),
             tally: Arc::default(),
             holding: Mutex::new(holding),
         }
@@ -113,18 +118,20 @@ impl Slots {
         *lock(&self.holding) = holding;
     }
 
-    pub(super) fn try_slot(&self) -> Option<Slot> {
-        let permit = Arc::clone(&self.permits).try_acquire_owned().ok()?;
+    /// A slot at once for a run of `tenant`, if one is free for it.
+    pub(super) fn try_slot(&self, tenant: &str) -> Option<Slot> {
+        let permit = self.gate.try_acquire(&Some(Arc::from(tenant)))?;
         Some(self.in_slot(permit))
     }
 
-    /// A slot once one is free; `None` once the slots are closed.
+    /// A slot for a run of no tenant yet (one to be claimed) once its turn
+    /// comes; `None` once the slots are closed.
     pub(super) async fn slot(&self) -> Option<Slot> {
-        let permit = Arc::clone(&self.permits).acquire_owned().await.ok()?;
+        let permit = self.gate.acquire(None).await?;
         Some(self.in_slot(permit))
     }
 
-    fn in_slot(&self, permit: OwnedSemaphorePermit) -> Slot {
+    fn in_slot(&self, permit: Permit) -> Slot {
         Slot {
             _permit: permit,
             tally: Arc::clone(&self.tally),
@@ -136,18 +143,26 @@ impl Slots {
     pub(super) fn turn(&self, place: Place) -> Turn {
         Turn {
             place,
-            permits: Arc::clone(&self.permits),
+            gate: Arc::clone(&self.gate),
             holding: self.holding(),
         }
     }
 
-    /// A place in the queue, and how many waited before it.
-    pub(super) fn place(&self) -> (Place, usize) {
+    /// A place in the queue for a run of `tenant`, and how many waited
+    /// before it: in all, and of its tenant.
+    pub(super) fn place(&self, tenant: &str) -> (Place, usize, usize) {
+        let tenant: Arc<str> = Arc::from(tenant);
         let before = self.tally.waiting.fetch_add(1, Ordering::AcqRel);
+        let mut by_tenant = lock(&self.tally.by_tenant);
+        let count = by_tenant.entry(Arc::clone(&tenant)).or_default();
+        let of_tenant = *count;
+        *count += 1;
+        drop(by_tenant);
         let place = Place {
             tally: Arc::clone(&self.tally),
+            tenant,
         };
-        (place, before)
+        (place, before, of_tenant)
     }
 
     pub(super) fn waiting(&self) -> usize {
@@ -159,13 +174,13 @@ impl Slots {
     }
 
     pub(super) fn close(&self) {
-        self.permits.close();
+        self.gate.close();
     }
 }
 
 /// A slot a run executes in; given back when dropped.
 pub struct Slot {
-    _permit: OwnedSemaphorePermit,
+    _permit: Permit,
     tally: Arc<Tally>,
     hold: Hold,
     executing: bool,
@@ -210,29 +225,40 @@ impl Drop for Slot {
     }
 }
 
-/// A run's place in the queue: counted as waiting until dropped.
+/// A run's place in the queue: counted as waiting (in all, and of its
+/// tenant) until dropped.
 pub struct Place {
     tally: Arc<Tally>,
+    tenant: Arc<str>,
 }
 
 impl Drop for Place {
     fn drop(&mut self) {
         self.tally.waiting.fetch_sub(1, Ordering::AcqRel);
+        let mut by_tenant = lock(&self.tally.by_tenant);
+        if let Some(count) = by_tenant.get_mut(&self.tenant) {
+            *count -= 1;
+            if *count == 0 {
+                by_tenant.remove(&self.tenant);
+            }
+        }
     }
 }
 
 /// A queued run's turn at a slot here.
 pub struct Turn {
     place: Place,
-    permits: Arc<Semaphore>,
+    gate: Arc<Gate>,
     holding: Holding,
 }
 
 impl Turn {
-    /// Resolves to a slot once it is the run's turn; `None` once the queue
-    /// is closed. Dropping it gives up the place.
+    /// Resolves to a slot once it is the run's turn (its tenant's, and its
+    /// own within its tenant's); `None` once the queue is closed. Dropping
+    /// it gives up the place.
     pub async fn wait(self) -> Option<Slot> {
-        let permit = Arc::clone(&self.permits).acquire_owned().await.ok()?;
+        let who: Who = Some(Arc::clone(&self.place.tenant));
+        let permit = self.gate.acquire(who).await?;
         Some(Slot {
             _permit: permit,
             tally: Arc::clone(&self.place.tally),
@@ -246,14 +272,18 @@ impl Turn {
 mod tests {
     use super::*;
 
+    fn unlimited() -> Limits {
+        Arc::new(|_: &str| usize::MAX)
+    }
+
     #[tokio::test]
     async fn guards_give_back_what_they_count() {
-        let slots = Slots::new(1, Holding::alone());
-        let mut first = slots.try_slot().expect("a free slot");
+        let slots = Slots::new(1, unlimited(), Holding::alone());
+        let mut first = slots.try_slot("t").expect("a free slot");
         first.executing();
         assert_eq!(slots.executing(), 1);
-        assert!(slots.try_slot().is_none());
-        let turn = slots.turn(slots.place().0);
+        assert!(slots.try_slot("t").is_none());
+        let turn = slots.turn(slots.place("t").0);
         assert_eq!(slots.waiting(), 1);
         let waiting = tokio::spawn(turn.wait());
         drop(first);
@@ -262,15 +292,15 @@ mod tests {
         assert_eq!(slots.waiting(), 0, "the place went with the turn");
         drop(second);
         // A turn dropped while waiting gives its place back.
-        let _held = slots.try_slot().unwrap();
-        let turn = slots.turn(slots.place().0);
+        let _held = slots.try_slot("t").unwrap();
+        let turn = slots.turn(slots.place("t").0);
         let waiting = tokio::spawn(turn.wait());
         tokio::task::yield_now().await;
         waiting.abort();
         let _ = waiting.await;
         assert_eq!(slots.waiting(), 0);
         slots.close();
-        let turn = slots.turn(slots.place().0);
+        let turn = slots.turn(slots.place("t").0);
         assert!(turn.wait().await.is_none(), "a closed queue gives no turn");
     }
 
@@ -278,12 +308,12 @@ mod tests {
     async fn a_holding_is_released_once_its_slots_and_holds_are_gone() {
         let revoked = CancellationToken::new();
         let first = Holding::new(Some(Arc::from("first")), revoked.clone());
-        let slots = Slots::new(2, first.clone());
-        let slot = slots.try_slot().unwrap();
+        let slots = Slots::new(2, unlimited(), first.clone());
+        let slot = slots.try_slot("t").unwrap();
         assert_eq!(slot.holder(), Some("first"));
         let hold = slot.hold();
         slots.hold_under(Holding::alone());
-        let other = slots.try_slot().unwrap();
+        let other = slots.try_slot("t").unwrap();
         assert_eq!(
             other.holder(),
             None,
