@@ -17,7 +17,10 @@
 //! - otherwise the one workspace file most of whose lines the block holds
 //!   (at least half of its distinct non-blank lines, and strictly more than
 //!   any other file): the block is a new version of it (Aider's
-//!   single-file rule, without needing the file to be "in the chat").
+//!   single-file rule, without needing the file to be "in the chat");
+//! - otherwise the one Python file defining a top-level function or class
+//!   the block defines: the block takes the place of those definitions (a
+//!   function written without its stub's docstring).
 //!
 //! A block that starts with a line of the file further down, and holds none
 //! of the lines above it, keeps those lines (a function shown without the
@@ -29,6 +32,7 @@
 //! [`ToolRole::Writes`]: super::tool::ToolRole::Writes
 
 use std::collections::HashSet;
+use std::ops::Range;
 
 /// Blocks applied from one response at most.
 const MAX_BLOCKS: usize = 8;
@@ -99,11 +103,15 @@ pub fn writes(blocks: &[Block], files: &[(String, String)], skip: &[&str]) -> Ve
         if block.text.trim().is_empty() || is_elided(&block.text) {
             continue;
         }
-        let path = match &block.name {
-            Some(name) => name.clone(),
+        let (path, content) = match &block.name {
+            Some(name) => (name.clone(), None),
             None => match rewritten_file(&block.text, files) {
-                Some((path, text)) if adds_lines(&block.text, text) => path.to_owned(),
-                _ => continue,
+                Some((path, text)) if adds_lines(&block.text, text) => (path.to_owned(), None),
+                Some(_) => continue,
+                None => match redefined_file(&block.text, files) {
+                    Some((path, content)) => (path.to_owned(), Some(content)),
+                    None => continue,
+                },
             },
         };
         if skip.contains(&path.as_str()) {
@@ -113,9 +121,10 @@ pub fn writes(blocks: &[Block], files: &[(String, String)], skip: &[&str]) -> Ve
             .iter()
             .find(|(file, _)| *file == path)
             .map(|(_, text)| text.as_str());
-        let content = match current {
-            Some(current) => keep_around(current, &block.text),
-            None => block.text.clone(),
+        let content = match (content, current) {
+            (Some(content), _) => content,
+            (None, Some(current)) => keep_around(current, &block.text),
+            (None, None) => block.text.clone(),
         };
         if current == Some(content.as_str()) {
             continue;
@@ -242,6 +251,95 @@ fn rewritten_file<'f>(block: &str, files: &'f [(String, String)]) -> Option<(&'f
     }
     best.filter(|(_, share)| *share >= 0.5 && !tied)
         .map(|(file, _)| file)
+}
+
+/// The top-level definitions of Python `text` (`def`, `async def`,
+/// `class`): each one's name and the lines it spans, its decorators
+/// included and the blank lines after it not.
+fn definitions(text: &str) -> Vec<(&str, Range<usize>)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let top_level = |line: &str| !line.trim().is_empty() && !line.starts_with(char::is_whitespace);
+    let mut found = Vec::new();
+    for (at, line) in lines.iter().enumerate() {
+        let rest = line.strip_prefix("async ").unwrap_or(line);
+        let Some(rest) = rest
+            .strip_prefix("def ")
+            .or_else(|| rest.strip_prefix("class "))
+        else {
+            continue;
+        };
+        let name_end = rest
+            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        if name_end == 0 {
+            continue;
+        }
+        let mut start = at;
+        while start > 0 && lines[start - 1].starts_with('@') {
+            start -= 1;
+        }
+        // A signature over several lines closes at the margin: `) -> int:`.
+        let next = (at + 1..lines.len())
+            .find(|&later| top_level(lines[later]) && !lines[later].starts_with([')', ']', '}']))
+            .unwrap_or(lines.len());
+        let end = (at + 1..next)
+            .rev()
+            .find(|&later| !lines[later].trim().is_empty())
+            .map_or(at + 1, |last| last + 1);
+        found.push((&rest[..name_end], start..end));
+    }
+    found
+}
+
+/// The Python file a block redefines a function or class of, when no file
+/// holds most of its lines (a function written without the docstring of
+/// its stub), and the file's new content: the block in place of the
+/// definitions it redefines, the file's other lines kept (a head of
+/// only the imports the block repeats left out). Only one file may define what the block
+/// does.
+fn redefined_file<'f>(block: &str, files: &'f [(String, String)]) -> Option<(&'f str, String)> {
+    let defined: HashSet<&str> = definitions(block)
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    if defined.is_empty() {
+        return None;
+    }
+    let mut found = files.iter().filter_map(|(path, text)| {
+        let spans: Vec<Range<usize>> = definitions(text)
+            .into_iter()
+            .filter(|(name, _)| defined.contains(name))
+            .map(|(_, span)| span)
+            .collect();
+        let start = spans.iter().map(|span| span.start).min()?;
+        let end = spans.iter().map(|span| span.end).max()?;
+        path.ends_with(".py").then_some((path, text, start..end))
+    });
+    let (path, text, span) = found.next()?;
+    if found.next().is_some() {
+        return None;
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    let held = distinct_lines(block);
+    let head = &lines[..span.start];
+    let mut content = String::with_capacity(text.len() + block.len());
+    // A head of nothing but what the block repeats (the stub's imports)
+    // gives way to the block's; any other is kept whole.
+    if head
+        .iter()
+        .any(|line| !line.trim().is_empty() && !held.contains(line.trim()))
+    {
+        for line in head {
+            content.push_str(line);
+            content.push('\n');
+        }
+    }
+    content.push_str(block);
+    for line in &lines[span.end..] {
+        content.push_str(line);
+        content.push('\n');
+    }
+    Some((path, content))
 }
 
 /// `block` as the file's new content: the file's lines above the block's
@@ -391,6 +489,43 @@ mod tests {
             ("b.py".to_owned(), "x = 1\n".to_owned()),
         ];
         assert!(writes(&parse("```\nx = 1\ny = 2\n```"), &twins, &[]).is_empty());
+    }
+
+    #[test]
+    fn a_function_written_without_its_stubs_docstring_replaces_its_definition() {
+        let stub = "from typing import List\n\n\ndef first(xs: List[int]) -> int:\n    \"\"\"The first of xs.\n\n    >>> first([1, 2])\n    1\n    \"\"\"\n\n\n@cache\ndef second(\n    xs,\n):\n    pass\n\n\nTAIL = 1\n";
+        let files = vec![
+            ("solution.py".to_owned(), stub.to_owned()),
+            ("notes.md".to_owned(), "def first(x):\n".to_owned()),
+        ];
+        let blocks =
+            parse("```python\nfrom typing import List\n\ndef second(xs):\n    return xs[1]\n```");
+        let written = writes(&blocks, &files, &[]);
+        assert_eq!(written.len(), 1, "{written:?}");
+        assert_eq!(written[0].path, "solution.py");
+        assert_eq!(
+            written[0].content,
+            "from typing import List\n\n\ndef first(xs: List[int]) -> int:\n    \"\"\"The first of xs.\n\n    >>> first([1, 2])\n    1\n    \"\"\"\n\n\nfrom typing import List\n\ndef second(xs):\n    return xs[1]\n\n\nTAIL = 1\n"
+        );
+        // The stub's head is only the import the block repeats.
+        let blocks =
+            parse("```python\nfrom typing import List\n\ndef first(xs):\n    return xs[0]\n```");
+        assert_eq!(
+            writes(&blocks, &files, &[])[0].content,
+            "from typing import List\n\ndef first(xs):\n    return xs[0]\n\n\n@cache\ndef second(\n    xs,\n):\n    pass\n\n\nTAIL = 1\n"
+        );
+        // Defined in two Python files: which one is meant is not known.
+        let twins = vec![
+            (
+                "a.py".to_owned(),
+                "def f():\n    \"\"\"Doc.\"\"\"\n".to_owned(),
+            ),
+            (
+                "b.py".to_owned(),
+                "def f():\n    \"\"\"Other.\"\"\"\n".to_owned(),
+            ),
+        ];
+        assert!(writes(&parse("```\ndef f():\n    return 1\n```"), &twins, &[]).is_empty());
     }
 
     #[test]

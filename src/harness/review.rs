@@ -35,46 +35,12 @@ pub fn note(
     role: impl Fn(&str) -> ToolRole,
     code_blocks: bool,
 ) -> Option<String> {
-    if !matches!(messages.last().map(|m| &**m), Some(Message::Tool { .. })) {
-        return None;
-    }
-    let turn = turn_start(messages);
-    let notes = messages[turn..]
-        .iter()
-        .filter(|message| is_note(message))
-        .count();
-    if notes >= MAX_NOTES {
-        return None;
-    }
-    let mut calls: HashMap<&str, (ToolRole, &Value)> = HashMap::new();
-    let mut changed: BTreeSet<&str> = BTreeSet::new();
-    let mut last_check_failed = false;
-    for message in &messages[turn..] {
-        match &**message {
-            Message::Assistant { tool_calls, .. } => {
-                for call in tool_calls {
-                    calls.insert(&call.id, (role(&call.name), &call.arguments));
-                }
-            }
-            Message::Tool {
-                call_id,
-                content,
-                is_error,
-            } => match calls.get(call_id.as_str()) {
-                Some((kind, arguments)) if kind.changes_files() && !is_error => {
-                    if let Some(path) = arguments.get("path").and_then(Value::as_str) {
-                        changed.insert(path);
-                    }
-                }
-                Some((ToolRole::Checks, _)) => {
-                    changed.clear();
-                    last_check_failed = *is_error || !passed(content);
-                }
-                _ => {}
-            },
-            Message::User { .. } => {}
-        }
-    }
+    let turn = noting_turn(messages)?;
+    let Scan {
+        changed,
+        last_check_failed,
+        ..
+    } = Scan::of(&messages[turn..], &role);
     if !changed.is_empty() {
         let files = changed
             .iter()
@@ -100,6 +66,87 @@ pub fn note(
              the task asks for, answer again and say so."
         )
     })
+}
+
+/// The note after a tool step whose check passed on a change: the work is
+/// checked, and the model may answer. A small model that is not told so
+/// goes on rewriting a file its check just passed, and breaks it. `None`
+/// unless the step's last call checked a change and passed, and while the
+/// turn has notes left.
+pub fn passed_note(messages: &[Arc<Message>], role: impl Fn(&str) -> ToolRole) -> Option<String> {
+    let turn = noting_turn(messages)?;
+    let scan = Scan::of(&messages[turn..], &role);
+    scan.last_passed_on_change.then(|| {
+        format!(
+            "{NOTE_PREFIX}That check passed on your change. If the task is done, stop calling \
+             tools and answer now, briefly."
+        )
+    })
+}
+
+/// What the tool steps of a turn left unchecked.
+#[derive(Default)]
+struct Scan<'m> {
+    /// Files changed since the last check.
+    changed: BTreeSet<&'m str>,
+    /// Whether the last check failed.
+    last_check_failed: bool,
+    /// Whether the last tool result is of a check that passed with files
+    /// changed before it.
+    last_passed_on_change: bool,
+}
+
+impl<'m> Scan<'m> {
+    fn of(turn: &'m [Arc<Message>], role: &impl Fn(&str) -> ToolRole) -> Self {
+        let mut calls: HashMap<&str, (ToolRole, &Value)> = HashMap::new();
+        let mut scan = Self::default();
+        for message in turn {
+            match &**message {
+                Message::Assistant { tool_calls, .. } => {
+                    for call in tool_calls {
+                        calls.insert(&call.id, (role(&call.name), &call.arguments));
+                    }
+                }
+                Message::Tool {
+                    call_id,
+                    content,
+                    is_error,
+                } => {
+                    scan.last_passed_on_change = false;
+                    match calls.get(call_id.as_str()) {
+                        Some((kind, arguments)) if kind.changes_files() && !is_error => {
+                            if let Some(path) = arguments.get("path").and_then(Value::as_str) {
+                                scan.changed.insert(path);
+                            }
+                        }
+                        Some((ToolRole::Checks, _)) => {
+                            scan.last_check_failed = *is_error || !passed(content);
+                            scan.last_passed_on_change =
+                                !scan.last_check_failed && !scan.changed.is_empty();
+                            scan.changed.clear();
+                        }
+                        _ => {}
+                    }
+                }
+                Message::User { .. } => {}
+            }
+        }
+        scan
+    }
+}
+
+/// Where the newest prompt's turn starts, if a note may follow `messages`:
+/// they end with a tool step's result, and the turn has notes left.
+fn noting_turn(messages: &[Arc<Message>]) -> Option<usize> {
+    if !matches!(messages.last().map(|m| &**m), Some(Message::Tool { .. })) {
+        return None;
+    }
+    let turn = turn_start(messages);
+    let notes = messages[turn..]
+        .iter()
+        .filter(|message| is_note(message))
+        .count();
+    (notes < MAX_NOTES).then_some(turn)
 }
 
 /// Whether `message` is a note of the harness.
@@ -186,6 +233,38 @@ mod tests {
 
     fn note_with_blocks(messages: &[Arc<Message>]) -> String {
         note(messages, role, true).unwrap()
+    }
+
+    #[test]
+    fn a_check_passing_on_a_change_is_followed_by_a_note_saying_so() {
+        let passed = |t: &Transcript| passed_note(&t.0, role);
+        let note = passed(&Transcript::new().write("a.py").test(0)).unwrap();
+        assert!(note.starts_with(NOTE_PREFIX), "{note}");
+        assert!(note.contains("answer now"), "{note}");
+        // A failing check, a check of nothing changed, a change after the
+        // check: nothing to say.
+        assert_eq!(passed(&Transcript::new().write("a.py").test(1)), None);
+        assert_eq!(passed(&Transcript::new().test(0)), None);
+        assert_eq!(
+            passed(&Transcript::new().write("a.py").test(0).test(0)),
+            None
+        );
+        assert_eq!(
+            passed(&Transcript::new().write("a.py").test(0).write("a.py")),
+            None
+        );
+        // After a note, the step's result is no longer the last message.
+        let noted = Transcript::new()
+            .write("a.py")
+            .test(0)
+            .say(Message::user(note.clone()));
+        assert_eq!(passed(&noted), None);
+        // The turn's notes are spent.
+        let mut spent = Transcript::new();
+        for _ in 0..MAX_NOTES {
+            spent = spent.write("a.py").test(0).say(Message::user(note.clone()));
+        }
+        assert_eq!(passed(&spent.write("a.py").test(0)), None);
     }
 
     #[test]

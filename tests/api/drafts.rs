@@ -36,6 +36,15 @@ fn text(content: &str) -> Value {
     json!({"role": "assistant", "content": content})
 }
 
+/// The messages of a model request, its instructions left out.
+fn conversation(request: &Value) -> Vec<&Value> {
+    let messages = request["messages"].as_array().unwrap();
+    messages
+        .iter()
+        .filter(|message| message["role"] != "system")
+        .collect()
+}
+
 fn request(prompt: &str) -> Value {
     json!({"prompt": prompt, "model": {"profile": "oa"}, "commands": ["test"],
            "workspace": {"files": {"main.py": "print('no')\n"}}})
@@ -85,7 +94,7 @@ async fn a_draft_is_made_without_tools_and_its_code_block_becomes_the_file() {
 }
 
 #[tokio::test]
-async fn a_draft_that_changes_nothing_is_kept_and_followed_by_a_note() {
+async fn a_draft_that_changes_nothing_is_kept_and_followed_by_a_note_the_model_is_not_sent() {
     let write = json!({"role": "assistant", "content": null, "tool_calls": [{"id": "w1",
         "type": "function", "function": {"name": "write_file",
         "arguments": "{\"path\": \"main.py\", \"content\": \"print('ok')\\n\"}"}}]});
@@ -113,9 +122,34 @@ async fn a_draft_that_changes_nothing_is_kept_and_followed_by_a_note() {
     let requests = seen.lock().unwrap().clone();
     assert!(requests[0].get("tools").is_none());
     assert!(requests[1]["tools"].is_array(), "{}", requests[1]);
-    // What the model is sent after the draft ends with the note.
-    let sent = requests[1]["messages"].as_array().unwrap();
-    assert_eq!(sent.last().unwrap()["content"], note);
+    // The model is sent the run as if it had not drafted: the prompt alone
+    // (its answer from without its tools would lead it, a refusal
+    // included), and the run's later steps after it.
+    let sent = conversation(&requests[1]);
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0]["content"], "make main.py print ok");
+    let sent = conversation(&requests[2]);
+    assert_eq!(sent.len(), 3, "{sent:?}");
+    assert_eq!(sent[1]["tool_calls"][0]["id"], "w1");
+}
+
+#[tokio::test]
+async fn a_draft_cut_off_at_the_token_limit_is_a_step_that_changed_nothing() {
+    let mut cut = text("```python\nprint('o");
+    cut["_finish"] = json!("length");
+    let (app, seen) = spawn_drafting(vec![cut, run_test_call(), text("Tested.")]).await;
+    let run = app.run_to_end(request("make main.py print ok")).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["answer"], "Tested.");
+    assert_eq!(run["steps"], 3, "the draft counts as a step: {run}");
+    let requests = seen.lock().unwrap().clone();
+    assert!(requests[1]["tools"].is_array(), "{}", requests[1]);
+    assert_eq!(conversation(&requests[1]).len(), 1);
+    let messages = app.messages(run["id"].as_str().unwrap()).await;
+    assert_eq!(
+        messages[1]["tool_calls"][0]["name"], "run_command",
+        "{messages:?}"
+    );
 }
 
 #[tokio::test]

@@ -57,11 +57,15 @@ pub async fn scripted_openai(replies: Vec<Value>) -> (String, Seen) {
                  body: axum::Json<Value>| async move {
                     let mut seen = seen.lock().unwrap();
                     seen.push(body.0);
-                    let message = replies[(seen.len() - 1).min(replies.len() - 1)].clone();
-                    let finish = if message.get("tool_calls").is_some() {
-                        "tool_calls"
-                    } else {
-                        "stop"
+                    let mut message = replies[(seen.len() - 1).min(replies.len() - 1)].clone();
+                    // A reply may name its finish reason (`"_finish": "length"`).
+                    let named = message
+                        .as_object_mut()
+                        .and_then(|reply| reply.remove("_finish"));
+                    let finish = match named {
+                        Some(Value::String(finish)) => finish,
+                        _ if message.get("tool_calls").is_some() => "tool_calls".to_owned(),
+                        _ => "stop".to_owned(),
                     };
                     axum::Json(json!({
                         "id": "chatcmpl-1", "object": "chat.completion", "created": 1,

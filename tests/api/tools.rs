@@ -387,7 +387,7 @@ async fn an_unchecked_answer_is_questioned_before_it_ends_the_run() {
         .skip(1)
         .map(|m| m["content"].as_str().unwrap())
         .collect();
-    assert_eq!(notes.len(), 2, "{notes:?}");
+    assert_eq!(notes.len(), 3, "{notes:?}");
     assert!(
         notes[0].starts_with("[agent-runner] You changed `main.py` and ran no command since"),
         "{}",
@@ -398,6 +398,14 @@ async fn an_unchecked_answer_is_questioned_before_it_ends_the_run() {
         "{}",
         notes[1]
     );
+    // The check that passes on the fix is followed by a note saying so.
+    assert!(
+        notes[2].starts_with("[agent-runner] That check passed on your change"),
+        "{}",
+        notes[2]
+    );
+    let last_result = messages.iter().rposition(|m| m["role"] == "tool").unwrap();
+    assert_eq!(messages[last_result + 1]["content"], notes[2]);
     // Each note follows the answer it questions, in order.
     let answers: Vec<&str> = messages
         .iter()
@@ -497,8 +505,21 @@ async fn code_in_an_answer_is_written_as_the_file_it_rewrites() {
     );
     let written = ok(&results, calls[0]["id"].as_str().unwrap());
     assert_eq!(written["bytes_written"], FIXED_MAIN.len());
-    // No note: the test ran after the writes, and passed.
-    assert_eq!(messages.iter().filter(|m| m["role"] == "user").count(), 1);
+    // No note questions the answer: the test ran after the writes, and
+    // passed; the one note says so.
+    let notes: Vec<&Value> = messages
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .skip(1)
+        .collect();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("[agent-runner] That check passed"),
+        "{notes:?}"
+    );
 }
 
 /// Off (the default), an answer with code is an answer.

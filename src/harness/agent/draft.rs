@@ -4,9 +4,17 @@
 //! starts `from tools import *`), and answers worse than it does alone. The
 //! draft is its answer as it would give it without tools; with
 //! `write_code_blocks` its code blocks become files, and the run goes on
-//! with the tools from there.
+//! with the tools from there. A draft that changed nothing (no block of it
+//! was a file's, or it was cut off) is kept in the transcript but left out
+//! of what the model sees next: the run goes on as if it had not drafted,
+//! rather than with the model's answer from without its tools (a refusal
+//! to read a file it could not see) leading it.
 
-use super::Run;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::{Run, millis};
+use crate::harness::{EventKind, Message};
 
 /// The note that follows a draft that changed nothing, as a user message of
 /// the server: the draft stays in the transcript, and the model goes on
@@ -26,4 +34,32 @@ impl Run<'_, '_> {
             && !self.harness.tools.definitions().is_empty()
             && self.config.limits.max_steps.get() > 1
     }
+
+    /// A draft cut off (at the token limit) changed nothing: it is a step,
+    /// and the run goes on with its tools as after any draft that changed
+    /// nothing, instead of failing.
+    pub(super) fn draft_cut_off(&mut self, why: &str, began: Instant) {
+        tracing::debug!(%why, "the draft was cut off");
+        self.steps += 1;
+        self.tell_totals();
+        let duration_ms = millis(began.elapsed());
+        self.emitter.emit(|| EventKind::ModelEnd {
+            duration_ms,
+            usage: None,
+        });
+    }
+}
+
+/// Where the model's view of `messages` may start, past the prompt: after
+/// a draft that changed nothing and its note, which the model does not see
+/// again; otherwise just after the prompt.
+pub(super) fn view_start(messages: &[Arc<Message>]) -> usize {
+    let unchanged_draft = matches!(
+        messages.get(1).map(|message| &**message),
+        Some(Message::Assistant { tool_calls, .. }) if tool_calls.is_empty()
+    ) && matches!(
+        messages.get(2).map(|message| &**message),
+        Some(Message::User { content }) if content == DRAFT_NOTE
+    );
+    if unchanged_draft { 3 } else { 1 }
 }

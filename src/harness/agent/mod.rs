@@ -17,6 +17,7 @@ mod calls;
 mod config;
 mod draft;
 mod end;
+mod notes;
 mod recover;
 
 pub use config::{
@@ -31,7 +32,6 @@ use super::message::{Message, UsageTotals};
 use super::model::{DeltaSink, Model, ModelError, ModelRequest};
 use super::pause::{Answer, Answers, Checkpoint, PendingAction};
 use super::registry::ToolRegistry;
-use super::review;
 use super::stop::{Stop, StopReason};
 use super::stuck;
 
@@ -436,10 +436,11 @@ impl Run<'_, '_> {
             if token.is_cancelled() {
                 return End::Stopped;
             }
-            let selection = match self.select_context() {
+            let mut selection = match self.select_context() {
                 Ok(selection) => selection,
                 Err(error) => return End::ContextLimit(error.to_string()),
             };
+            selection.start = selection.start.max(draft::view_start(&self.messages));
             let masks: Vec<(usize, Arc<Message>)> = selection
                 .masked
                 .iter()
@@ -474,6 +475,10 @@ impl Run<'_, '_> {
             let mut response = match response {
                 Ok(response) => response,
                 Err(_) if token.is_cancelled() => return End::Stopped,
+                Err(ModelError::Incomplete(why)) if draft => {
+                    self.draft_cut_off(&why, began);
+                    continue;
+                }
                 Err(error) => return self.model_failed(error.to_string()),
             };
             if let Some(usage) = &response.usage
@@ -528,23 +533,11 @@ impl Run<'_, '_> {
                 self.tool_calls += 1;
                 self.call_tool(call, token).await;
             }
+            if let Some(note) = self.passed_note() {
+                self.append(Message::user(note));
+            }
         }
         End::StepLimit
-    }
-
-    /// The note questioning the answer the model just gave, if it leaves
-    /// work unchecked and a step is left to check it in.
-    fn review(&self) -> Option<String> {
-        let tools = self.harness.tools;
-        let enabled = self.config.check_answers
-            && self.steps < self.config.limits.max_steps.get()
-            && tools.has_check();
-        enabled
-            .then(|| {
-                let code_blocks = self.block_writer().is_some();
-                review::note(&self.messages, |name| tools.role(name), code_blocks)
-            })
-            .flatten()
     }
 
     fn model_failed(&mut self, error: String) -> End {

@@ -1,0 +1,36 @@
+//! The harness's notes to the model about its checks (see
+//! [`crate::harness::review`]), under `[runs] check_answers`.
+
+use super::Run;
+use crate::harness::review;
+
+impl Run<'_, '_> {
+    /// The note questioning the answer the model just gave, if it leaves
+    /// work unchecked and a step is left to check it in.
+    pub(super) fn review(&self) -> Option<String> {
+        let tools = self.harness.tools;
+        self.notes_enabled()
+            .then(|| {
+                let code_blocks = self.block_writer().is_some();
+                review::note(&self.messages, |name| tools.role(name), code_blocks)
+            })
+            .flatten()
+    }
+
+    /// The note telling the model that the check it just ran passed on its
+    /// change, if it did and a step is left to answer in.
+    pub(super) fn passed_note(&self) -> Option<String> {
+        let tools = self.harness.tools;
+        self.notes_enabled()
+            .then(|| review::passed_note(&self.messages, |name| tools.role(name)))
+            .flatten()
+    }
+
+    /// Whether notes are on, the run has a check, and a step is left after
+    /// a note.
+    fn notes_enabled(&self) -> bool {
+        self.config.check_answers
+            && self.steps < self.config.limits.max_steps.get()
+            && self.harness.tools.has_check()
+    }
+}
