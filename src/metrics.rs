@@ -52,6 +52,25 @@ struct DirectionLabel {
     direction: &'static str,
 }
 
+/// A tenant: a name of the configuration's tokens (`default` without
+/// tokens), never a value a client picks.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TenantLabel {
+    tenant: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TenantReasonLabels {
+    tenant: String,
+    reason: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TenantDirectionLabels {
+    tenant: String,
+    direction: &'static str,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct HttpLabels {
     route: &'static str,
@@ -101,6 +120,9 @@ pub struct Metrics {
     tool_calls: Family<ToolLabel, Counter>,
     tool_errors: Family<ToolLabel, Counter>,
     tokens: Family<DirectionLabel, Counter>,
+    tenant_runs_created: Family<TenantLabel, Counter>,
+    tenant_runs_rejected: Family<TenantReasonLabels, Counter>,
+    tenant_tokens: Family<TenantDirectionLabels, Counter>,
     run_duration: Histogram,
     model_duration: Histograms<ProfileLabel>,
     tool_duration: Histograms<ToolLabel>,
@@ -150,6 +172,9 @@ impl Metrics {
             finished,
             model_calls: Family::default(),
             model_errors: Family::default(),
+            tenant_runs_created: Family::default(),
+            tenant_runs_rejected: Family::default(),
+            tenant_tokens: Family::default(),
             tool_calls: Family::default(),
             tool_errors: Family::default(),
             tokens,
@@ -172,7 +197,7 @@ impl Metrics {
         add(
             r,
             "runs_rejected",
-            "Runs refused because the queue was full.",
+            "Runs refused: a full queue, a tenant's rate limit or token quota.",
             &metrics.runs_rejected,
         );
         add(
@@ -213,6 +238,24 @@ impl Metrics {
         );
         add(
             r,
+            "tenant_runs_created",
+            "Runs accepted, by tenant.",
+            &metrics.tenant_runs_created,
+        );
+        add(
+            r,
+            "tenant_runs_rejected",
+            "Runs refused, by tenant and reason (queue_full, rate_limited, quota_exceeded).",
+            &metrics.tenant_runs_rejected,
+        );
+        add(
+            r,
+            "tenant_tokens",
+            "Tokens the models reported, by tenant and direction (input, output).",
+            &metrics.tenant_tokens,
+        );
+        add(
+            r,
             "run_duration_seconds",
             "Time from a run's start to its end (or its pause).",
             &metrics.run_duration,
@@ -247,16 +290,29 @@ impl Metrics {
         }
     }
 
-    pub fn run_created(&self) {
+    pub fn run_created(&self, tenant: &str) {
         self.runs_created.inc();
+        self.tenant_runs_created
+            .get_or_create(&TenantLabel {
+                tenant: tenant.to_owned(),
+            })
+            .inc();
     }
 
     pub fn run_paused(&self) {
         self.runs_paused.inc();
     }
 
-    pub fn run_rejected(&self) {
+    /// A run refused for `reason` (an error code: `queue_full`,
+    /// `rate_limited`, `quota_exceeded`).
+    pub fn run_rejected(&self, tenant: &str, reason: &'static str) {
         self.runs_rejected.inc();
+        self.tenant_runs_rejected
+            .get_or_create(&TenantReasonLabels {
+                tenant: tenant.to_owned(),
+                reason,
+            })
+            .inc();
     }
 
     pub fn finished(&self, outcome: Outcome) {
@@ -290,11 +346,17 @@ impl Metrics {
             .inc();
     }
 
-    /// Tokens a model call reported.
-    pub fn tokens(&self, input: u64, output: u64) {
+    /// Tokens a model call of a run of `tenant` reported.
+    pub fn tokens(&self, tenant: &str, input: u64, output: u64) {
         for (direction, count) in [("input", input), ("output", output)] {
             self.tokens
                 .get_or_create(&DirectionLabel { direction })
+                .inc_by(count);
+            self.tenant_tokens
+                .get_or_create(&TenantDirectionLabels {
+                    tenant: tenant.to_owned(),
+                    direction,
+                })
                 .inc_by(count);
         }
     }
@@ -379,7 +441,7 @@ mod tests {
         metrics.run_duration(Duration::from_millis(120));
         metrics.model_call("demo", 40.0);
         metrics.tool_call("list_dir", true, 2.0);
-        metrics.tokens(12, 3);
+        metrics.tokens("a", 12, 3);
         let text = metrics.render(Gauges::default());
         for line in [
             "agent_runner_run_duration_seconds_count 1",
@@ -387,6 +449,7 @@ mod tests {
             "agent_runner_model_call_duration_seconds_count{profile=\"demo\"} 1",
             "agent_runner_tool_errors_total{tool=\"list_dir\"} 1",
             "agent_runner_tokens_total{direction=\"input\"} 12",
+            "agent_runner_tenant_tokens_total{tenant=\"a\",direction=\"output\"} 3",
             "agent_runner_runs_finished_total{status=\"interrupted\"} 0",
             "agent_runner_active_runs 0",
         ] {

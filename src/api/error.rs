@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use crate::runner::SubmitError;
+use crate::scheduler::Refused;
 use crate::store::StoreError;
 
 /// Seconds a client is told to wait after a 429.
@@ -50,6 +51,12 @@ pub enum ApiError {
     UnsupportedMediaType(String),
     #[error("too many runs are waiting; retry later")]
     QueueFull,
+    /// The tenant's `runs_per_minute` is spent for `retry_after` seconds.
+    #[error("{message}")]
+    RateLimited { message: String, retry_after: u64 },
+    /// The tenant's `max_tokens_per_day` is spent for `retry_after` seconds.
+    #[error("{message}")]
+    QuotaExceeded { message: String, retry_after: u64 },
     #[error("the server is shutting down and takes no new runs")]
     ShuttingDown,
     #[error("{0}")]
@@ -98,6 +105,8 @@ impl ApiError {
             Self::HeadersTooLarge { .. } => C::HeadersTooLarge,
             Self::UnsupportedMediaType(_) => C::UnsupportedMediaType,
             Self::QueueFull => C::QueueFull,
+            Self::RateLimited { .. } => C::RateLimited,
+            Self::QuotaExceeded { .. } => C::QuotaExceeded,
             Self::ShuttingDown => C::ShuttingDown,
             Self::Unavailable(_) => C::Unavailable,
             Self::InsufficientStorage(_) => C::InsufficientStorage,
@@ -131,10 +140,12 @@ pub enum ErrorCode {
     ShuttingDown,
     Unavailable,
     InsufficientStorage,
+    RateLimited,
+    QuotaExceeded,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 21] = [
+    pub const ALL: [ErrorCode; 23] = [
         Self::InvalidJson,
         Self::InvalidQuery,
         Self::InvalidPath,
@@ -156,6 +167,8 @@ impl ErrorCode {
         Self::ShuttingDown,
         Self::Unavailable,
         Self::InsufficientStorage,
+        Self::RateLimited,
+        Self::QuotaExceeded,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -181,6 +194,8 @@ impl ErrorCode {
             Self::ShuttingDown => "shutting_down",
             Self::Unavailable => "unavailable",
             Self::InsufficientStorage => "insufficient_storage",
+            Self::RateLimited => "rate_limited",
+            Self::QuotaExceeded => "quota_exceeded",
         }
     }
 
@@ -199,7 +214,9 @@ impl ErrorCode {
             Self::UriTooLong => StatusCode::URI_TOO_LONG,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::InvalidRequest => StatusCode::UNPROCESSABLE_ENTITY,
-            Self::QueueFull => StatusCode::TOO_MANY_REQUESTS,
+            Self::QueueFull | Self::RateLimited | Self::QuotaExceeded => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             Self::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             Self::ShuttingDown | Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -213,6 +230,25 @@ impl From<SubmitError> for ApiError {
     fn from(error: SubmitError) -> Self {
         match error {
             SubmitError::QueueFull => Self::QueueFull,
+            SubmitError::Limited {
+                refused,
+                retry_after,
+            } => {
+                // Whole seconds, rounded up: a client waiting that long finds
+                // room.
+                let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+                let message = format!("{refused}; retry in {seconds} s");
+                match refused {
+                    Refused::QuotaExceeded { .. } => Self::QuotaExceeded {
+                        message,
+                        retry_after: seconds,
+                    },
+                    _ => Self::RateLimited {
+                        message,
+                        retry_after: seconds,
+                    },
+                }
+            }
             SubmitError::ShuttingDown => Self::ShuttingDown,
             SubmitError::Workspace(message) => Self::Validation(message),
             SubmitError::StorageFull(message) => {
@@ -270,6 +306,9 @@ impl IntoResponse for ApiError {
         match self {
             Self::QueueFull => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
+            }
+            Self::RateLimited { retry_after, .. } | Self::QuotaExceeded { retry_after, .. } => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
             }
             Self::ShuttingDown => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(5u32));

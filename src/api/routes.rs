@@ -121,6 +121,7 @@ pub fn table() -> Vec<Route> {
         ),
         route("/v1/models", false, [(M::GET, NONE, get(system::models))]),
         route("/v1/mcp", false, [(M::GET, NONE, get(system::mcp))]),
+        route("/v1/tenant", false, [(M::GET, NONE, get(system::tenant))]),
         route("/", true, [(M::GET, NONE, get(console::index))]),
         route(
             "/console/{file}",

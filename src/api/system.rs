@@ -1,14 +1,16 @@
-//! Liveness, readiness, metrics, the model and MCP server catalogues and
-//! the API's own document.
+//! Liveness, readiness, metrics, the model and MCP server catalogues, the
+//! caller's tenant and the API's own document.
 
 use axum::Json;
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::http::header;
 use axum::response::IntoResponse;
 use serde_json::{Value, json};
 
 use super::error::ApiError;
 use super::state::AppState;
+use crate::run::Tenant;
+use crate::runner::TenantReport;
 
 pub async fn healthz() -> Json<Value> {
     Json(json!({"status": "ok"}))
@@ -55,6 +57,15 @@ pub async fn models(State(state): State<AppState>) -> Json<Value> {
 /// The configured MCP servers: names and transports, never a token.
 pub async fn mcp(State(state): State<AppState>) -> Json<Value> {
     Json(json!({"servers": state.runner.mcp().list()}))
+}
+
+/// `GET /v1/tenant`: the caller's tenant's use of the server and its
+/// limits.
+pub async fn tenant(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+) -> Result<Json<TenantReport>, ApiError> {
+    Ok(Json(state.runner.tenant_report(&tenant).await?))
 }
 
 /// The OpenAPI document, as JSON: `openapi.yaml` converted (a test keeps the

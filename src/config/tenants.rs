@@ -19,6 +19,14 @@ pub struct TenantLimits {
     /// Its runs waiting; beyond, 429 `queue_full`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_queued: Option<usize>,
+    /// Its run creations a minute (a token bucket as deep as a minute's
+    /// worth); beyond, 429 `rate_limited`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runs_per_minute: Option<u32>,
+    /// Its input and output tokens over the last 24 hours; beyond, new runs
+    /// are refused (429 `quota_exceeded`), running ones go on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tokens_per_day: Option<u64>,
 }
 
 /// The name of the table that holds for tenants without their own.
@@ -36,6 +44,10 @@ pub struct TenantPolicy {
 pub struct Resolved {
     pub max_concurrent: usize,
     pub max_queued: usize,
+    /// No limit when `None`.
+    pub runs_per_minute: Option<u32>,
+    /// No limit when `None`.
+    pub max_tokens_per_day: Option<u64>,
 }
 
 impl TenantPolicy {
@@ -53,6 +65,8 @@ impl TenantPolicy {
                 .max_queued
                 .or(fallback.max_queued)
                 .unwrap_or(runs.max_queued),
+            runs_per_minute: limits.runs_per_minute.or(fallback.runs_per_minute),
+            max_tokens_per_day: limits.max_tokens_per_day.or(fallback.max_tokens_per_day),
         };
         Self {
             named: tenants
@@ -67,6 +81,14 @@ impl TenantPolicy {
     pub fn of(&self, tenant: &str) -> Resolved {
         self.named.get(tenant).copied().unwrap_or(self.default)
     }
+
+    /// Whether any tenant has a rate limit or a token quota (checked at
+    /// each admission: a server without any does no such work).
+    pub fn has_rates_or_quotas(&self) -> bool {
+        std::iter::once(&self.default)
+            .chain(self.named.values())
+            .any(|limits| limits.runs_per_minute.is_some() || limits.max_tokens_per_day.is_some())
+    }
 }
 
 /// What is wrong with `tenants`, if anything.
@@ -74,6 +96,16 @@ pub(super) fn check(tenants: &BTreeMap<String, TenantLimits>) -> Result<(), Stri
     for (name, limits) in tenants {
         if limits.max_concurrent == Some(0) {
             return Err(format!("tenants.{name}.max_concurrent must be at least 1"));
+        }
+        if limits.runs_per_minute == Some(0) {
+            return Err(format!(
+                "tenants.{name}.runs_per_minute must be at least 1 (leave it out for no limit)"
+            ));
+        }
+        if limits.max_tokens_per_day == Some(0) {
+            return Err(format!(
+                "tenants.{name}.max_tokens_per_day must be at least 1 (leave it out for no limit)"
+            ));
         }
     }
     Ok(())
@@ -86,7 +118,8 @@ mod tests {
     #[test]
     fn a_tenant_takes_its_own_then_the_default_tables_then_the_servers_limits() {
         let tenants: BTreeMap<String, TenantLimits> = toml::from_str(
-            "[default]\nmax_queued = 50\n[a]\nmax_concurrent = 2\n[b]\nmax_queued = 7\n",
+            "[default]\nmax_queued = 50\nruns_per_minute = 60\n[a]\nmax_concurrent = 2\n\
+             [b]\nmax_queued = 7\nruns_per_minute = 5\nmax_tokens_per_day = 1000\n",
         )
         .unwrap();
         let runs = RunsConfig {
@@ -99,12 +132,21 @@ mod tests {
             let Resolved {
                 max_concurrent,
                 max_queued,
+                runs_per_minute,
+                max_tokens_per_day,
             } = policy.of(name);
-            (max_concurrent, max_queued)
+            (
+                max_concurrent,
+                max_queued,
+                runs_per_minute,
+                max_tokens_per_day,
+            )
         };
-        assert_eq!(limits("a"), (2, 50));
-        assert_eq!(limits("b"), (8, 7));
-        assert_eq!(limits("anyone"), (8, 50));
+        assert_eq!(limits("a"), (2, 50, Some(60), None));
+        assert_eq!(limits("b"), (8, 7, Some(5), Some(1000)));
+        assert_eq!(limits("anyone"), (8, 50, Some(60), None));
+        assert!(policy.has_rates_or_quotas());
+        assert!(!TenantPolicy::new(&BTreeMap::new(), &runs).has_rates_or_quotas());
         assert!(check(&tenants).is_ok());
         let zero: BTreeMap<String, TenantLimits> =
             toml::from_str("[a]\nmax_concurrent = 0\n").unwrap();

@@ -16,6 +16,7 @@ mod registry;
 mod retention;
 mod submit;
 mod task;
+mod tenant;
 mod tools;
 pub mod webhooks;
 
@@ -30,13 +31,13 @@ use tokio_util::task::task_tracker::TaskTrackerToken;
 use tracing::Instrument;
 use uuid::Uuid;
 
-use crate::config::Config;
+use crate::config::{Config, TenantPolicy};
 use crate::harness::{SchemaCache, Stop, StopReason};
 use crate::mcp::McpServers;
 use crate::metrics::{Gauges, Metrics};
 use crate::models::ModelProfiles;
 use crate::run::{Run, RunSpec, RunStatus, Tenant};
-use crate::scheduler::{Cancelled, Host, Queued, Scheduler, Slot, Turn};
+use crate::scheduler::{Cancelled, Host, Queued, Refused, Scheduler, Slot, Turn};
 use crate::store::{Store, StoreError, Unfinished};
 use crate::tools::{CommandPresets, CommandRunner, Sandbox, WorkspaceOptions, Workspaces};
 
@@ -49,6 +50,7 @@ pub use registry::LiveRun;
 use registry::LiveRuns;
 pub use retention::Purged;
 use submit::detached;
+pub use tenant::TenantReport;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SubmitError {
@@ -56,6 +58,13 @@ pub enum SubmitError {
     ShuttingDown,
     #[error("the queue is full")]
     QueueFull,
+    /// The tenant's rate limit or token quota refuses the run for
+    /// `retry_after`: the scheduler's refusal.
+    #[error("{refused}")]
+    Limited {
+        refused: Refused,
+        retry_after: Duration,
+    },
     /// The request's files do not fit together (a file where another
     /// needs a directory).
     #[error("{0}")]
@@ -126,6 +135,8 @@ pub struct Runner {
     /// Where runs' ends and pauses are posted.
     webhooks: Arc<webhooks::Webhooks>,
     lifecycle: Lifecycle,
+    /// Each tenant's limits, as `GET /v1/tenant` shows them.
+    tenants: Arc<TenantPolicy>,
 }
 
 /// How a run's task gets its slot.
@@ -205,6 +216,7 @@ impl Runner {
             pauses: Arc::default(),
             webhooks: Arc::clone(&webhooks),
             lifecycle: Lifecycle::default(),
+            tenants: Arc::new(TenantPolicy::new(&config.tenants, &config.runs)),
         };
         tokio::spawn(watch_storage(
             runner.services.store.clone(),

@@ -182,6 +182,7 @@ impl RunObserver {
                 metrics.model_call(&self.profile, *duration_ms);
                 if let Some(usage) = usage {
                     metrics.tokens(
+                        &self.live.tenant.0,
                         usage.input_tokens.unwrap_or(0),
                         usage.output_tokens.unwrap_or(0),
                     );

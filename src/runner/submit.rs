@@ -97,11 +97,23 @@ impl Runner {
             .await
             .map_err(|refused| match refused {
                 Refused::QueueFull => {
-                    metrics.run_rejected();
+                    metrics.run_rejected(&tenant.0, "queue_full");
                     SubmitError::QueueFull
                 }
                 Refused::Storage(why) => SubmitError::StorageRefused(why),
                 Refused::Unready(why) => SubmitError::Unready(why),
+                refused @ (Refused::RateLimited { retry_after, .. }
+                | Refused::QuotaExceeded { retry_after, .. }) => {
+                    let reason = match refused {
+                        Refused::QuotaExceeded { .. } => "quota_exceeded",
+                        _ => "rate_limited",
+                    };
+                    metrics.run_rejected(&tenant.0, reason);
+                    SubmitError::Limited {
+                        refused,
+                        retry_after,
+                    }
+                }
             })?;
         let id = Uuid::now_v7();
         let mut run = Run::queued(id, &spec, Utc::now());
@@ -154,7 +166,7 @@ impl Runner {
                 error => error.into(),
             });
         }
-        metrics.run_created();
+        metrics.run_created(&tenant.0);
         let entry = match admission {
             Admission::Now(slot) => Entry::Slot(slot),
             Admission::Queue(place) => match self.scheduler.enqueue(place) {

@@ -8,7 +8,7 @@ use chrono::Utc;
 use uuid::Uuid;
 
 use super::{
-    Admission, Cancelled, Counts, Holding, Host, Place, Queued, Refused, Scheduler, Slots,
+    Admission, Cancelled, Counts, Holding, Host, Limits, Place, Queued, Refused, Scheduler, Slots,
 };
 use crate::config::TenantPolicy;
 use crate::harness::Outcome;
@@ -22,6 +22,7 @@ pub struct Local {
     slots: Slots,
     max_queued: usize,
     tenants: Arc<TenantPolicy>,
+    limits: Limits,
 }
 
 impl Local {
@@ -38,6 +39,7 @@ impl Local {
             Arc::new(move |tenant: &str| tenants.of(tenant).max_concurrent)
         };
         Self {
+            limits: Limits::new(Arc::clone(&tenants), store.clone()),
             store,
             metrics,
             slots: Slots::new(max_concurrent, limits, Holding::alone()),
@@ -50,13 +52,16 @@ impl Local {
 #[async_trait::async_trait]
 impl Scheduler for Local {
     async fn admit(&self, tenant: &Tenant) -> Result<Admission, Refused> {
+        let taken = self.limits.admit(tenant).await?;
         if let Some(slot) = self.slots.try_slot(&tenant.0) {
+            taken.keep();
             return Ok(Admission::Now(slot));
         }
         let (place, before, of_tenant) = self.slots.place(&tenant.0);
         if before >= self.max_queued || of_tenant >= self.tenants.of(&tenant.0).max_queued {
             return Err(Refused::QueueFull);
         }
+        taken.keep();
         Ok(Admission::Queue(place))
     }
 

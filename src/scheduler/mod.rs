@@ -16,6 +16,7 @@
 
 mod gate;
 mod leased;
+mod limits;
 mod local;
 mod slots;
 
@@ -25,6 +26,7 @@ use tokio_util::task::task_tracker::TaskTrackerToken;
 use uuid::Uuid;
 
 pub use leased::Leased;
+pub use limits::Limits;
 pub use local::Local;
 pub use slots::{Hold, Place, Slot, Turn};
 use slots::{Holding, Slots};
@@ -37,6 +39,19 @@ use crate::store::{StoreError, Unfinished};
 pub enum Refused {
     #[error("the queue is full")]
     QueueFull,
+    /// The tenant created its `runs_per_minute` already.
+    #[error("the tenant's rate of {per_minute} runs a minute is spent")]
+    RateLimited {
+        retry_after: std::time::Duration,
+        per_minute: u32,
+    },
+    /// The tenant's runs of the last 24 hours spent its token quota.
+    #[error("the tenant's runs of the last 24 hours used {spent} tokens of its {quota}")]
+    QuotaExceeded {
+        retry_after: std::time::Duration,
+        spent: u64,
+        quota: u64,
+    },
     /// The queue could not be counted (the database's failure).
     #[error("{0}")]
     Storage(String),

@@ -22,6 +22,7 @@ pub mod outbox;
 mod reads;
 mod recover;
 pub(crate) mod rows;
+mod tenants;
 pub mod writer;
 
 use std::str::FromStr;
@@ -42,6 +43,7 @@ pub use live::{Channels, Closing, LiveEvent, StatusChange};
 pub use outbox::{Delivery, Unreadable};
 pub use recover::{Recovered, ResumeReason};
 use recover::{interrupt, recover, rest};
+pub use tenants::{TenantLive, TenantUse};
 pub use writer::{Finish, NewEvent, Pause, Transition, Transitioned, Writer, WriterStats};
 
 #[derive(Debug, thiserror::Error)]

@@ -9,20 +9,20 @@ use serde_json::{Value, json};
 
 use crate::helpers::*;
 
-fn token(tenant: &str) -> TokenConfig {
+pub(crate) fn token(tenant: &str) -> TokenConfig {
     toml::from_str(&format!(
         "tenant = \"{tenant}\"\ntoken = \"token-{tenant}\""
     ))
     .unwrap()
 }
 
-fn on_postgres() -> bool {
+pub(crate) fn on_postgres() -> bool {
     std::env::var_os(POSTGRES_VARIABLE).is_some()
 }
 
 /// A server with tenants `a`, `b` and `c`, `max_concurrent` slots, and
 /// `[tenants.a]` as given.
-async fn spawn_tenants(max_concurrent: usize, a: TenantLimits) -> TestApp {
+pub(crate) async fn spawn_tenants(max_concurrent: usize, a: TenantLimits) -> TestApp {
     spawn_with(move |config| {
         config.auth.tokens = vec![token("a"), token("b"), token("c")];
         config.runs.max_concurrent = max_concurrent;
@@ -32,12 +32,12 @@ async fn spawn_tenants(max_concurrent: usize, a: TenantLimits) -> TestApp {
 }
 
 /// A run that takes `delay_ms` of the model's time, then answers.
-fn slow(delay_ms: u64) -> Value {
+pub(crate) fn slow(delay_ms: u64) -> Value {
     json!({"prompt": "wait", "tools": [],
            "model": {"scripted": [{"delay_ms": delay_ms, "content": "done"}]}})
 }
 
-async fn create_as(app: &mut TestApp, tenant: &str, body: Value) -> Value {
+pub(crate) async fn create_as(app: &mut TestApp, tenant: &str, body: Value) -> Value {
     app.token = Some(format!("token-{tenant}"));
     app.create_run(body).await
 }
@@ -100,6 +100,7 @@ async fn a_tenants_own_limits_hold_while_another_runs_at_full_width() {
     let limits = TenantLimits {
         max_concurrent: Some(1),
         max_queued: Some(1),
+        ..TenantLimits::default()
     };
     let mut app = spawn_tenants(3, limits).await;
     let first = create_as(&mut app, "a", slow(60_000)).await;

@@ -27,6 +27,7 @@ mod operations;
 mod pauses;
 mod postgres;
 mod providers;
+mod quotas;
 mod replay;
 mod replicas;
 mod retention;
