@@ -112,6 +112,7 @@ impl Application {
                 Arc::clone(&metrics),
                 max_concurrent,
                 max_queued,
+                crate::config::TenantPolicy::new(&config.tenants, &config.runs),
             )),
             None => Arc::new(Local::new(
                 store.clone(),

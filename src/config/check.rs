@@ -65,17 +65,6 @@ impl Config {
             return invalid("runs.max_concurrent must be at least 1".into());
         }
         super::tenants::check(&self.tenants).or_else(invalid)?;
-        if !self.tenants.is_empty()
-            && crate::store::Engine::of_url(&self.storage.database_url)
-                == Some(crate::store::Engine::Postgres)
-        {
-            return invalid(
-                "tenants: per-tenant limits hold on SQLite only for now; on PostgreSQL \
-                 every tenant shares runs.max_concurrent and runs.max_queued (remove the \
-                 [tenants] tables)"
-                    .into(),
-            );
-        }
         if !(MIN_LEASE_MS..=MAX_LEASE_MS).contains(&self.runs.lease_ms) {
             return invalid(format!(
                 "runs.lease_ms must be between {MIN_LEASE_MS} and {MAX_LEASE_MS} (got {})",

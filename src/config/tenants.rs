@@ -37,6 +37,8 @@ pub const DEFAULT_TENANT_TABLE: &str = "default";
 pub struct TenantPolicy {
     named: BTreeMap<String, Resolved>,
     default: Resolved,
+    /// The tables as written: which limits a tenant was given.
+    tables: BTreeMap<String, TenantLimits>,
 }
 
 /// A tenant's limits with nothing left unset.
@@ -74,7 +76,34 @@ impl TenantPolicy {
                 .map(|(name, limits)| (name.clone(), resolve(limits)))
                 .collect(),
             default: resolve(&fallback),
+            tables: tenants.clone(),
         }
+    }
+
+    /// `tenant`'s `max_concurrent` if its table or the default table sets
+    /// one: on PostgreSQL such a limit holds for the whole database, while
+    /// `runs.max_concurrent` (what it defaults to) is each replica's.
+    pub fn set_max_concurrent(&self, tenant: &str) -> Option<usize> {
+        self.set(tenant, |limits| limits.max_concurrent)
+    }
+
+    /// Whether any table sets a `max_concurrent`.
+    pub fn limits_concurrency(&self) -> bool {
+        self.tables
+            .values()
+            .any(|limits| limits.max_concurrent.is_some())
+    }
+
+    /// `tenant`'s `max_queued` if its table or the default table sets one.
+    pub fn set_max_queued(&self, tenant: &str) -> Option<usize> {
+        self.set(tenant, |limits| limits.max_queued)
+    }
+
+    fn set(&self, tenant: &str, limit: impl Fn(&TenantLimits) -> Option<usize>) -> Option<usize> {
+        self.tables
+            .get(tenant)
+            .and_then(&limit)
+            .or_else(|| self.tables.get(DEFAULT_TENANT_TABLE).and_then(&limit))
     }
 
     /// `tenant`'s limits.
@@ -145,6 +174,11 @@ mod tests {
         assert_eq!(limits("a"), (2, 50, Some(60), None));
         assert_eq!(limits("b"), (8, 7, Some(5), Some(1000)));
         assert_eq!(limits("anyone"), (8, 50, Some(60), None));
+        assert_eq!(policy.set_max_concurrent("a"), Some(2));
+        assert!(policy.limits_concurrency());
+        assert_eq!(policy.set_max_concurrent("b"), None);
+        assert_eq!(policy.set_max_queued("b"), Some(7));
+        assert_eq!(policy.set_max_queued("anyone"), Some(50));
         assert!(policy.has_rates_or_quotas());
         assert!(!TenantPolicy::new(&BTreeMap::new(), &runs).has_rates_or_quotas());
         assert!(check(&tenants).is_ok());

@@ -23,8 +23,10 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::{
-    Admission, Cancelled, Counts, Holding, Host, Place, Queued, Refused, Scheduler, Slot, Slots,
+    Admission, Cancelled, Counts, Holding, Host, Limits, Place, Queued, Refused, Scheduler, Slot,
+    Slots,
 };
+use crate::config::TenantPolicy;
 use crate::harness::Outcome;
 use crate::metrics::Metrics;
 use crate::run::Tenant;
@@ -56,6 +58,9 @@ struct Shared {
     metrics: Arc<Metrics>,
     slots: Slots,
     max_queued: usize,
+    /// Each tenant's limits: concurrency and queue limits set in its table
+    /// hold for the whole database, as do its rate and quota.
+    limits: Limits,
     /// Told when a run may wait to be claimed.
     claims: Notify,
     /// The claimer holds a slot while it looks for a queued run (an
@@ -74,15 +79,18 @@ impl Leased {
         metrics: Arc<Metrics>,
         max_concurrent: usize,
         max_queued: usize,
+        tenants: TenantPolicy,
     ) -> Self {
         let holding = holding_of(&cluster.membership());
         Self {
             shared: Arc::new(Shared {
+                limits: Limits::new(Arc::new(tenants), store.clone(), Some(Arc::clone(&cluster))),
                 store,
                 cluster,
                 metrics,
-                // Per-tenant limits are SQLite's only for now (the
-                // configuration refuses them here).
+                // A tenant's own concurrency limit is the database's (see
+                // `admit` and the claim): this replica's slots take runs of
+                // any tenant.
                 slots: Slots::new(max_concurrent, Arc::new(|_: &str| usize::MAX), holding),
                 max_queued,
                 claims: Notify::new(),
@@ -96,11 +104,9 @@ impl Leased {
 
 #[async_trait::async_trait]
 impl Scheduler for Leased {
-    /// A slot free now; one the claimer holds while it looks is waited for
-    /// a moment: it gives it back when none is queued, and a run that could
-    /// start at once should not be queued, or refused for a full queue, for
-    /// it. Otherwise a place, if the database's queue has room (those being
-    /// admitted here count too).
+    /// Within the tenant's quota, a slot free now (see
+    /// [`Shared::start_now`]), else a place in the database's queue if it
+    /// has room, then a run creation of the tenant's rate.
     async fn admit(&self, tenant: &Tenant) -> Result<Admission, Refused> {
         let shared = &self.shared;
         if let Some(why) = self.unready() {
@@ -114,28 +120,14 @@ impl Scheduler for Leased {
                 Ok(Admission::Now(slot))
             }
         };
-        if let Some(slot) = shared.slots.try_slot(&tenant.0) {
-            return now(slot);
-        }
-        if shared.claiming.load(Ordering::Acquire)
-            && let Ok(Some(slot)) = tokio::time::timeout(CLAIM_GRACE, shared.slots.slot()).await
-        {
-            return now(slot);
-        }
-        let (place, before, _) = shared.slots.place(&tenant.0);
-        let queued = shared
-            .store
-            .queued()
-            .await
-            // The database cannot count: the server's failure.
-            .map_err(|error| Refused::Storage(error.to_string()))?;
-        let queued = usize::try_from(queued)
-            .unwrap_or(usize::MAX)
-            .saturating_add(before);
-        if queued >= shared.max_queued {
-            return Err(Refused::QueueFull);
-        }
-        Ok(Admission::Queue(place))
+        shared.limits.check_quota(tenant).await?;
+        let admission = match shared.start_now(tenant).await {
+            Some(slot) => now(slot)?,
+            None => Admission::Queue(shared.place(tenant).await?),
+        };
+        // Refused here, the slot or place goes back as it is dropped.
+        shared.limits.take_rate(tenant).await?;
+        Ok(admission)
     }
 
     fn readmit(&self, tenant: &Tenant) -> Place {
@@ -204,6 +196,53 @@ impl Scheduler for Leased {
 }
 
 impl Shared {
+    /// A slot to start a run of `tenant` in now, if one is free; one the
+    /// claimer holds while it looks is waited for a moment: it gives it
+    /// back when none is queued, and a run that could start at once should
+    /// not be queued, or refused for a full queue, for it. A tenant with a
+    /// concurrency limit of its own never starts at once: its runs are
+    /// claimed from the queue, where the limit holds across replicas.
+    async fn start_now(&self, tenant: &Tenant) -> Option<Slot> {
+        if self.limits.policy().set_max_concurrent(&tenant.0).is_some() {
+            return None;
+        }
+        if let Some(slot) = self.slots.try_slot(&tenant.0) {
+            return Some(slot);
+        }
+        if self.claiming.load(Ordering::Acquire)
+            && let Ok(Some(slot)) = tokio::time::timeout(CLAIM_GRACE, self.slots.slot()).await
+        {
+            return Some(slot);
+        }
+        None
+    }
+
+    /// A place in the database's queue for a run of `tenant`, if it has
+    /// room, and the tenant's own queue limit (those being admitted here
+    /// count too).
+    async fn place(&self, tenant: &Tenant) -> Result<Place, Refused> {
+        // The database cannot count: the server's failure.
+        let storage = |error: StoreError| Refused::Storage(error.to_string());
+        let (place, before, of_tenant) = self.slots.place(&tenant.0);
+        let queued = self.store.queued().await.map_err(storage)?;
+        let queued = usize::try_from(queued)
+            .unwrap_or(usize::MAX)
+            .saturating_add(before);
+        if queued >= self.max_queued {
+            return Err(Refused::QueueFull);
+        }
+        if let Some(max) = self.limits.policy().set_max_queued(&tenant.0) {
+            let live = self.store.tenant_live(tenant).await.map_err(storage)?;
+            let queued = usize::try_from(live.queued)
+                .unwrap_or(usize::MAX)
+                .saturating_add(of_tenant);
+            if queued >= max {
+                return Err(Refused::QueueFull);
+            }
+        }
+        Ok(place)
+    }
+
     fn heard(&self, notice: Notice, host: &dyn Host) {
         let channels = self.store.live();
         match notice {
@@ -212,7 +251,13 @@ impl Shared {
                     channels.wake(run);
                 }
             }
-            Notice::Statuses(changes) => channels.publish_heard_statuses(changes),
+            Notice::Statuses(changes) => {
+                // A run ending elsewhere may free its tenant's last slot.
+                if self.limits.policy().limits_concurrency() {
+                    self.claims.notify_one();
+                }
+                channels.publish_heard_statuses(changes);
+            }
             Notice::Queued => self.claims.notify_one(),
             Notice::Cancel(run) => {
                 if host.cancel_live(run) {
@@ -346,7 +391,9 @@ async fn claim(shared: Arc<Shared>, host: Arc<dyn Host>, membership: Arc<Members
             return;
         }
         shared.claiming.store(true, Ordering::Release);
-        let claimed = shared.cluster.claim(&membership, Utc::now()).await;
+        let policy = shared.limits.policy();
+        let limit = |tenant: &str| policy.set_max_concurrent(tenant);
+        let claimed = shared.cluster.claim(&membership, Utc::now(), &limit).await;
         shared.claiming.store(false, Ordering::Release);
         match claimed {
             Ok(Some(claimed)) => {
@@ -367,8 +414,18 @@ async fn claim(shared: Arc<Shared>, host: Arc<dyn Host>, membership: Arc<Members
             }
         }
         drop(_accepting);
+        // A tenant at its own concurrency limit may have runs waiting that
+        // no claim takes: one of its runs ending here lets them.
+        let freed = async {
+            if shared.limits.policy().limits_concurrency() {
+                shared.slots.freed().await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
         tokio::select! {
             () = shared.claims.notified() => {}
+            () = freed => {}
             () = tokio::time::sleep(CLAIM_POLL) => {}
             () = closed.cancelled() => return,
             () = lost.cancelled() => return,

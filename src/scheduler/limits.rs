@@ -13,7 +13,8 @@ use chrono::Utc;
 use super::Refused;
 use crate::config::TenantPolicy;
 use crate::run::Tenant;
-use crate::store::Store;
+use crate::store::cluster::Cluster;
+use crate::store::{Store, StoreError};
 
 /// The window of `max_tokens_per_day`.
 const QUOTA_WINDOW: chrono::Duration = chrono::Duration::hours(24);
@@ -21,15 +22,22 @@ const QUOTA_WINDOW: chrono::Duration = chrono::Duration::hours(24);
 /// The shortest wait a refusal asks for.
 const MIN_RETRY: Duration = Duration::from_secs(1);
 
-/// Rate limits and quotas of one process. The buckets are this process's:
-/// on PostgreSQL each replica keeps its own (see the README).
+/// A server's rate limits and quotas.
 pub struct Limits {
     policy: Arc<TenantPolicy>,
     store: Store,
-    buckets: Buckets,
+    rates: Rates,
     /// Whether any tenant has a rate or a quota: without, admission does
     /// no such work.
     any: bool,
+}
+
+/// Where the buckets of run creations are kept.
+enum Rates {
+    /// In this process (SQLite: the only one).
+    Here(Buckets),
+    /// In the database, shared by every replica (PostgreSQL).
+    Shared(Arc<Cluster>),
 }
 
 /// Each tenant's token bucket of run creations.
@@ -43,65 +51,34 @@ struct Bucket {
     at: Instant,
 }
 
-/// A run creation taken from its tenant's bucket: given back when dropped
-/// unless [`Taken::keep`] is called (the run was not admitted after all).
-#[must_use]
-pub struct Taken<'l> {
-    buckets: &'l Buckets,
-    tenant: Option<(String, u32)>,
-}
-
-impl Taken<'_> {
-    pub fn keep(mut self) {
-        self.tenant = None;
-    }
-}
-
-impl Drop for Taken<'_> {
-    fn drop(&mut self) {
-        if let Some((tenant, per_minute)) = self.tenant.take() {
-            let mut buckets = self.buckets.0.lock().expect("rate buckets");
-            if let Some(bucket) = buckets.get_mut(&tenant) {
-                bucket.tokens = (bucket.tokens + 1.0).min(f64::from(per_minute));
-            }
-        }
-    }
-}
-
 impl Limits {
-    pub fn new(policy: Arc<TenantPolicy>, store: Store) -> Self {
+    /// Limits whose buckets are this process's, or with `cluster` the
+    /// database's.
+    pub fn new(policy: Arc<TenantPolicy>, store: Store, cluster: Option<Arc<Cluster>>) -> Self {
         let any = policy.has_rates_or_quotas();
         Self {
             policy,
             store,
-            buckets: Buckets::default(),
+            rates: match cluster {
+                Some(cluster) => Rates::Shared(cluster),
+                None => Rates::Here(Buckets::default()),
+            },
             any,
         }
     }
 
-    /// Checks `tenant`'s quota, then takes a run creation from its bucket.
-    pub async fn admit(&self, tenant: &Tenant) -> Result<Taken<'_>, Refused> {
-        let mut taken = Taken {
-            buckets: &self.buckets,
-            tenant: None,
+    /// Refuses a run of `tenant` whose runs of the last 24 hours used its
+    /// `max_tokens_per_day`.
+    pub async fn check_quota(&self, tenant: &Tenant) -> Result<(), Refused> {
+        let Some(quota) = self
+            .any
+            .then(|| self.policy.of(&tenant.0).max_tokens_per_day)
+            .flatten()
+        else {
+            return Ok(());
         };
-        if !self.any {
-            return Ok(taken);
-        }
-        let limits = self.policy.of(&tenant.0);
-        if let Some(quota) = limits.max_tokens_per_day {
-            self.check_quota(tenant, quota).await?;
-        }
-        if let Some(per_minute) = limits.runs_per_minute {
-            self.buckets.take(&tenant.0, per_minute, Instant::now())?;
-            taken.tenant = Some((tenant.0.clone(), per_minute));
-        }
-        Ok(taken)
-    }
-
-    async fn check_quota(&self, tenant: &Tenant, quota: u64) -> Result<(), Refused> {
         let since = Utc::now() - QUOTA_WINDOW;
-        let storage = |error: crate::store::StoreError| Refused::Storage(error.to_string());
+        let storage = |error: StoreError| Refused::Storage(error.to_string());
         let spent = self
             .store
             .tenant_use(tenant, since)
@@ -126,6 +103,34 @@ impl Limits {
         })
     }
 
+    /// Takes a run creation from `tenant`'s bucket (`runs_per_minute`), the
+    /// last check of an admission: a run refused by another never spends
+    /// one.
+    pub async fn take_rate(&self, tenant: &Tenant) -> Result<(), Refused> {
+        let Some(per_minute) = self
+            .any
+            .then(|| self.policy.of(&tenant.0).runs_per_minute)
+            .flatten()
+        else {
+            return Ok(());
+        };
+        let wait = match &self.rates {
+            Rates::Here(buckets) => buckets.take(&tenant.0, per_minute, Instant::now()),
+            Rates::Shared(cluster) => cluster
+                .take_run_token(&tenant.0, per_minute)
+                .await
+                .map_err(|error| Refused::Storage(error.to_string()))?
+                .map(Duration::from_secs_f64),
+        };
+        match wait {
+            None => Ok(()),
+            Some(wait) => Err(Refused::RateLimited {
+                retry_after: wait.max(MIN_RETRY),
+                per_minute,
+            }),
+        }
+    }
+
     /// Each tenant's limits.
     pub fn policy(&self) -> &TenantPolicy {
         &self.policy
@@ -134,8 +139,9 @@ impl Limits {
 
 impl Buckets {
     /// Takes one run creation from `tenant`'s bucket, refilled at
-    /// `per_minute` a minute up to `per_minute`.
-    fn take(&self, tenant: &str, per_minute: u32, now: Instant) -> Result<(), Refused> {
+    /// `per_minute` a minute up to `per_minute`: `None` if taken, else how
+    /// long until one is back.
+    fn take(&self, tenant: &str, per_minute: u32, now: Instant) -> Option<Duration> {
         let capacity = f64::from(per_minute);
         let rate = capacity / 60.0;
         let mut buckets = self.0.lock().expect("rate buckets");
@@ -148,13 +154,9 @@ impl Buckets {
         bucket.at = now;
         if bucket.tokens >= 1.0 {
             bucket.tokens -= 1.0;
-            return Ok(());
+            return None;
         }
-        let retry_after = Duration::from_secs_f64((1.0 - bucket.tokens) / rate).max(MIN_RETRY);
-        Err(Refused::RateLimited {
-            retry_after,
-            per_minute,
-        })
+        Some(Duration::from_secs_f64((1.0 - bucket.tokens) / rate))
     }
 }
 
@@ -164,43 +166,29 @@ mod tests {
 
     #[test]
     fn a_bucket_gives_a_minutes_worth_then_refills_at_its_rate() {
-        let limits = Buckets::default();
+        let buckets = Buckets::default();
         let start = Instant::now();
         for _ in 0..3 {
-            limits.take("a", 3, start).unwrap();
+            assert_eq!(buckets.take("a", 3, start), None);
         }
-        let Err(Refused::RateLimited { retry_after, .. }) = limits.take("a", 3, start) else {
-            panic!("a fourth run in the same instant");
-        };
-        assert_eq!(retry_after, Duration::from_secs(20));
+        assert_eq!(
+            buckets.take("a", 3, start),
+            Some(Duration::from_secs(20)),
+            "a fourth run in the same instant"
+        );
         // Another tenant's bucket is its own.
-        limits.take("b", 3, start).unwrap();
+        assert_eq!(buckets.take("b", 3, start), None);
         // One run comes back every 20 s, never more than the bucket holds.
         assert!(
-            limits
+            buckets
                 .take("a", 3, start + Duration::from_secs(19))
-                .is_err()
+                .is_some()
         );
-        limits
-            .take("a", 3, start + Duration::from_secs(21))
-            .unwrap();
+        assert_eq!(buckets.take("a", 3, start + Duration::from_secs(21)), None);
         let later = start + Duration::from_secs(3600);
         for _ in 0..3 {
-            limits.take("a", 3, later).unwrap();
+            assert_eq!(buckets.take("a", 3, later), None);
         }
-        assert!(limits.take("a", 3, later).is_err());
-    }
-
-    #[test]
-    fn a_run_not_admitted_after_all_gives_its_creation_back() {
-        let limits = Buckets::default();
-        let now = Instant::now();
-        limits.take("a", 1, now).unwrap();
-        drop(Taken {
-            buckets: &limits,
-            tenant: Some(("a".into(), 1)),
-        });
-        limits.take("a", 1, now).unwrap();
-        assert!(limits.take("a", 1, now).is_err());
+        assert!(buckets.take("a", 3, later).is_some());
     }
 }

@@ -39,7 +39,7 @@ impl Local {
             Arc::new(move |tenant: &str| tenants.of(tenant).max_concurrent)
         };
         Self {
-            limits: Limits::new(Arc::clone(&tenants), store.clone()),
+            limits: Limits::new(Arc::clone(&tenants), store.clone(), None),
             store,
             metrics,
             slots: Slots::new(max_concurrent, limits, Holding::alone()),
@@ -52,17 +52,20 @@ impl Local {
 #[async_trait::async_trait]
 impl Scheduler for Local {
     async fn admit(&self, tenant: &Tenant) -> Result<Admission, Refused> {
-        let taken = self.limits.admit(tenant).await?;
-        if let Some(slot) = self.slots.try_slot(&tenant.0) {
-            taken.keep();
-            return Ok(Admission::Now(slot));
-        }
-        let (place, before, of_tenant) = self.slots.place(&tenant.0);
-        if before >= self.max_queued || of_tenant >= self.tenants.of(&tenant.0).max_queued {
-            return Err(Refused::QueueFull);
-        }
-        taken.keep();
-        Ok(Admission::Queue(place))
+        self.limits.check_quota(tenant).await?;
+        let admission = match self.slots.try_slot(&tenant.0) {
+            Some(slot) => Admission::Now(slot),
+            None => {
+                let (place, before, of_tenant) = self.slots.place(&tenant.0);
+                if before >= self.max_queued || of_tenant >= self.tenants.of(&tenant.0).max_queued {
+                    return Err(Refused::QueueFull);
+                }
+                Admission::Queue(place)
+            }
+        };
+        // Refused here, the slot or place goes back as it is dropped.
+        self.limits.take_rate(tenant).await?;
+        Ok(admission)
     }
 
     fn readmit(&self, tenant: &Tenant) -> Place {

@@ -95,6 +95,8 @@ struct Tally {
     executing: AtomicUsize,
     /// Runs waiting, by tenant.
     by_tenant: Mutex<HashMap<Arc<str>, usize>>,
+    /// Told when a run stops executing in a slot.
+    freed: tokio::sync::Notify,
 }
 
 impl Slots {
@@ -176,6 +178,12 @@ impl Slots {
     pub(super) fn close(&self) {
         self.gate.close();
     }
+
+    /// Resolves once a run stopped executing in a slot here (at once if
+    /// one did since the last call).
+    pub(super) async fn freed(&self) {
+        self.tally.freed.notified().await;
+    }
 }
 
 /// A slot a run executes in; given back when dropped.
@@ -221,6 +229,7 @@ impl Drop for Slot {
     fn drop(&mut self) {
         if self.executing {
             self.tally.executing.fetch_sub(1, Ordering::AcqRel);
+            self.tally.freed.notify_one();
         }
     }
 }

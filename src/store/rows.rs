@@ -34,9 +34,10 @@ pub(super) const SELECT_RUN_FOR_UPDATE: &str = select_runs!("WHERE id = $1");
 /// The same, locking the row (PostgreSQL).
 pub(super) const SELECT_RUN_FOR_UPDATE_LOCKED: &str = select_runs!("WHERE id = $1 FOR UPDATE");
 pub(super) const SELECT_LIVE_RUNS: &str = select_runs!("WHERE status = $1 ORDER BY id");
-/// The oldest queued run no other claim holds, locked (PostgreSQL).
-pub(super) const SELECT_NEXT_QUEUED: &str =
-    select_runs!("WHERE status = 'queued' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED");
+/// A tenant's oldest queued run not being claimed, locked (PostgreSQL).
+pub(super) const SELECT_NEXT_QUEUED_OF_TENANT: &str = select_runs!(
+    "WHERE tenant = $1 AND status = 'queued' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED"
+);
 /// A running run owned by a replica, locked (PostgreSQL).
 pub(super) const SELECT_OWNED_RUNNING: &str =
     select_runs!("WHERE id = $1 AND owner = $2 AND status = 'running' FOR UPDATE");

@@ -148,6 +148,20 @@ pub struct Reply {
 
 impl Reply {
     /// Asserts the JSON error shape and returns its code.
+    /// A response, read whole.
+    pub async fn of(response: reqwest::Response) -> Self {
+        let status = response.status();
+        let headers = response.headers().clone();
+        let text = response.text().await.unwrap();
+        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Self {
+            status,
+            headers,
+            body,
+            text,
+        }
+    }
+
     pub fn error_code(&self) -> &str {
         let error = &self.body["error"];
         assert!(
@@ -173,17 +187,7 @@ impl TestApp {
     }
 
     pub async fn send(&self, builder: reqwest::RequestBuilder) -> Reply {
-        let response = builder.send().await.expect("the server answers");
-        let status = response.status();
-        let headers = response.headers().clone();
-        let text = response.text().await.unwrap();
-        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
-        Reply {
-            status,
-            headers,
-            body,
-            text,
-        }
+        Reply::of(builder.send().await.expect("the server answers")).await
     }
 
     pub async fn get(&self, path: &str) -> Reply {

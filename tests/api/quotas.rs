@@ -1,12 +1,13 @@
 //! A tenant's rate limit and token quota (SPEC section 16): the next run is
 //! refused with its code and `Retry-After`, other tenants go on, and a run
 //! already running when the quota is crossed completes. `GET /v1/tenant`
-//! shows the caller's use and limits.
+//! shows the caller's use and limits. On PostgreSQL the limits are the
+//! database's: two replicas share them.
 
 use agent_runner::config::TenantLimits;
 use serde_json::{Value, json};
 
-use crate::fairness::{create_as, on_postgres, slow, spawn_tenants};
+use crate::fairness::{create_as, slow, spawn_tenants};
 use crate::helpers::*;
 
 fn retry_after(reply: &Reply) -> u64 {
@@ -19,9 +20,6 @@ fn retry_after(reply: &Reply) -> u64 {
 
 #[tokio::test]
 async fn a_rate_limit_refuses_the_next_run_with_retry_after_and_spares_other_tenants() {
-    if on_postgres() {
-        return;
-    }
     let limits = TenantLimits {
         runs_per_minute: Some(2),
         ..TenantLimits::default()
@@ -69,9 +67,6 @@ fn pausing(input_tokens: u64) -> Value {
 
 #[tokio::test]
 async fn a_token_quota_refuses_new_runs_and_follow_ups_but_not_a_run_under_way() {
-    if on_postgres() {
-        return;
-    }
     let limits = TenantLimits {
         max_tokens_per_day: Some(100),
         ..TenantLimits::default()
@@ -125,4 +120,124 @@ async fn a_token_quota_refuses_new_runs_and_follow_ups_but_not_a_run_under_way()
         "agent_runner_tenant_tokens_total{tenant=\"a\",direction=\"output\"} 25",
     ])
     .await;
+}
+
+/// A replica of tenants `a` (at most one run executing, three runs a
+/// minute) and `b`, one slot of its own, on the shared data directory:
+/// the real binary, with the tenants' tables in a config file.
+fn tenant_replica(dir: &tempfile::TempDir) -> (ServerProcess, String) {
+    let config = dir.path().join("tenants.toml");
+    std::fs::write(
+        &config,
+        "[[auth.tokens]]\ntenant = \"a\"\ntoken = \"token-a\"\n\
+         [[auth.tokens]]\ntenant = \"b\"\ntoken = \"token-b\"\n\
+         [tenants.a]\nmax_concurrent = 1\nruns_per_minute = 3\n",
+    )
+    .unwrap();
+    let mut command = binary_command(dir, &[("AGENT_RUNNER_RUNS__MAX_CONCURRENT", "1")]);
+    command.arg("--config").arg(&config);
+    let log = server_log(&mut command);
+    command.stderr(log);
+    spawn_listening(command)
+}
+
+/// A tenant's client of one replica.
+struct Client<'r> {
+    address: &'r str,
+    token: &'static str,
+    http: reqwest::Client,
+}
+
+impl Client<'_> {
+    async fn create(&self, body: &Value) -> Reply {
+        let response = self
+            .http
+            .post(format!("{}/v1/runs", self.address))
+            .bearer_auth(self.token)
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        Reply::of(response).await
+    }
+
+    async fn created(&self, body: &Value) -> String {
+        let reply = self.create(body).await;
+        assert_eq!(reply.status, 201, "{}", reply.text);
+        reply.body["id"].as_str().unwrap().to_owned()
+    }
+
+    async fn run(&self, id: &str) -> Value {
+        self.http
+            .get(format!("{}/v1/runs/{id}", self.address))
+            .bearer_auth(self.token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    async fn wait_status(&self, id: &str, status: &str) -> Value {
+        eventually(&format!("run {id} {status}"), async || {
+            let run = self.run(id).await;
+            (run["status"] == status).then_some(run)
+        })
+        .await
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs PostgreSQL: set AGENT_RUNNER_TEST_POSTGRES"]
+async fn two_replicas_hold_a_tenants_limits_for_the_whole_database() {
+    require_postgres();
+    let dir = tempfile::tempdir().unwrap();
+    let (_x, x) = tenant_replica(&dir);
+    let (_y, y) = tenant_replica(&dir);
+    let client = |address, token| Client {
+        address,
+        token,
+        http: http_client(),
+    };
+    let (a_x, a_y, b_x, b_y) = (
+        client(&x, "token-a"),
+        client(&y, "token-a"),
+        client(&x, "token-b"),
+        client(&y, "token-b"),
+    );
+    // a's one run executing is on x.
+    let a1 = a_x.created(&slow(60_000)).await;
+    a_x.wait_status(&a1, "running").await;
+    // y's slot is free, but a has no run left: its next waits.
+    let a2 = a_y.created(&slow(0)).await;
+    // b's run on y, then one queued behind x's busy slot, which y claims
+    // (with a's waiting run passed over) once its slot is free again.
+    let b1 = b_y.created(&slow(0)).await;
+    b_y.wait_status(&b1, "completed").await;
+    let b2 = b_x.created(&slow(0)).await;
+    b_x.wait_status(&b2, "completed").await;
+    assert_eq!(a_y.run(&a2).await["status"], "queued");
+    // a's rate is the database's: its third run is taken on x, its fourth
+    // refused on y.
+    let a3 = a_x.created(&slow(0)).await;
+    let refused = a_y.create(&slow(0)).await;
+    assert_eq!(refused.status, 429, "{}", refused.text);
+    assert_eq!(refused.error_code(), "rate_limited");
+    assert!(refused.headers.contains_key("retry-after"));
+    // Once a's first ends, its waiting runs go, one at a time.
+    let cancelled = a_x
+        .http
+        .delete(format!("{x}/v1/runs/{a1}"))
+        .bearer_auth("token-a")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cancelled.status(), 202);
+    let a2 = a_y.wait_status(&a2, "completed").await;
+    let a3 = a_y.wait_status(&a3, "completed").await;
+    assert!(
+        a2["finished_at"].as_str() <= a3["started_at"].as_str(),
+        "one at a time: {a2} {a3}"
+    );
 }

@@ -23,7 +23,9 @@
 //!   a new lease (its old runs are taken over like any dead replica's,
 //!   possibly by itself). It never exits for it.
 //! - **Claims.** Queued runs belong to no replica: one with a free slot takes
-//!   the oldest with `FOR UPDATE SKIP LOCKED`, so two never take the same.
+//!   the oldest of the tenant served least recently (tenants in turn, each
+//!   within its limit: see [`tenants`]) with `FOR UPDATE SKIP LOCKED`, so
+//!   two never take the same.
 //! - **Takeover.** Any replica deletes the rows of replicas whose lease ran
 //!   out, then queues again every running run whose owner has no row, to
 //!   resume (with a `run_resumed` event), or past its resumes ends it
@@ -47,9 +49,11 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 mod notify;
+mod tenants;
 
 pub use notify::{CANCEL, EVENTS, Notice, QUEUED, STATUSES};
 pub(super) use notify::{notify, notify_events, notify_statuses};
+pub use tenants::ConcurrencyLimit;
 
 use super::rows;
 use super::{Channels, ResumeReason, StatusChange, StoreError, Unfinished};
@@ -276,15 +280,18 @@ impl Cluster {
             .collect())
     }
 
-    /// Takes the oldest queued run for `membership`: marks it `running`,
-    /// owned by it, started at `at` (a resumed run keeps its first start).
-    /// `None` when no run waits (or every waiting one is being claimed). A
-    /// queued row that cannot be read ends `failed`, never in the way of
-    /// the rest.
+    /// Takes the next queued run for `membership` (the oldest of the
+    /// tenant served least recently, within its `limit`: see
+    /// [`tenants::next_queued`]): marks it `running`, owned by it, started
+    /// at `at` (a resumed run keeps its first start). `None` when no run
+    /// waits (or every waiting one is being claimed, or is its tenant's
+    /// beyond its limit). A queued row that cannot be read ends `failed`,
+    /// never in the way of the rest.
     pub async fn claim(
         &self,
         membership: &Membership,
         at: DateTime<Utc>,
+        limit: ConcurrencyLimit<'_>,
     ) -> Result<Option<Claimed>, StoreError> {
         let mut tx = self.pool.begin().await?;
         if !hold(&mut tx, membership).await? {
@@ -293,10 +300,7 @@ impl Cluster {
         // The unreadable runs it failed on the way, then the one it claimed.
         let mut changes = Vec::new();
         loop {
-            let Some(row) = sqlx::query(rows::SELECT_NEXT_QUEUED)
-                .fetch_optional(&mut *tx)
-                .await?
-            else {
+            let Some(row) = tenants::next_queued(&mut tx, limit).await? else {
                 if !changes.is_empty() {
                     self.commit_statuses(tx, changes, &membership.id).await?;
                 }
@@ -337,6 +341,7 @@ impl Cluster {
             .bind(&id)
             .fetch_one(&mut *tx)
             .await?;
+            tenants::served(&mut tx, &tenant).await?;
             changes.push(change(unfinished.run.id, tenant, RunStatus::Running, at));
             self.commit_statuses(tx, changes, &membership.id).await?;
             let run = &mut unfinished.run;
