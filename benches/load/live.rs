@@ -11,6 +11,7 @@ pub(super) async fn live(options: &Options) -> Result<()> {
             ("RUNS__MAX_CONCURRENT", (runs + 64).to_string()),
             ("RUNS__MAX_QUEUED", (runs + 64).to_string()),
         ],
+        None,
     )?;
     let http = client(Some(Duration::from_secs(30)))?;
     // Streams last as long as their runs: no overall timeout.

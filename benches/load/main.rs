@@ -42,6 +42,10 @@ mod live;
 mod paused;
 mod throughput;
 
+/// The name of a server's config file in its data directory, when it has
+/// one.
+const CONFIG_FILE: &str = "agent-runner.toml";
+
 type Error = Box<dyn std::error::Error + Send + Sync>;
 type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -69,6 +73,8 @@ Options:
   --server PATH    the agent-runner binary (default: the one cargo built)
   --replicas N     throughput: N servers on one PostgreSQL database (needs
                    --postgres), the clients spread over them (default 1)
+  --tenants N      throughput: the server has N tenants (a token each), the
+                   clients spread over them (default 0: no tokens at all)
   --postgres URL   store in PostgreSQL: a fresh database on the server at
                    URL (its maintenance database) for each server started
   --data-dir DIR   where each server's fresh data directory is made (default:
@@ -130,6 +136,8 @@ struct Options {
     postgres: Option<String>,
     /// Servers sharing one database in the throughput mode.
     replicas: usize,
+    /// Tenants of the throughput mode's server, a token each (0: none).
+    tenants: usize,
 }
 
 impl Options {
@@ -158,6 +166,7 @@ impl Options {
             keep: false,
             postgres: None,
             replicas: 1,
+            tenants: 0,
         };
         let mut args = args.iter().filter(|a| *a != "--bench");
         while let Some(arg) = args.next() {
@@ -187,6 +196,7 @@ impl Options {
                 "--keep" => options.keep = true,
                 "--postgres" => options.postgres = Some(value("--postgres")?),
                 "--replicas" => options.replicas = number("--replicas", &value("--replicas")?)?,
+                "--tenants" => options.tenants = number("--tenants", &value("--tenants")?)?,
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
@@ -308,7 +318,9 @@ struct ProcessStats {
 impl Server {
     /// Starts the server on a free loopback port, with its data in a fresh
     /// directory, and waits for its `listening on` line.
-    fn start(options: &Options, settings: &[(&str, String)]) -> Result<Self> {
+    /// A server on a fresh data directory; `config`: the text of its
+    /// config file, if it needs one.
+    fn start(options: &Options, settings: &[(&str, String)], config: Option<&str>) -> Result<Self> {
         let data = tempfile::Builder::new()
             .prefix("load-")
             .tempdir_in(&options.data_dir)?;
@@ -317,6 +329,9 @@ impl Server {
             None => format!("sqlite://{}", database(data.path()).display()),
         };
         let dir = data.path().to_owned();
+        if let Some(config) = config {
+            std::fs::write(dir.join(CONFIG_FILE), config)?;
+        }
         Self::spawn(
             options,
             settings,
@@ -359,8 +374,11 @@ impl Server {
     ) -> Result<Self> {
         let log = std::fs::File::create(dir.join(log_name))?;
         let mut command = Command::new(&options.server);
+        command.arg("serve");
+        if dir.join(CONFIG_FILE).exists() {
+            command.arg("--config").arg(dir.join(CONFIG_FILE));
+        }
         command
-            .arg("serve")
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("RUST_LOG", &options.log)
@@ -551,7 +569,7 @@ async fn warm_up(http: &reqwest::Client, server: &Server) -> Result<()> {
     let two_step = serde_json::to_vec(&two_step_run())?;
     let url = server.url("/v1/runs?wait=true");
     for _ in 0..50 {
-        post_and_wait(http, &url, &two_step).await?;
+        post_and_wait(http, &url, &two_step, None).await?;
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     Ok(())
@@ -619,11 +637,16 @@ async fn post_and_wait(
     http: &reqwest::Client,
     url: &str,
     body: &[u8],
+    token: Option<&str>,
 ) -> Result<RunObject, String> {
-    let response = http
+    let mut request = http
         .post(url)
         .header("content-type", "application/json")
-        .body(body.to_vec())
+        .body(body.to_vec());
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request
         .send()
         .await
         .map_err(|e| format!("request: {}", error_kind(&e)))?;

@@ -21,7 +21,11 @@ fn pausing_run() -> Value {
 
 pub(super) async fn paused(options: &Options) -> Result<()> {
     let runs = options.paused_runs;
-    let server = Server::start(options, &[("RUNS__MAX_QUEUED", (runs + 64).to_string())])?;
+    let server = Server::start(
+        options,
+        &[("RUNS__MAX_QUEUED", (runs + 64).to_string())],
+        None,
+    )?;
     let http = client(Some(Duration::from_secs(30)))?;
     let streams = client(Some(Duration::from_secs(60)))?;
     println!("\n== paused: {runs} runs paused for an approval");
@@ -44,7 +48,7 @@ pub(super) async fn paused(options: &Options) -> Result<()> {
         let (http, url, body) = (http.clone(), url.clone(), two_step.clone());
         control.push(tokio::spawn(async move {
             let _permit = permit;
-            post_and_wait(&http, &url, &body).await
+            post_and_wait(&http, &url, &body, None).await
         }));
     }
     for task in control {

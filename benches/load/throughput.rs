@@ -22,7 +22,16 @@ pub(super) async fn throughput(options: &Options) -> Result<()> {
         ),
         ("RUNS__MAX_QUEUED", "100000".into()),
     ];
-    let server = Server::start(options, &settings)?;
+    // Each tenant a token: the clients take them in turn.
+    let tokens: Vec<String> = (0..options.tenants)
+        .map(|n| format!("token-t{n}"))
+        .collect();
+    let config = (!tokens.is_empty()).then(|| {
+        (0..options.tenants)
+            .map(|n| format!("[[auth.tokens]]\ntenant = \"t{n}\"\ntoken = \"token-t{n}\"\n"))
+            .collect::<String>()
+    });
+    let server = Server::start(options, &settings, config.as_deref())?;
     let mut replicas = Vec::new();
     for number in 1..options.replicas {
         replicas.push(Server::replica(options, &settings, &server, number)?);
@@ -39,21 +48,22 @@ pub(super) async fn throughput(options: &Options) -> Result<()> {
         None => "closed loop".to_owned(),
     };
     println!(
-        "\n== throughput: {} clients ({pace}) over {} server(s), {} s measured after {} s of warm-up",
+        "\n== throughput: {} clients ({pace}) over {} server(s), {} tenant(s), {} s measured after {} s of warm-up",
         options.clients,
         servers.len(),
+        options.tenants.max(1),
         options.seconds,
         options.warmup
     );
 
     if options.warmup > 0.0 {
-        drive(&http, &urls, &body, options, options.warmup).await;
+        drive(&http, &urls, &tokens, &body, options, options.warmup).await;
     }
     let before = total_stats(&servers);
     let metrics_before = total_metrics(&http, &servers).await?;
     let sampler = RssSampler::start(&server);
     let started = Instant::now();
-    let logs = drive(&http, &urls, &body, options, options.seconds).await;
+    let logs = drive(&http, &urls, &tokens, &body, options, options.seconds).await;
     let elapsed = started.elapsed();
     let sampled_peak = sampler.finish().await;
     let after = total_stats(&servers);
@@ -121,11 +131,19 @@ pub(super) async fn throughput(options: &Options) -> Result<()> {
     );
 
     // Spot checks through the API, on runs spread over the whole phase.
-    let ids: Vec<&String> = logs.iter().flat_map(|l| l.ids.iter()).collect();
+    // Each with the token of the client that made it (client i takes the
+    // tenant i mod N, as in `drive`).
+    let token_of =
+        |client: usize| (!tokens.is_empty()).then(|| tokens[client % tokens.len()].as_str());
+    let ids: Vec<(&String, Option<&str>)> = logs
+        .iter()
+        .enumerate()
+        .flat_map(|(client, l)| l.ids.iter().map(move |id| (id, token_of(client))))
+        .collect();
     let step = (ids.len() / 20).max(1);
     let mut checked = 0;
-    for id in ids.iter().step_by(step) {
-        check_stored_run(&http, &server, id).await?;
+    for (id, token) in ids.iter().step_by(step) {
+        check_stored_run(&http, &server, id, *token).await?;
         checked += 1;
     }
     // The whole database, once the servers have stopped.
@@ -165,6 +183,7 @@ pub(super) async fn throughput(options: &Options) -> Result<()> {
 async fn drive(
     http: &reqwest::Client,
     urls: &[String],
+    tokens: &[String],
     body: &Arc<Vec<u8>>,
     options: &Options,
     seconds: f64,
@@ -177,6 +196,8 @@ async fn drive(
         .map(|client| {
             // Clients spread over the servers, as behind a load balancer.
             let url = urls[client % urls.len()].clone();
+            // And over the tenants, if there are any.
+            let token = (!tokens.is_empty()).then(|| tokens[client % tokens.len()].clone());
             let (http, body) = (http.clone(), Arc::clone(body));
             let scheduled = Arc::clone(&scheduled);
             tokio::spawn(async move {
@@ -194,7 +215,7 @@ async fn drive(
                     if began >= deadline {
                         break;
                     }
-                    match post_and_wait(&http, &url, &body).await {
+                    match post_and_wait(&http, &url, &body, token.as_deref()).await {
                         Ok(run) => {
                             log.latencies.push(began.elapsed());
                             log.ids.push(run.id);
@@ -238,18 +259,24 @@ async fn total_metrics(
 
 /// Checks one run through the API: completed in 2 steps, 4 messages, 12
 /// events in sequence ending with `run_end`.
-async fn check_stored_run(http: &reqwest::Client, server: &Server, id: &str) -> Result<()> {
-    let run: RunObject = http
-        .get(server.url(&format!("/v1/runs/{id}")))
-        .send()
-        .await?
-        .json()
-        .await?;
+async fn check_stored_run(
+    http: &reqwest::Client,
+    server: &Server,
+    id: &str,
+    token: Option<&str>,
+) -> Result<()> {
+    let get = |path: String| {
+        let request = http.get(server.url(&path));
+        match token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+    };
+    let run: RunObject = get(format!("/v1/runs/{id}")).send().await?.json().await?;
     if run.status != "completed" || run.steps != 2 || run.tool_calls != 1 {
         return Err(format!("run {id}: {run:?}").into());
     }
-    let messages: Value = http
-        .get(server.url(&format!("/v1/runs/{id}/messages")))
+    let messages: Value = get(format!("/v1/runs/{id}/messages"))
         .send()
         .await?
         .json()
@@ -258,8 +285,7 @@ async fn check_stored_run(http: &reqwest::Client, server: &Server, id: &str) -> 
     if count as i64 != TWO_STEP_MESSAGES {
         return Err(format!("run {id}: {count} messages stored").into());
     }
-    let text = http
-        .get(server.url(&format!("/v1/runs/{id}/events")))
+    let text = get(format!("/v1/runs/{id}/events"))
         .send()
         .await?
         .text()
