@@ -122,6 +122,11 @@ impl Application {
                 crate::config::TenantPolicy::new(&config.tenants, &config.runs),
             )),
         };
+        // Runs' spans, exported off their path when an endpoint is set.
+        let telemetry = Arc::new(crate::telemetry::Telemetry::start(
+            &config.tracing,
+            metrics.spans_dropped(),
+        ));
         let runner = Runner::new(
             &config,
             crate::runner::Parts {
@@ -132,6 +137,7 @@ impl Application {
                 sandbox,
                 mcp: Arc::new(mcp),
                 webhooks: Arc::new(webhooks),
+                telemetry,
             },
         );
         runner.resume(recovered.queued);
@@ -211,6 +217,10 @@ impl Application {
             };
             tracing::info!(grace_ms = grace.as_millis() as u64, "shutting down");
             runner.shutdown(grace).await;
+            // The spans of the runs just ended, sent before the process
+            // exits (off the async threads: the export is blocking).
+            let flushing = runner.clone();
+            let _ = tokio::task::spawn_blocking(move || flushing.telemetry().flush()).await;
             let _ = stopped.send(());
         });
         let stop_http = CancellationToken::new();

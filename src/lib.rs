@@ -33,4 +33,5 @@ pub mod runner;
 pub mod scheduler;
 pub mod store;
 pub mod sync;
+pub mod telemetry;
 pub mod tools;

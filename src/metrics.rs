@@ -123,6 +123,7 @@ pub struct Metrics {
     tenant_runs_created: Family<TenantLabel, Counter>,
     tenant_runs_rejected: Family<TenantReasonLabels, Counter>,
     tenant_tokens: Family<TenantDirectionLabels, Counter>,
+    spans_dropped: Counter,
     run_duration: Histogram,
     model_duration: Histograms<ProfileLabel>,
     tool_duration: Histograms<ToolLabel>,
@@ -175,6 +176,7 @@ impl Metrics {
             tenant_runs_created: Family::default(),
             tenant_runs_rejected: Family::default(),
             tenant_tokens: Family::default(),
+            spans_dropped: Counter::default(),
             tool_calls: Family::default(),
             tool_errors: Family::default(),
             tokens,
@@ -256,6 +258,12 @@ impl Metrics {
         );
         add(
             r,
+            "spans_dropped",
+            "Spans not exported: the export queue was full, or the collector failed.",
+            &metrics.spans_dropped,
+        );
+        add(
+            r,
             "run_duration_seconds",
             "Time from a run's start to its end (or its pause).",
             &metrics.run_duration,
@@ -297,6 +305,11 @@ impl Metrics {
                 tenant: tenant.to_owned(),
             })
             .inc();
+    }
+
+    /// The counter of spans dropped, for the span exporter to count in.
+    pub fn spans_dropped(&self) -> Counter {
+        self.spans_dropped.clone()
     }
 
     pub fn run_paused(&self) {

@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use crate::harness::{Answer, Outcome, PendingAction, ToolDefinition, UsageTotals, agent};
+use crate::telemetry::RunTrace;
 
 /// The tenant a request authenticated as; every run belongs to one.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -203,6 +204,9 @@ pub struct RunSpec {
     pub mcp_servers: Vec<String>,
     /// Where its ends and pauses are posted.
     pub webhook: Option<Webhook>,
+    /// The trace its spans belong to: the caller's (`traceparent`), or one
+    /// of its own.
+    pub trace: RunTrace,
 }
 
 /// Where a run's ends and pauses are posted (signed; see
@@ -233,6 +237,7 @@ impl RunSpec {
             previous_run_id: run.previous_run_id,
             mcp_servers: run.mcp_servers.clone(),
             webhook: run.webhook.clone(),
+            trace: run.trace(),
         }
     }
 }
@@ -330,6 +335,13 @@ pub struct Run {
     pub started_at: Option<DateTime<Utc>>,
     #[serde(serialize_with = "rfc3339_opt")]
     pub finished_at: Option<DateTime<Utc>>,
+    /// The trace of its spans (W3C, 32 hex digits): the one its creator's
+    /// `traceparent` named, or its own.
+    #[serde(default)]
+    pub trace_id: String,
+    /// The creator's span its spans are children of, if it sent one.
+    #[serde(skip)]
+    pub parent_span_id: Option<String>,
 }
 
 impl Run {
@@ -363,7 +375,14 @@ impl Run {
             created_at,
             started_at: None,
             finished_at: None,
+            trace_id: spec.trace.trace_id.to_string(),
+            parent_span_id: spec.trace.parent_span_id.map(|id| id.to_string()),
         }
+    }
+
+    /// The trace its spans belong to.
+    pub fn trace(&self) -> RunTrace {
+        RunTrace::stored(&self.trace_id, self.parent_span_id.as_deref())
     }
 }
 
@@ -420,6 +439,7 @@ impl RunSpec {
             previous_run_id: None,
             mcp_servers: Vec::new(),
             webhook: None,
+            trace: RunTrace::new(),
         }
     }
 }

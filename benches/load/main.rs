@@ -75,6 +75,8 @@ Options:
                    --postgres), the clients spread over them (default 1)
   --tenants N      throughput: the server has N tenants (a token each), the
                    clients spread over them (default 0: no tokens at all)
+  --otlp URL       throughput: the server exports its spans to this OTLP/HTTP
+                   endpoint (default: no traces)
   --postgres URL   store in PostgreSQL: a fresh database on the server at
                    URL (its maintenance database) for each server started
   --data-dir DIR   where each server's fresh data directory is made (default:
@@ -138,6 +140,8 @@ struct Options {
     replicas: usize,
     /// Tenants of the throughput mode's server, a token each (0: none).
     tenants: usize,
+    /// Where the throughput mode's server exports spans, if anywhere.
+    otlp: Option<String>,
 }
 
 impl Options {
@@ -167,6 +171,7 @@ impl Options {
             postgres: None,
             replicas: 1,
             tenants: 0,
+            otlp: None,
         };
         let mut args = args.iter().filter(|a| *a != "--bench");
         while let Some(arg) = args.next() {
@@ -197,6 +202,7 @@ impl Options {
                 "--postgres" => options.postgres = Some(value("--postgres")?),
                 "--replicas" => options.replicas = number("--replicas", &value("--replicas")?)?,
                 "--tenants" => options.tenants = number("--tenants", &value("--tenants")?)?,
+                "--otlp" => options.otlp = Some(value("--otlp")?),
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }

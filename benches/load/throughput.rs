@@ -14,7 +14,7 @@ struct ClientLog {
 
 pub(super) async fn throughput(options: &Options) -> Result<()> {
     let concurrency = options.clients.max(1);
-    let settings = [
+    let mut settings = vec![
         // Enough slots that no run of the benchmark waits in the queue.
         (
             "RUNS__MAX_CONCURRENT",
@@ -22,6 +22,9 @@ pub(super) async fn throughput(options: &Options) -> Result<()> {
         ),
         ("RUNS__MAX_QUEUED", "100000".into()),
     ];
+    if let Some(otlp) = &options.otlp {
+        settings.push(("TRACING__OTLP_ENDPOINT", otlp.clone()));
+    }
     // Each tenant a token: the clients take them in turn.
     let tokens: Vec<String> = (0..options.tenants)
         .map(|n| format!("token-t{n}"))

@@ -13,6 +13,7 @@ use crate::harness::{ToolDefinition, compile_schema, is_valid_tool_name};
 use crate::mcp::{McpServers, TOOL_PREFIX, server_of, server_prefix};
 use crate::models::ModelProfiles;
 use crate::run::{ApprovalSpec, ModelInfo, ModelSpec, RunContext, RunLimits, RunSpec};
+use crate::telemetry::RunTrace;
 use crate::tools::command::RUN_COMMAND;
 use crate::tools::{BUILTIN_TOOL_NAMES, CommandPresets};
 
@@ -385,6 +386,7 @@ impl CreateRunRequest {
             previous_run_id,
             mcp_servers,
             webhook: self.webhook,
+            trace: RunTrace::new(),
         })
     }
 }

@@ -19,6 +19,7 @@ use super::tenant_run::{TenantRun, read};
 use crate::run::{Run, RunStatus, Tenant};
 use crate::runner::{Purged, SubmitError};
 use crate::store::RunFilter;
+use crate::telemetry::RunTrace;
 use crate::tools::{Workspace, WorkspaceError, WorkspaceOptions};
 
 /// Longest `Idempotency-Key` accepted.
@@ -42,7 +43,7 @@ pub async fn create(
     let key = idempotency_key(&headers)?;
     let hash = key.as_ref().map(|_| request_hash(&body));
     let request: CreateRunRequest = super::json::from_value(body)?;
-    let spec = request.validate(&Ceilings {
+    let mut spec = request.validate(&Ceilings {
         limits: &state.limits,
         profiles: state.runner.profiles(),
         presets: state.runner.presets(),
@@ -51,6 +52,15 @@ pub async fn create(
         webhooks: state.runner.webhooks(),
         default_instructions: state.default_instructions.as_deref(),
     })?;
+    // The caller's trace (W3C Trace Context); one that is not valid is
+    // ignored, as the standard asks, and the run has a trace of its own.
+    if let Some(trace) = headers
+        .get("traceparent")
+        .and_then(|value| value.to_str().ok())
+        .and_then(RunTrace::from_traceparent)
+    {
+        spec.trace = trace;
+    }
 
     if let (Some(key), Some(hash)) = (&key, &hash)
         && let Some(existing) = replay(&state, &tenant, key, hash, stream).await?

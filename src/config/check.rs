@@ -65,6 +65,7 @@ impl Config {
             return invalid("runs.max_concurrent must be at least 1".into());
         }
         super::tenants::check(&self.tenants).or_else(invalid)?;
+        self.tracing.check().or_else(invalid)?;
         if !(MIN_LEASE_MS..=MAX_LEASE_MS).contains(&self.runs.lease_ms) {
             return invalid(format!(
                 "runs.lease_ms must be between {MIN_LEASE_MS} and {MAX_LEASE_MS} (got {})",

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 mod check;
 mod print;
 mod tenants;
+mod traces;
 
 pub(crate) use check::check_env;
 pub(crate) use check::check_sandbox_settings;
@@ -19,6 +20,7 @@ pub use print::{REDACTED, effective, redacted_values};
 pub use tenants::{
     DEFAULT_TENANT_TABLE, Resolved as ResolvedTenantLimits, TenantLimits, TenantPolicy,
 };
+pub use traces::TracingConfig;
 
 use crate::mcp::McpServerConfig;
 use crate::models::ModelProfile;
@@ -45,6 +47,8 @@ pub struct Config {
     pub webhooks: WebhooksConfig,
     /// `[tenants.NAME]`: each tenant's limits (SPEC section 16).
     pub tenants: BTreeMap<String, TenantLimits>,
+    /// `[tracing]`: where runs' spans go (SPEC section 17).
+    pub tracing: TracingConfig,
     /// The file this was read from, if any: the sandbox keeps commands away
     /// from it.
     #[serde(skip)]

@@ -180,6 +180,12 @@ pub trait Observer: Send + Sync {
     /// Text a streaming model produced, before its response is complete. Not a
     /// sequenced event: it is for live display only.
     fn on_delta(&self, _run_id: Uuid, _text: &str) {}
+
+    /// The W3C `traceparent` of the run's model call open now (made at
+    /// its `model_start`), if the observer traces it: sent to the provider.
+    fn traceparent(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A run's totals so far (see [`Observer::on_progress`]).
@@ -201,6 +207,11 @@ pub(crate) struct Emitter<'a> {
 }
 
 impl<'a> Emitter<'a> {
+    /// The observer's `traceparent` of the model call open now.
+    pub(crate) fn traceparent(&self) -> Option<String> {
+        self.observer.and_then(|observer| observer.traceparent())
+    }
+
     pub(crate) fn new(run_id: Uuid, observer: Option<&'a dyn Observer>) -> Self {
         Self::continuing(run_id, observer, 0)
     }

@@ -32,6 +32,9 @@ pub struct ModelRequest<'a> {
     /// When the run's deadline passes, if it has one: an adapter that retries
     /// must not start an attempt, or sleep a backoff, beyond it.
     pub deadline: Option<tokio::time::Instant>,
+    /// The W3C `traceparent` of the call's span, when traces are exported:
+    /// an adapter sends it with its request.
+    pub traceparent: Option<String>,
     /// Where a streaming adapter sends text as it arrives (`model_delta`).
     pub deltas: &'a dyn DeltaSink,
 }

@@ -55,6 +55,7 @@ impl<D: Dialect> Model for HttpModel<D> {
         let context = CallContext {
             cancel: request.cancel,
             deadline: request.deadline,
+            traceparent: request.traceparent.as_deref(),
         };
         let deltas = request.deltas;
         let (http, dialect, stream) = (&self.http, &self.dialect, self.stream);

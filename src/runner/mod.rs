@@ -39,6 +39,7 @@ use crate::models::ModelProfiles;
 use crate::run::{Run, RunSpec, RunStatus, Tenant};
 use crate::scheduler::{Cancelled, Host, Queued, Refused, Scheduler, Slot, Turn};
 use crate::store::{Store, StoreError, Unfinished};
+use crate::telemetry::Telemetry;
 use crate::tools::{CommandPresets, CommandRunner, Sandbox, WorkspaceOptions, Workspaces};
 
 pub use crate::run::INTERRUPTED;
@@ -105,6 +106,8 @@ pub(crate) struct Services {
     write_code_blocks: bool,
     /// `runs.draft_first`.
     draft_first: bool,
+    /// Where runs' spans go, if anywhere.
+    telemetry: Arc<Telemetry>,
 }
 
 /// Where the runner is in its life: taking runs, in shutdown's grace, or
@@ -179,6 +182,7 @@ pub struct Parts {
     pub sandbox: Arc<Sandbox>,
     pub mcp: Arc<McpServers>,
     pub webhooks: Arc<webhooks::Webhooks>,
+    pub telemetry: Arc<Telemetry>,
 }
 
 impl Runner {
@@ -191,6 +195,7 @@ impl Runner {
             sandbox,
             mcp,
             webhooks,
+            telemetry,
         } = parts;
         let runner = Self {
             services: Arc::new(Services {
@@ -210,6 +215,7 @@ impl Runner {
                 check_answers: config.runs.check_answers,
                 write_code_blocks: config.runs.write_code_blocks,
                 draft_first: config.runs.draft_first,
+                telemetry,
             }),
             runs: Arc::default(),
             scheduler,
@@ -259,6 +265,10 @@ impl Runner {
 
     pub fn presets(&self) -> &CommandPresets {
         self.services.commands.presets()
+    }
+
+    pub fn telemetry(&self) -> &Telemetry {
+        &self.services.telemetry
     }
 
     pub fn mcp(&self) -> &McpServers {
@@ -515,6 +525,7 @@ mod tests {
                 sandbox: Arc::new(Sandbox::unconfined()),
                 mcp: Arc::default(),
                 webhooks: Arc::new(webhooks::Webhooks::new(&config.webhooks, |_| None).unwrap()),
+                telemetry: Arc::new(Telemetry::off()),
             },
         );
         let spec = RunSpec::scripted(vec![json!({"delay_ms": 100, "content": "done"})]);

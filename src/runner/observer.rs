@@ -16,6 +16,7 @@ use crate::run::{Run, format_time};
 use crate::store::writer::Pause;
 use crate::store::{Finish, LiveEvent, NewEvent, Store};
 use crate::sync::lock;
+use crate::telemetry::{RunAttributes, RunSpans, Telemetry};
 
 /// What a run stopped because its records could not be stored is told.
 pub const STORAGE_REFUSED: &str =
@@ -48,6 +49,8 @@ pub(super) struct RunObserver {
     holding_end: AtomicBool,
     /// The held `run_end`, and its outcome.
     held_end: Mutex<Option<(NewEvent, Outcome)>>,
+    /// The spans of this execution of the run, when traces are exported.
+    spans: Option<RunSpans>,
 }
 
 impl RunObserver {
@@ -82,7 +85,37 @@ impl RunObserver {
             totals: Mutex::new(None),
             holding_end: AtomicBool::new(false),
             held_end: Mutex::new(None),
+            spans: None,
         }
+    }
+
+    /// With spans of this execution made in `telemetry`, if it exports
+    /// them: a child of the run's trace, resumed if the run has events
+    /// already.
+    pub(super) fn traced(mut self, telemetry: &Telemetry) -> Self {
+        if !telemetry.is_on() {
+            return self;
+        }
+        let resumed = self.last_sequence.load(Ordering::Acquire) > 0;
+        let tenant = self.live.tenant.0.clone();
+        self.spans = self
+            .read(|run| {
+                let attributes = RunAttributes {
+                    run_id: run.id.to_string(),
+                    tenant,
+                    provider: run.model.provider.clone(),
+                    model: run
+                        .model
+                        .name
+                        .clone()
+                        .or_else(|| run.model.profile.clone())
+                        .unwrap_or_else(|| run.model.provider.clone()),
+                    resumed,
+                };
+                telemetry.run(&run.trace(), attributes)
+            })
+            .flatten();
+        self
     }
 
     /// The tools the run may call, once its MCP servers listed theirs.
@@ -211,9 +244,16 @@ impl RunObserver {
 }
 
 impl Observer for RunObserver {
+    fn traceparent(&self) -> Option<String> {
+        self.spans.as_ref().map(RunSpans::traceparent)
+    }
+
     fn on_event(&self, event: &Event) -> Result<(), ObserverError> {
         self.last_sequence.store(event.sequence, Ordering::Release);
         self.count(&event.kind);
+        if let Some(spans) = &self.spans {
+            spans.on_event(&event.kind);
+        }
         let mut message = None;
         let mut finish = None;
         match &event.kind {

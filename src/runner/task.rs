@@ -87,7 +87,8 @@ impl RunTask {
             Arc::clone(&shared.metrics),
             messages,
             last_sequence,
-        );
+        )
+        .traced(&shared.telemetry);
 
         let stop = &self.live.stop;
         let interrupted = || {

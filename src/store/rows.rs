@@ -20,7 +20,7 @@ macro_rules! select_runs {
             "commands, model, metadata, model_spec, request_hash, created_at, started_at, ",
             "finished_at, approval, client_tools, pending_actions, answers, running_ms, ",
             "action_deadline, instructions, thread_id, previous_run_id, mcp_servers, webhook, ",
-            "resumes, owner ",
+            "resumes, owner, trace_id, parent_span_id ",
             "FROM runs ",
             $filter
         )
@@ -80,6 +80,8 @@ pub(super) fn run_from_row(row: &AnyRow) -> Result<Run, StoreError> {
             model_calls_with_usage: count(row, "model_calls_with_usage")?,
         },
         resumes: count(row, "resumes")?,
+        trace_id: row.get("trace_id"),
+        parent_span_id: row.get("parent_span_id"),
         limits: json(row, "limits")?,
         context: json(row, "context")?,
         tools: json(row, "tools")?,

@@ -41,5 +41,6 @@ mod statuses;
 mod storage;
 mod tenants;
 mod tools;
+mod traces;
 mod webhooks;
 mod writer;

@@ -1369,7 +1369,8 @@ fn the_schemas_refuse_wrong_shapes() {
         "tools": ["read_file"], "commands": [], "model": {"provider": "scripted"}, "metadata": {},
         "pending_actions": [], "approval": {"tools": []}, "client_tools": [], "mcp_servers": [],
         "instructions": null, "thread_id": run_id, "previous_run_id": null,
-        "created_at": "2026-01-02T03:04:05.123Z", "started_at": null, "finished_at": null
+        "created_at": "2026-01-02T03:04:05.123Z", "started_at": null, "finished_at": null,
+        "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736"
     });
     assert_matches(run_schema, &run, "a run object");
     let mut extra = run.clone();

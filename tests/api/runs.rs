@@ -54,6 +54,7 @@ async fn a_created_run_is_answered_with_its_object_and_location() {
         "created_at",
         "started_at",
         "finished_at",
+        "trace_id",
     ];
     expected.sort();
     let mut keys = keys;

@@ -12,6 +12,8 @@ import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 
+import { launch } from "./chromium.mjs";
+
 const [installDir, base, scenario, shots, token] = process.argv.slice(2);
 const module = join(installDir, "node_modules/playwright-core/index.mjs");
 const { chromium } = await import(pathToFileURL(module).href);
@@ -42,18 +44,7 @@ function slowRun(prompt, steps, delay, answer) {
   return { prompt, tools: ["list_dir"], model: scripted(script) };
 }
 
-const browser = await chromium.launch({
-  executablePath: "/usr/bin/chromium",
-  args: [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-  ],
-});
+const browser = await launch(chromium);
 const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
 const page = await context.newPage();
 const problems = [];

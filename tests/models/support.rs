@@ -304,6 +304,7 @@ pub async fn generate(
         answer_now: false,
         cancel,
         deadline,
+        traceparent: None,
         deltas,
     };
     model.generate(request).await
@@ -335,6 +336,7 @@ pub async fn generate_answer_now(model: &dyn Model) -> Result<ModelResponse, Mod
         answer_now: true,
         cancel: &CancellationToken::new(),
         deadline: None,
+        traceparent: None,
         deltas: &Deltas::default(),
     };
     model.generate(request).await

@@ -457,6 +457,7 @@ impl Run<'_, '_> {
                 answer_now: stuck::is_stuck(&self.messages),
                 cancel: token,
                 deadline,
+                traceparent: self.emitter.traceparent(),
                 deltas: &deltas,
             };
             let outcome = tokio::select! {

@@ -87,6 +87,8 @@ impl HttpSettings {
 pub struct CallContext<'a> {
     pub cancel: &'a CancellationToken,
     pub deadline: Option<Instant>,
+    /// The W3C `traceparent` of the call's span, sent with the request.
+    pub traceparent: Option<&'a str>,
 }
 
 /// One provider endpoint: a reqwest client (its connection pool shared by
@@ -219,10 +221,14 @@ impl HttpClient {
             };
             tracing::debug!(provider, attempt, "model request");
             let exchange = async {
-                let response = self
+                let mut request = self
                     .client
                     .post(self.url.clone())
-                    .headers(self.headers.clone())
+                    .headers(self.headers.clone());
+                if let Some(traceparent) = context.traceparent {
+                    request = request.header("traceparent", traceparent);
+                }
+                let response = request
                     .body(body.clone())
                     .send()
                     .await

@@ -37,6 +37,8 @@ pub(crate) struct RunRow {
     started_at: Option<String>,
     owner: Option<String>,
     webhook: Option<String>,
+    trace_id: String,
+    parent_span_id: Option<String>,
     /// The change of status its insert commits.
     change: StatusChange,
 }
@@ -80,6 +82,8 @@ impl RunRow {
             started_at: run.started_at.as_ref().map(format_time),
             owner: new.owner.map(str::to_owned),
             webhook: run.webhook.as_ref().map(json).transpose()?,
+            trace_id: run.trace_id.clone(),
+            parent_span_id: run.parent_span_id.clone(),
             change: StatusChange {
                 run_id: run.id,
                 tenant: new.tenant.0.clone(),
@@ -260,9 +264,9 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
             "INSERT INTO runs (id, tenant, status, prompt, limits, context, tools, commands, \
              model, metadata, approval, client_tools, mcp_servers, instructions, thread_id, \
              previous_run_id, model_spec, idempotency_key, request_hash, created_at, started_at, \
-             owner, webhook) ",
+             owner, webhook, trace_id, parent_span_id) ",
             chunk.len(),
-            23,
+            25,
             "",
         );
         let mut query = sqlx::query(&sql);
@@ -290,7 +294,9 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
                 .bind(row.created_at.as_str())
                 .bind(row.started_at.as_deref())
                 .bind(row.owner.as_deref())
-                .bind(row.webhook.as_deref());
+                .bind(row.webhook.as_deref())
+                .bind(row.trace_id.as_str())
+                .bind(row.parent_span_id.as_deref());
         }
         query.execute(&mut *connection).await?;
     }

@@ -1,0 +1,241 @@
+//! Traces (SPEC section 17), sent to a real receiver: Arize Phoenix (pinned,
+//! installed by `tests/phoenix/install.sh`), started here on free ports, the
+//! spans read back through its own REST API.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::helpers::*;
+
+/// A Phoenix server of its own, stopped when dropped.
+struct Phoenix {
+    child: std::process::Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Phoenix {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Phoenix {
+    /// Starts Phoenix and waits (two minutes at most: its first start
+    /// makes its database) until its API answers.
+    async fn start() -> Self {
+        let phoenix = installed("tests/phoenix/install.sh");
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let child = std::process::Command::new(phoenix)
+            .arg("serve")
+            .env("PHOENIX_HOST", "127.0.0.1")
+            .env("PHOENIX_PORT", port.to_string())
+            .env("PHOENIX_GRPC_PORT", free_port().to_string())
+            .env("PHOENIX_WORKING_DIR", dir.path())
+            .env("PHOENIX_TELEMETRY_ENABLED", "false")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("phoenix starts");
+        let phoenix = Self {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            _dir: dir,
+        };
+        let client = http_client();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let projects = client
+                .get(format!("{}/v1/projects", phoenix.url))
+                .send()
+                .await;
+            if projects.is_ok_and(|reply| reply.status().is_success()) {
+                return phoenix;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "Phoenix did not answer in two minutes"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// The spans of `trace_id` Phoenix has, once there are `count` of them.
+    async fn spans(&self, trace_id: &str, count: usize) -> Vec<Value> {
+        let client = http_client();
+        let url = format!(
+            "{}/v1/projects/default/spans?trace_id={trace_id}&limit=100",
+            self.url
+        );
+        eventually(&format!("{count} spans of trace {trace_id}"), async || {
+            let reply: Value = client.get(&url).send().await.ok()?.json().await.ok()?;
+            let spans: Vec<Value> = reply["data"]
+                .as_array()?
+                .iter()
+                .filter(|span| span["context"]["trace_id"] == trace_id)
+                .cloned()
+                .collect();
+            (spans.len() >= count).then_some(spans)
+        })
+        .await
+    }
+}
+
+impl Phoenix {
+    /// Opens `trace_id` in Phoenix's UI in Chromium (`tests/browser/trace.mjs`)
+    /// and saves a picture of it under `target/trace-screenshots/`.
+    async fn screenshot(&self, trace_id: &str) {
+        let projects: Value = http_client()
+            .get(format!("{}/v1/projects", self.url))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let project = projects["data"][0]["id"].as_str().unwrap().to_owned();
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let shot = root.join("target/trace-screenshots/trace.png");
+        let mut command = tokio::process::Command::new("node");
+        command
+            .arg(root.join("tests/browser/trace.mjs"))
+            .arg(installed("tests/browser/install.sh"))
+            .arg(&self.url)
+            .arg(project)
+            .arg(trace_id)
+            .arg(&shot)
+            .kill_on_drop(true);
+        let output = tokio::time::timeout(Duration::from_secs(120), command.output())
+            .await
+            .expect("the trace's page within two minutes")
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "Phoenix's page of the trace:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(shot.exists());
+    }
+}
+
+const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const CALLER_SPAN: &str = "00f067aa0ba902b7";
+
+#[tokio::test]
+async fn a_runs_spans_reach_phoenix_in_the_callers_trace() {
+    let phoenix = Phoenix::start().await;
+    let endpoint = phoenix.url.clone();
+    let app = spawn_with(move |config| {
+        config.tracing.otlp_endpoint = Some(endpoint);
+    })
+    .await;
+    let body = json!({
+        "prompt": "look around",
+        "tools": ["list_dir"],
+        "model": {"scripted": [
+            {"content": "", "tool_calls": [call("c1", "list_dir", json!({}))],
+             "usage": {"input_tokens": 7, "output_tokens": 3}},
+            {"content": "done", "usage": {"input_tokens": 9, "output_tokens": 2}}
+        ]}
+    });
+    let reply = app
+        .send(
+            app.request(reqwest::Method::POST, "/v1/runs?wait=true")
+                .header("traceparent", format!("00-{TRACE_ID}-{CALLER_SPAN}-01"))
+                .json(&body),
+        )
+        .await;
+    assert_eq!(reply.status, 201, "{}", reply.text);
+    let run = reply.body;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["trace_id"], TRACE_ID);
+
+    // The run's span, two model calls and the tool call; the request's own
+    // span too.
+    let spans = phoenix.spans(TRACE_ID, 5).await;
+    let named =
+        |name: &str| -> Vec<&Value> { spans.iter().filter(|s| s["name"] == name).collect() };
+    let agent = named("invoke_agent");
+    assert_eq!(agent.len(), 1, "{spans:#?}");
+    let agent = agent[0];
+    assert_eq!(
+        agent["parent_id"], CALLER_SPAN,
+        "the caller's span is its parent"
+    );
+    let attributes = &agent["attributes"];
+    assert_eq!(attributes["agent_runner.run_id"], run["id"]);
+    assert_eq!(attributes["agent_runner.tenant"], "default");
+    assert_eq!(attributes["agent_runner.status"], "completed");
+    assert_eq!(attributes["gen_ai.agent.name"], "agent-runner");
+    let agent_id = &agent["context"]["span_id"];
+    let chats = named("chat scripted");
+    assert_eq!(chats.len(), 2, "{spans:#?}");
+    let mut tokens: Vec<(i64, i64)> = chats
+        .iter()
+        .map(|chat| {
+            assert_eq!(&chat["parent_id"], agent_id);
+            let attributes = &chat["attributes"];
+            assert_eq!(attributes["gen_ai.provider.name"], "scripted");
+            (
+                attributes["gen_ai.usage.input_tokens"].as_i64().unwrap(),
+                attributes["gen_ai.usage.output_tokens"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    tokens.sort_unstable();
+    assert_eq!(tokens, [(7, 3), (9, 2)]);
+    let tool = named("execute_tool list_dir");
+    assert_eq!(tool.len(), 1, "{spans:#?}");
+    assert_eq!(&tool[0]["parent_id"], agent_id);
+    assert_eq!(tool[0]["attributes"]["gen_ai.tool.name"], "list_dir");
+    assert_eq!(tool[0]["attributes"]["gen_ai.tool.call.id"], "c1");
+    let http = named("POST /v1/runs");
+    assert_eq!(http.len(), 1, "{spans:#?}");
+    assert_eq!(http[0]["parent_id"], CALLER_SPAN);
+    assert_eq!(http[0]["attributes"]["http.response.status_code"], 201);
+    // Without content recording, no prompt or answer is in any span.
+    let text = serde_json::to_string(&spans).unwrap();
+    assert!(!text.contains("look around"), "{text}");
+
+    // And Phoenix's own UI shows the trace (docs/trace.png is this picture).
+    phoenix.screenshot(TRACE_ID).await;
+}
+
+#[tokio::test]
+async fn an_unreachable_collector_never_holds_a_run_back_and_its_spans_are_counted_dropped() {
+    // A port nothing listens on.
+    let endpoint = format!("http://127.0.0.1:{}", free_port());
+    let app = spawn_with(move |config| {
+        config.tracing.otlp_endpoint = Some(endpoint);
+    })
+    .await;
+    for _ in 0..10 {
+        let run = app
+            .run_to_end(two_step("list_dir", json!({}), "done"))
+            .await;
+        assert_eq!(run["status"], "completed", "{run}");
+        // A run without a traceparent has a trace of its own.
+        assert_eq!(run["trace_id"].as_str().unwrap().len(), 32, "{run}");
+    }
+    eventually("spans counted dropped", async || {
+        let text = app.get("/metrics").await.text;
+        let dropped: f64 = text
+            .lines()
+            .find_map(|line| line.strip_prefix("agent_runner_spans_dropped_total "))?
+            .parse()
+            .ok()?;
+        (dropped >= 40.0).then_some(())
+    })
+    .await;
+}
