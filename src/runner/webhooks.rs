@@ -42,6 +42,7 @@ use super::Runner;
 use crate::config::WebhooksConfig;
 use crate::run::{Run, Tenant};
 use crate::store::{Delivery, Store, Unreadable};
+use crate::telemetry::Telemetry;
 
 /// Deliveries under way at once; more wait their turn in the outbox.
 const IN_FLIGHT: usize = 256;
@@ -155,7 +156,7 @@ impl Webhooks {
     /// One attempt of `delivery`: the run as stored now is posted, unless
     /// it is gone, has no webhook, or moved on (a pause answered meanwhile:
     /// its run goes on, and its end will be posted).
-    async fn attempt(&self, store: &Store, delivery: &Delivery) -> Attempt {
+    async fn attempt(&self, store: &Store, delivery: &Delivery, telemetry: &Telemetry) -> Attempt {
         let change = &delivery.change;
         let tenant = Tenant(change.tenant.clone());
         let attempt = delivery.attempts.saturating_add(1);
@@ -167,7 +168,7 @@ impl Webhooks {
                 tracing::info!(run_id = %run.id, was = %change.status, now = %run.status, "a run moved on before its webhook was taken; not posted");
                 Attempt::NotPosted
             }
-            Ok(Some(run)) => match self.post(&delivery.id, &run).await {
+            Ok(Some(run)) => match self.post(&delivery.id, &run, telemetry).await {
                 Ok(()) => {
                     tracing::info!(run_id = %run.id, status = %run.status, attempt, "webhook delivered");
                     Attempt::Taken
@@ -192,7 +193,7 @@ impl Webhooks {
 
     /// One attempt: `Err` says why it was not taken (never with the URL,
     /// which may hold a secret of the receiver's).
-    async fn post(&self, id: &str, run: &Run) -> Result<(), String> {
+    async fn post(&self, id: &str, run: &Run, telemetry: &Telemetry) -> Result<(), String> {
         let Some(webhook) = &run.webhook else {
             return Ok(());
         };
@@ -200,22 +201,26 @@ impl Webhooks {
             .map_err(|why| format!("no longer allowed: {why}"))?;
         let body = serde_json::to_string(run).map_err(|e| format!("cannot serialise: {e}"))?;
         let timestamp = chrono::Utc::now().timestamp();
-        let response = self
+        let mut span = telemetry.client_span("POST webhook", &run.trace());
+        let mut request = self
             .http
             .post(&webhook.url)
             .header("content-type", "application/json")
             .header("webhook-id", id)
             .header("webhook-timestamp", timestamp.to_string())
-            .header("webhook-signature", self.sign(id, timestamp, &body))
-            .body(body)
-            .send()
-            .await
-            .map_err(|error| format!("failed: {}", error.without_url()))?;
-        if response.status().is_success() {
-            Ok(())
-        } else {
-            Err(format!("answered {}", response.status()))
+            .header("webhook-signature", self.sign(id, timestamp, &body));
+        if let Some(span) = &span {
+            request = request.header("traceparent", span.traceparent());
         }
+        let outcome = match request.body(body).send().await {
+            Err(error) => Err(format!("failed: {}", error.without_url())),
+            Ok(response) if response.status().is_success() => Ok(()),
+            Ok(response) => Err(format!("answered {}", response.status())),
+        };
+        if let (Some(span), Err(why)) = (&mut span, &outcome) {
+            span.failed(why);
+        }
+        outcome
     }
 }
 
@@ -259,6 +264,7 @@ impl Runner {
         let dispatcher = Dispatcher {
             store: self.services.store.clone(),
             webhooks,
+            telemetry: Arc::clone(&self.services.telemetry),
             runs_done: self.lifecycle.runs_done.clone(),
             scheduler: Arc::clone(&self.scheduler),
         };
@@ -271,6 +277,8 @@ impl Runner {
 struct Dispatcher {
     store: Store,
     webhooks: Arc<Webhooks>,
+    /// Each attempt is a span of its run's trace.
+    telemetry: Arc<Telemetry>,
     /// Fires once the runs are done at shutdown: what is due then is tried,
     /// for [`DRAIN`] at most, and the dispatcher stops.
     runs_done: CancellationToken,
@@ -306,6 +314,7 @@ impl Dispatcher {
                             let task = deliveries.spawn(settle(
                                 self.store.clone(),
                                 Arc::clone(&self.webhooks),
+                                Arc::clone(&self.telemetry),
                                 delivery,
                             ));
                             under_way.insert(task.id(), id);
@@ -370,7 +379,12 @@ impl Dispatcher {
 /// Makes one attempt of a delivery taken from the outbox, and stores what
 /// became of it: removed once taken or not to be posted (or given up),
 /// otherwise tried again later. An unreadable row is removed.
-async fn settle(store: Store, webhooks: Arc<Webhooks>, delivery: Result<Delivery, Unreadable>) {
+async fn settle(
+    store: Store,
+    webhooks: Arc<Webhooks>,
+    telemetry: Arc<Telemetry>,
+    delivery: Result<Delivery, Unreadable>,
+) {
     let writer = store.writer();
     let delivery = match delivery {
         Ok(delivery) => delivery,
@@ -384,7 +398,7 @@ async fn settle(store: Store, webhooks: Arc<Webhooks>, delivery: Result<Delivery
     };
     let run_id = delivery.change.run_id;
     let pause = backoff(delivery.attempts.saturating_add(1));
-    let settled = match webhooks.attempt(&store, &delivery).await {
+    let settled = match webhooks.attempt(&store, &delivery, &telemetry).await {
         Attempt::Taken | Attempt::NotPosted => writer.delivered(delivery.id).await,
         Attempt::Failed(why) => {
             let attempt = delivery.attempts.saturating_add(1);

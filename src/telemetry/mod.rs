@@ -159,11 +159,48 @@ impl Telemetry {
         span.end();
     }
 
+    /// A client span `name` of `trace` (a child of the caller's span, or a
+    /// root of the run's own trace), ended when dropped: a request made for
+    /// a run outside its execution (a webhook's delivery), whose
+    /// `traceparent` it sends.
+    pub fn client_span(&self, name: &'static str, trace: &RunTrace) -> Option<ClientSpan> {
+        let tracer = self.tracer.as_ref()?;
+        let builder = tracer.span_builder(name).with_kind(SpanKind::Client);
+        let parent = trace.parent_context();
+        let span = match trace.parent_span_id {
+            Some(_) => tracer.build_with_context(builder, &parent),
+            None => context::with_trace_id(trace.trace_id, || {
+                tracer.build_with_context(builder, &parent)
+            }),
+        };
+        Some(ClientSpan(span))
+    }
+
     /// Exports what is queued (at shutdown).
     pub fn flush(&self) {
         if let Some(provider) = &self.provider {
             let _ = provider.force_flush();
         }
+    }
+}
+
+/// A client request's span (see [`Telemetry::client_span`]).
+pub struct ClientSpan(opentelemetry_sdk::trace::Span);
+
+impl ClientSpan {
+    pub fn traceparent(&self) -> String {
+        traceparent_of(self.0.span_context())
+    }
+
+    /// The request failed: `why`.
+    pub fn failed(&mut self, why: &str) {
+        self.0.set_status(Status::error(why.to_owned()));
+    }
+}
+
+impl Drop for ClientSpan {
+    fn drop(&mut self) {
+        self.0.end();
     }
 }
 

@@ -210,6 +210,49 @@ async fn a_runs_spans_reach_phoenix_in_the_callers_trace() {
 
     // And Phoenix's own UI shows the trace (docs/trace.png is this picture).
     phoenix.screenshot(TRACE_ID).await;
+
+    // A run that pauses for a client tool: one execution up to the pause,
+    // one after the answer, both in the run's own trace.
+    let paused = app
+        .create_run(json!({
+            "prompt": "ask",
+            "tools": [],
+            "client_tools": [{"name": "ask"}],
+            "model": {"scripted": [
+                {"content": "", "tool_calls": [call("c1", "ask", json!({}))]},
+                {"content": "answered"}
+            ]}
+        }))
+        .await;
+    let id = paused["id"].as_str().unwrap();
+    let trace = paused["trace_id"].as_str().unwrap().to_owned();
+    app.wait_status(id, "requires_action").await;
+    let answered = app
+        .send(
+            app.request(reqwest::Method::POST, &format!("/v1/runs/{id}/actions"))
+                .json(&json!({"actions": [{"call_id": "c1", "output": "yes"}]})),
+        )
+        .await;
+    assert!(answered.status.is_success(), "{}", answered.text);
+    assert_eq!(app.wait_terminal(id).await["status"], "completed");
+    let spans = phoenix.spans(&trace, 2).await;
+    let mut events: Vec<Vec<String>> = spans
+        .iter()
+        .filter(|span| span["name"] == "invoke_agent")
+        .map(|span| {
+            span["events"]
+                .as_array()
+                .map(|events| {
+                    events
+                        .iter()
+                        .map(|event| event["name"].as_str().unwrap_or_default().to_owned())
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
+        .collect();
+    events.sort();
+    assert_eq!(events, [vec!["paused"], vec!["resumed"]], "{spans:#?}");
 }
 
 #[tokio::test]

@@ -112,12 +112,15 @@ async fn taken(received: &Received, id: &str, status: &str) -> Value {
 async fn a_run_s_pause_and_end_are_posted_signed_and_retried_after_a_failure() {
     let (hooks, received) = receiver().await;
     let dir = tempfile::tempdir().unwrap();
+    // Traced (to a collector that is not there): each attempt carries the
+    // `traceparent` of a span of the run's trace.
     let (mut child, address) = start_binary_with(
         &dir,
         &[
             ("AGENT_RUNNER_WEBHOOKS__ALLOWED_HOSTS", "[\"127.0.0.1\"]"),
             ("AGENT_RUNNER_WEBHOOKS__SECRET_ENV", "TEST_WEBHOOK_SECRET"),
             ("TEST_WEBHOOK_SECRET", SECRET),
+            ("AGENT_RUNNER_TRACING__OTLP_ENDPOINT", "http://127.0.0.1:9"),
         ],
     );
     let server = Remote::new(address.clone());
@@ -151,9 +154,12 @@ async fn a_run_s_pause_and_end_are_posted_signed_and_retried_after_a_failure() {
     let all = received.0.lock().unwrap().clone();
     // Each message: a 500, then the same message (same id) taken.
     assert_eq!(all.len(), 4, "{all:?}");
+    let trace = format!("00-{}-", run["trace_id"].as_str().unwrap());
     for (headers, body, _) in &all {
         verify(headers, body);
         assert_eq!(headers["content-type"], "application/json");
+        let traceparent = headers["traceparent"].to_str().unwrap();
+        assert!(traceparent.starts_with(&trace), "{traceparent} of {trace}");
     }
     for pair in all.chunks(2) {
         assert_eq!(pair[0].2, StatusCode::INTERNAL_SERVER_ERROR);
