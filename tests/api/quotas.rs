@@ -97,10 +97,7 @@ async fn a_token_quota_refuses_new_runs_and_follow_ups_but_not_a_run_under_way()
     // The paused run goes on when answered, past the quota.
     app.token = Some("token-a".into());
     let answered = app
-        .send(
-            app.request(reqwest::Method::POST, &format!("/v1/runs/{id}/actions"))
-                .json(&json!({"actions": [{"call_id": "c1", "output": "yes"}]})),
-        )
+        .answer(&id, json!([{"call_id": "c1", "output": "yes"}]))
         .await;
     assert!(answered.status.is_success(), "{}", answered.text);
     let done = app.wait_terminal(&id).await;

@@ -228,10 +228,7 @@ async fn a_runs_spans_reach_phoenix_in_the_callers_trace() {
     let trace = paused["trace_id"].as_str().unwrap().to_owned();
     app.wait_status(id, "requires_action").await;
     let answered = app
-        .send(
-            app.request(reqwest::Method::POST, &format!("/v1/runs/{id}/actions"))
-                .json(&json!({"actions": [{"call_id": "c1", "output": "yes"}]})),
-        )
+        .answer(id, json!([{"call_id": "c1", "output": "yes"}]))
         .await;
     assert!(answered.status.is_success(), "{}", answered.text);
     assert_eq!(app.wait_terminal(id).await["status"], "completed");
