@@ -58,6 +58,7 @@ fn command() -> Command {
                 )
                 .arg(config_arg()),
         )
+        .subcommands(agent_runner::cli::commands())
         .subcommand(Command::new("hash-token").about(
             "Reads a bearer token on stdin and prints its token_sha256 for [[auth.tokens]] \
              (one trailing newline is not part of the token)",

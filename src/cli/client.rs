@@ -67,15 +67,34 @@ impl ApiClient {
                 .collect();
             format!("{path}?{}", pairs.join("&"))
         };
-        answer(self.request(reqwest::Method::GET, &path).send().await).await
+        self.answer(self.request(reqwest::Method::GET, &path).send().await)
+            .await
     }
 
-    pub async fn delete(&self, path: &str) -> Result<Value, CliError> {
-        answer(self.request(reqwest::Method::DELETE, path).send().await).await
+    /// A POST without a body.
+    pub async fn post_empty(&self, path: &str) -> Result<Value, CliError> {
+        self.answer(self.request(reqwest::Method::POST, path).send().await)
+            .await
     }
 
     pub async fn post(&self, path: &str, body: &Value) -> Result<Value, CliError> {
-        answer(self.post_json(path, body).send().await).await
+        self.answer(self.post_json(path, body).send().await).await
+    }
+
+    async fn answer(
+        &self,
+        sent: Result<reqwest::Response, reqwest::Error>,
+    ) -> Result<Value, CliError> {
+        let response = sent.map_err(|e| unreachable_server(&self.server, &e))?;
+        if !response.status().is_success() {
+            return Err(refusal(response).await);
+        }
+        let text = response
+            .text()
+            .await
+            .map_err(|e| CliError::Refused(format!("the answer was cut short: {e}")))?;
+        serde_json::from_str(&text)
+            .map_err(|e| CliError::Refused(format!("the server's answer is not JSON: {e}")))
     }
 
     /// A POST whose answer is an event stream: the response, once its
@@ -127,21 +146,20 @@ impl ApiClient {
     }
 }
 
-async fn answer(sent: Result<reqwest::Response, reqwest::Error>) -> Result<Value, CliError> {
-    let response = sent.map_err(|e| CliError::Refused(format!("cannot reach the server: {e}")))?;
-    if !response.status().is_success() {
-        return Err(refusal(response).await);
-    }
-    let text = response
-        .text()
-        .await
-        .map_err(|e| CliError::Refused(format!("the answer was cut short: {e}")))?;
-    serde_json::from_str(&text)
-        .map_err(|e| CliError::Refused(format!("the server's answer is not JSON: {e}")))
-}
-
+/// A server that did not answer: where it was looked for, why, and what
+/// to do about it.
 fn unreachable_server(server: &str, error: &reqwest::Error) -> CliError {
-    CliError::Refused(format!("cannot reach the server at {server}: {error}"))
+    let why = if error.is_connect() {
+        "nothing answers there".to_owned()
+    } else if error.is_timeout() {
+        "it did not answer in time".to_owned()
+    } else {
+        error.to_string()
+    };
+    CliError::Refused(format!(
+        "cannot reach the server at {server} ({why}); start one with `agent-runner serve`, \
+         or point at another with --server URL or AGENT_RUNNER_URL"
+    ))
 }
 
 /// The server's error, as its status and message.

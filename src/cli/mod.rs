@@ -64,6 +64,12 @@ pub fn main(args: Vec<String>) -> ExitCode {
     }
 }
 
+/// The client's commands (`run`, `runs`), as the server's own command line
+/// lists them in its help (they are run by [`main`]).
+pub fn commands() -> Vec<Command> {
+    cli().get_subcommands().cloned().collect()
+}
+
 fn cli() -> Command {
     let server = Arg::new("server")
         .long("server")
@@ -152,7 +158,11 @@ fn cli() -> Command {
                         .about("A run's transcript")
                         .arg(id()),
                 )
-                .subcommand(Command::new("cancel").about("Cancel a live run").arg(id()))
+                .subcommand(
+                    Command::new("cancel")
+                        .about("Cancel a run (a run that has ended is shown as it ended)")
+                        .arg(id()),
+                )
                 .subcommand(
                     Command::new("approve")
                         .about("Approve a paused run's pending calls (all, or those named)")
@@ -201,8 +211,10 @@ async fn dispatch(matches: &ArgMatches) -> Result<ExitCode, CliError> {
                 print_messages(&list, json);
                 Ok(ExitCode::SUCCESS)
             }
+            // As `POST .../cancel`: repeatable, a run that has ended is
+            // shown as it ended.
             Some(("cancel", cancel)) => {
-                let run = client.delete(&run_path(cancel, "")).await?;
+                let run = client.post_empty(&run_path(cancel, "/cancel")).await?;
                 print_run(&run, json);
                 Ok(ExitCode::SUCCESS)
             }

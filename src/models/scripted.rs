@@ -38,11 +38,24 @@ impl ScriptedModel {
 #[async_trait]
 impl Model for ScriptedModel {
     async fn generate(&self, request: ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
-        let next = lock(&self.script).pop_front();
+        let next = {
+            let mut script = lock(&self.script);
+            // A response for a tool the run does not have is passed over.
+            while script
+                .front()
+                .and_then(|response| response.get("only_with_tool"))
+                .and_then(Value::as_str)
+                .is_some_and(|tool| !request.tools.iter().any(|t| t.name == tool))
+            {
+                script.pop_front();
+            }
+            script.pop_front()
+        };
         let Some(mut response) = next else {
             return Err(ModelError::Provider("Scripted model exhausted".into()));
         };
         if let Value::Object(object) = &mut response {
+            object.remove("only_with_tool");
             if let Some(delay) = object.remove("delay_ms") {
                 let millis = delay.as_u64().ok_or_else(|| {
                     ModelError::InvalidResponse("delay_ms must be a nonnegative integer".into())

@@ -202,12 +202,10 @@ async fn runs_commands_show_list_cancel_and_answer_runs() {
         "{messages}"
     );
     assert!(messages.contains("  -> write_file("), "{messages}");
+    // As `POST .../cancel`, repeatable: the run as it ended.
     let cancelled = client(&address, token, &["runs", "cancel", &paused_id]).await;
-    assert_eq!(cancelled.status.code(), Some(1));
-    assert!(
-        stderr(&cancelled).contains("409 run_not_live"),
-        "{cancelled:?}"
-    );
+    assert_eq!(cancelled.status.code(), Some(0), "{cancelled:?}");
+    assert!(stdout(&cancelled).contains("completed"), "{cancelled:?}");
     assert!(terminate(&mut server).success());
 }
 
@@ -278,5 +276,49 @@ async fn run_files_land_under_their_relative_path_or_where_they_are_told() {
     assert!(
         stderr(&outside).contains("--file ../notes.txt=PATH"),
         "{outside:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_new_user_is_told_what_the_client_does_and_where_the_server_is() {
+    // The server's own help lists the client's commands.
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_agent-runner"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert_eq!(help.status.code(), Some(0));
+    let text = stdout(&help);
+    for command in ["serve", "run", "runs", "config", "hash-token"] {
+        assert!(
+            text.lines()
+                .any(|line| line.trim_start().starts_with(&format!("{command} "))),
+            "{command} in\n{text}"
+        );
+    }
+    // No server there: what to do about it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let nowhere = format!("http://127.0.0.1:{port}");
+    let refused = client(&nowhere, None, &["runs", "list"]).await;
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    let text = stderr(&refused);
+    assert!(
+        text.contains(&format!("cannot reach the server at {nowhere}")),
+        "{text}"
+    );
+    assert!(text.contains("agent-runner serve"), "{text}");
+    assert!(text.contains("AGENT_RUNNER_URL"), "{text}");
+    // The demo model calls no tool the run does not have.
+    let app = spawn_app().await;
+    let run = app.run_to_end(json!({"prompt": "hi", "tools": []})).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["steps"], 1, "{run}");
+    assert_eq!(run["tool_calls"], 0, "{run}");
+    assert!(
+        run["answer"].as_str().unwrap().contains("not a real model"),
+        "{run}"
     );
 }

@@ -329,8 +329,9 @@ impl ModelProfile {
         }
     }
 
-    /// The built-in `demo` profile: it lists the workspace, then answers, so
-    /// a run of nothing but a prompt works end to end on a fresh server.
+    /// The built-in `demo` profile: it lists the workspace (when the run may
+    /// call `list_dir`), then answers, so a run of nothing but a prompt
+    /// works end to end on a fresh server.
     pub fn demo() -> Self {
         Self::Scripted(ScriptedProfile {
             instructions: None,
@@ -338,12 +339,12 @@ impl ModelProfile {
                 json!({
                     "content": "",
                     "tool_calls": [{"id": "demo_call_1", "name": "list_dir", "arguments": {}}],
-                    "usage": {"input_tokens": 24, "output_tokens": 12}
+                    "usage": {"input_tokens": 24, "output_tokens": 12},
+                    "only_with_tool": "list_dir"
                 }),
                 json!({
-                    "content": "Hello! I am the demo model. I looked at your workspace and \
-                                everything is in order. Configure a real model profile to \
-                                get real answers.",
+                    "content": "Hello! I am the demo model: a script, not a real model. \
+                                Configure a real model profile to get real answers.",
                     "usage": {"input_tokens": 60, "output_tokens": 28}
                 }),
             ],
