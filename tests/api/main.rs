@@ -17,6 +17,7 @@ mod durable;
 mod errors;
 mod eval;
 mod eventsource;
+mod examples;
 mod fairness;
 mod installs;
 mod lifecycle;
