@@ -1,8 +1,9 @@
 //! Spans leave a run's path at once: [`Batcher`] queues each ended span
 //! (never waiting: a full queue drops it, counted) for a thread of its own,
 //! which exports them in batches over OTLP/HTTP. An exporter that fails (an
-//! unreachable collector) drops its batch, counted too: nothing of it ever
-//! slows or fails a run. The SDK's own batch processor counts what it
+//! unreachable collector) drops its batch, counted too, and what comes
+//! while the collector is left to rest: nothing of it ever slows or fails
+//! a run. The SDK's own batch processor counts what it
 //! drops only for its log, so this small one stands in for it.
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
@@ -19,6 +20,10 @@ const QUEUE: usize = 8192;
 const BATCH: usize = 512;
 /// Longest a span waits for the rest of its batch.
 const DELAY: Duration = Duration::from_millis(500);
+/// How long the collector is left alone after its first failure, and at
+/// most after failures in a row.
+const MIN_REST: Duration = Duration::from_secs(1);
+const MAX_REST: Duration = Duration::from_secs(30);
 
 enum Message {
     Span(Box<SpanData>),
@@ -66,7 +71,12 @@ where
             None
         }
     };
-    let send = |batch: &mut Vec<SpanData>| {
+    // After a failed export the collector is left alone for a while
+    // (doubling up to [`MAX_REST`]): what comes meanwhile is dropped
+    // without the work of encoding and sending it.
+    let mut rest = MIN_REST;
+    let mut resting_until: Option<Instant> = None;
+    let mut send = |batch: &mut Vec<SpanData>| {
         if batch.is_empty() {
             return;
         }
@@ -76,9 +86,21 @@ where
             dropped.inc_by(count);
             return;
         };
-        if let Err(error) = futures_executor::block_on(exporter.export(spans)) {
+        if resting_until.is_some_and(|until| Instant::now() < until) {
             dropped.inc_by(count);
-            tracing::debug!(%error, spans = count, "exporting spans failed; they are dropped");
+            return;
+        }
+        match futures_executor::block_on(exporter.export(spans)) {
+            Ok(()) => {
+                rest = MIN_REST;
+                resting_until = None;
+            }
+            Err(error) => {
+                dropped.inc_by(count);
+                tracing::debug!(%error, spans = count, "exporting spans failed; they are dropped");
+                resting_until = Some(Instant::now() + rest);
+                rest = (rest * 2).min(MAX_REST);
+            }
         }
     };
     let mut batch = Vec::with_capacity(BATCH);
