@@ -13,7 +13,6 @@ use crate::harness::{ToolDefinition, compile_schema, is_valid_tool_name};
 use crate::mcp::{McpServers, TOOL_PREFIX, server_of, server_prefix};
 use crate::models::ModelProfiles;
 use crate::run::{ApprovalSpec, ModelInfo, ModelSpec, RunContext, RunLimits, RunSpec};
-use crate::telemetry::RunTrace;
 use crate::tools::command::RUN_COMMAND;
 use crate::tools::{BUILTIN_TOOL_NAMES, CommandPresets};
 
@@ -386,7 +385,7 @@ impl CreateRunRequest {
             previous_run_id,
             mcp_servers,
             webhook: self.webhook,
-            trace: RunTrace::new(),
+            trace: Default::default(),
         })
     }
 }
@@ -592,8 +591,7 @@ fn list_or_none(names: &[String]) -> String {
     }
 }
 
-/// A workspace file's path: the shared form rule of
-/// [`crate::tools::path::check_file_path`], within this API's length limit.
+/// A workspace file's path: [`crate::tools::path::check_file_path`]'s rule, within our length limit.
 pub fn check_workspace_path(path: &str) -> Result<(), &'static str> {
     if path.len() > MAX_REQUEST_PATH_BYTES {
         return Err("the path is too long");
