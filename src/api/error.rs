@@ -289,6 +289,11 @@ impl From<StoreError> for ApiError {
                 tracing::warn!(%why, "the database is unavailable");
                 Self::Unavailable("the server's database does not answer; retry later".into())
             }
+            // Its writer stopped (it died, or the server is stopping).
+            StoreError::Closed => {
+                tracing::warn!("storage is closed");
+                Self::Unavailable("the server's storage is closed; retry later".into())
+            }
             error => Self::internal("storage", error),
         }
     }

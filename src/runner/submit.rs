@@ -65,6 +65,11 @@ impl Runner {
         // Shutdown waits for this accept to finish: a run stored `running`
         // always gets its task, and that task is waited for.
         let _accepting = self.lifecycle.tasks.token();
+        if let Some(why) = self.services.store.writer().dead() {
+            return Err(SubmitError::StorageRefused(format!(
+                "its writer died ({why})"
+            )));
+        }
         if let Some(failing) = self.services.store.writer().failing_for() {
             return Err(SubmitError::StorageRefused(format!(
                 "for {} ms",
