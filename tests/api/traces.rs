@@ -73,12 +73,19 @@ impl Phoenix {
 
     /// The spans of `trace_id` Phoenix has, once there are `count` of them.
     async fn spans(&self, trace_id: &str, count: usize) -> Vec<Value> {
+        self.spans_once(trace_id, |spans| spans.len() >= count)
+            .await
+    }
+
+    /// The spans of `trace_id` Phoenix has, once `enough` says so (spans
+    /// arrive in batches, a run's executions in several).
+    async fn spans_once(&self, trace_id: &str, enough: impl Fn(&[Value]) -> bool) -> Vec<Value> {
         let client = http_client();
         let url = format!(
             "{}/v1/projects/default/spans?trace_id={trace_id}&limit=100",
             self.url
         );
-        eventually(&format!("{count} spans of trace {trace_id}"), async || {
+        eventually(&format!("the spans of trace {trace_id}"), async || {
             let reply: Value = client.get(&url).send().await.ok()?.json().await.ok()?;
             let spans: Vec<Value> = reply["data"]
                 .as_array()?
@@ -86,7 +93,7 @@ impl Phoenix {
                 .filter(|span| span["context"]["trace_id"] == trace_id)
                 .cloned()
                 .collect();
-            (spans.len() >= count).then_some(spans)
+            enough(&spans).then_some(spans)
         })
         .await
     }
@@ -232,7 +239,16 @@ async fn a_runs_spans_reach_phoenix_in_the_callers_trace() {
         .await;
     assert!(answered.status.is_success(), "{}", answered.text);
     assert_eq!(app.wait_terminal(id).await["status"], "completed");
-    let spans = phoenix.spans(&trace, 2).await;
+    // Both executions' spans, the second's exported after the first's.
+    let spans = phoenix
+        .spans_once(&trace, |spans| {
+            spans
+                .iter()
+                .filter(|span| span["name"] == "invoke_agent")
+                .count()
+                >= 2
+        })
+        .await;
     let mut events: Vec<Vec<String>> = spans
         .iter()
         .filter(|span| span["name"] == "invoke_agent")
