@@ -296,12 +296,7 @@ async fn a_new_user_is_told_what_the_client_does_and_where_the_server_is() {
         );
     }
     // No server there: what to do about it.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let nowhere = format!("http://127.0.0.1:{port}");
+    let nowhere = format!("http://127.0.0.1:{}", free_port());
     let refused = client(&nowhere, None, &["runs", "list"]).await;
     assert_eq!(refused.status.code(), Some(1), "{refused:?}");
     let text = stderr(&refused);

@@ -129,6 +129,15 @@ pub async fn spawn_in(dir: TempDir, config: Config) -> TestApp {
 
 /// An HTTP client for tests (loopback only, but reqwest wants a TLS
 /// provider installed before any client is built).
+/// A loopback port nothing listens on (just now).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 pub fn http_client() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()

@@ -22,53 +22,58 @@ impl Drop for Phoenix {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 impl Phoenix {
     /// Starts Phoenix and waits (two minutes at most: its first start
-    /// makes its database) until its API answers.
+    /// makes its database) until it says it serves.
     async fn start() -> Self {
         let phoenix = installed("tests/phoenix/install.sh");
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
-        let child = std::process::Command::new(phoenix)
+        let mut child = std::process::Command::new(phoenix)
             .arg("serve")
             .env("PHOENIX_HOST", "127.0.0.1")
             .env("PHOENIX_PORT", port.to_string())
             .env("PHOENIX_GRPC_PORT", free_port().to_string())
             .env("PHOENIX_WORKING_DIR", dir.path())
             .env("PHOENIX_TELEMETRY_ENABLED", "false")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("phoenix starts");
+        // Its server's log line "Uvicorn running on ...", on either stream
+        // (each read to its end, so that it never fills).
+        let (serving, served) = tokio::sync::mpsc::unbounded_channel();
+        let streams: [Box<dyn std::io::Read + Send>; 2] = [
+            Box::new(child.stdout.take().unwrap()),
+            Box::new(child.stderr.take().unwrap()),
+        ];
+        for stream in streams {
+            let serving = serving.clone();
+            std::thread::spawn(move || {
+                use std::io::BufRead;
+                for line in std::io::BufReader::new(stream)
+                    .lines()
+                    .map_while(Result::ok)
+                {
+                    if line.contains("Uvicorn running on") {
+                        let _ = serving.send(());
+                    }
+                }
+            });
+        }
+        drop(serving);
         let phoenix = Self {
             child,
             url: format!("http://127.0.0.1:{port}"),
             _dir: dir,
         };
-        let client = http_client();
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-        loop {
-            let projects = client
-                .get(format!("{}/v1/projects", phoenix.url))
-                .send()
-                .await;
-            if projects.is_ok_and(|reply| reply.status().is_success()) {
-                return phoenix;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "Phoenix did not answer in two minutes"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        let mut served = served;
+        let started = tokio::time::timeout(Duration::from_secs(120), served.recv()).await;
+        assert!(
+            matches!(started, Ok(Some(()))),
+            "Phoenix did not serve in two minutes (or exited)"
+        );
+        phoenix
     }
 
     /// The spans of `trace_id` Phoenix has, once there are `count` of them.
