@@ -21,7 +21,6 @@ pub struct Local {
     metrics: Arc<Metrics>,
     slots: Slots,
     max_queued: usize,
-    tenants: Arc<TenantPolicy>,
     limits: Limits,
 }
 
@@ -44,7 +43,6 @@ impl Local {
             metrics,
             slots: Slots::new(max_concurrent, limits, Holding::alone()),
             max_queued,
-            tenants,
         }
     }
 }
@@ -57,7 +55,9 @@ impl Scheduler for Local {
             Some(slot) => Admission::Now(slot),
             None => {
                 let (place, before, of_tenant) = self.slots.place(&tenant.0);
-                if before >= self.max_queued || of_tenant >= self.tenants.of(&tenant.0).max_queued {
+                if before >= self.max_queued
+                    || of_tenant >= self.limits.policy().of(&tenant.0).max_queued
+                {
                     return Err(Refused::QueueFull);
                 }
                 Admission::Queue(place)
