@@ -17,7 +17,7 @@
 #
 # Runs, transcripts and workspaces live under /data: keep it on a volume.
 # Any other key can be set the same way, AGENT_RUNNER_SECTION__KEY (model
-# profiles, command presets, limits); see the README.
+# profiles, command presets, limits); see docs/configuration.md.
 
 # The images the stages start from. CI builds this file with stand-ins made
 # from Debian's packages and the machine's own toolchain (tests/image/run.sh),

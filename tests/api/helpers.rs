@@ -37,7 +37,7 @@ pub fn require_postgres() {
     assert!(
         std::env::var(POSTGRES_VARIABLE).is_ok(),
         "this test needs PostgreSQL: set {POSTGRES_VARIABLE} to a PostgreSQL server's URL \
-         (see the README), or leave out --include-ignored"
+         (see docs/testing.md), or leave out --include-ignored"
     );
 }
 

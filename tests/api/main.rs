@@ -28,6 +28,7 @@ mod operations;
 mod pauses;
 mod postgres;
 mod providers;
+mod quickstart;
 mod quotas;
 mod replay;
 mod replicas;

@@ -1,6 +1,6 @@
 // Opens a run's trace in Phoenix's own UI in headless Chromium (Debian's,
 // through playwright-core) and saves a screenshot of it: the picture of a
-// trace the README shows. Fails (exit 1, the reason on stderr) when the
+// trace docs/operations.md shows. Fails (exit 1, the reason on stderr) when the
 // page does not show the run's spans.
 //
 //   node trace.mjs INSTALL_DIR PHOENIX_URL PROJECT_ID TRACE_ID SCREENSHOT
