@@ -176,11 +176,15 @@ impl Printer {
             }
             "run_end" => {
                 self.end_line();
+                let count = |key: &str, one: &str, many: &str| {
+                    let n = event[key].as_u64().unwrap_or(0);
+                    format!("{n} {}", if n == 1 { one } else { many })
+                };
                 let mut line = format!(
-                    "{} after {} steps and {} tool calls",
+                    "{} after {} and {}",
                     text("status"),
-                    event["steps"],
-                    event["tool_calls"]
+                    count("steps", "step", "steps"),
+                    count("tool_calls", "tool call", "tool calls")
                 );
                 if let Some(error) = event["error"].as_str() {
                     line.push_str(&format!(": {error}"));

@@ -57,7 +57,7 @@ async fn run_follow_prints_the_run_as_it_goes_and_exits_with_its_outcome() {
     assert!(text.contains("I am the demo model"), "{text}");
     assert_eq!(
         lines.last(),
-        Some(&"completed after 2 steps and 1 tool calls")
+        Some(&"completed after 2 steps and 1 tool call")
     );
     // A run that does not complete exits 1, saying how it ended.
     let failed = client(
