@@ -89,7 +89,8 @@ struct VersionLabel {
 
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
-/// Registers a handle on `metric` (metrics are shared handles).
+/// Registers a handle on `metric` (metrics are shared handles). Help texts
+/// have no final period: the encoder adds one.
 fn add<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: &M) {
     registry.register(name, help, metric.clone());
 }
@@ -150,7 +151,7 @@ impl Metrics {
         let mut registry = Registry::with_prefix("agent_runner");
         registry.register(
             "build",
-            "The running build.",
+            "The running build",
             Info::new(VersionLabel {
                 version: env!("CARGO_PKG_VERSION"),
             }),
@@ -189,107 +190,107 @@ impl Metrics {
             registry: Registry::default(),
         };
         let r = &mut registry;
-        add(r, "runs_created", "Runs accepted.", &metrics.runs_created);
+        add(r, "runs_created", "Runs accepted", &metrics.runs_created);
         add(
             r,
             "runs_paused",
-            "Pauses for a client's decision (approvals, client tools).",
+            "Pauses for a client's decision (approvals, client tools)",
             &metrics.runs_paused,
         );
         add(
             r,
             "runs_rejected",
-            "Runs refused: a full queue, a tenant's rate limit or token quota.",
+            "Runs refused: a full queue, a tenant's rate limit or token quota",
             &metrics.runs_rejected,
         );
         add(
             r,
             "runs_finished",
-            "Runs ended, by terminal status.",
+            "Runs ended, by terminal status",
             &metrics.finished,
         );
         add(
             r,
             "model_calls",
-            "Model calls that returned a response, by model profile.",
+            "Model calls that returned a response, by model profile",
             &metrics.model_calls,
         );
         add(
             r,
             "model_errors",
-            "Model calls that failed, by model profile.",
+            "Model calls that failed, by model profile",
             &metrics.model_errors,
         );
         add(
             r,
             "tool_calls",
-            "Tool calls dispatched, by tool.",
+            "Tool calls dispatched, by tool",
             &metrics.tool_calls,
         );
         add(
             r,
             "tool_errors",
-            "Tool calls answered with an error, by tool.",
+            "Tool calls answered with an error, by tool",
             &metrics.tool_errors,
         );
         add(
             r,
             "tokens",
-            "Tokens the models reported, by direction (input, output).",
+            "Tokens the models reported, by direction (input, output)",
             &metrics.tokens,
         );
         add(
             r,
             "tenant_runs_created",
-            "Runs accepted, by tenant.",
+            "Runs accepted, by tenant",
             &metrics.tenant_runs_created,
         );
         add(
             r,
             "tenant_runs_rejected",
-            "Runs refused, by tenant and reason (queue_full, rate_limited, quota_exceeded).",
+            "Runs refused, by tenant and reason (queue_full, rate_limited, quota_exceeded)",
             &metrics.tenant_runs_rejected,
         );
         add(
             r,
             "tenant_tokens",
-            "Tokens the models reported, by tenant and direction (input, output).",
+            "Tokens the models reported, by tenant and direction (input, output)",
             &metrics.tenant_tokens,
         );
         add(
             r,
             "spans_dropped",
-            "Spans not exported: the export queue was full, or the collector failed.",
+            "Spans not exported: the export queue was full, or the collector failed",
             &metrics.spans_dropped,
         );
         add(
             r,
             "run_duration_seconds",
-            "Time from a run's start to its end (or its pause).",
+            "Time from a run's start to its end (or its pause)",
             &metrics.run_duration,
         );
         add(
             r,
             "model_call_duration_seconds",
-            "Duration of model calls, by model profile.",
+            "Duration of model calls, by model profile",
             &metrics.model_duration,
         );
         add(
             r,
             "tool_call_duration_seconds",
-            "Duration of tool calls, by tool.",
+            "Duration of tool calls, by tool",
             &metrics.tool_duration,
         );
         add(
             r,
             "http_requests",
-            "HTTP requests answered, by route and status.",
+            "HTTP requests answered, by route and status",
             &metrics.http_requests,
         );
         add(
             r,
             "http_request_duration_seconds",
-            "Time to the head of HTTP answers (of a stream: its start), by route.",
+            "Time to the head of HTTP answers (of a stream: its start), by route",
             &metrics.http_duration,
         );
         Self {
@@ -406,22 +407,22 @@ impl Metrics {
         let mut now = Registry::with_prefix("agent_runner");
         now.register(
             "active_runs",
-            "Runs running now.",
+            "Runs running now",
             ConstGauge::new(saturate(gauges.active_runs)),
         );
         now.register(
             "queue_length",
-            "Runs waiting for a slot (on PostgreSQL: in the whole database, as of the last sweep).",
+            "Runs waiting for a slot (on PostgreSQL: in the whole database, as of the last sweep)",
             ConstGauge::new(saturate(gauges.queued_runs)),
         );
         now.register(
             "store_batches",
-            "Write transactions committed.",
+            "Write transactions committed",
             ConstCounter::new(gauges.writer_batches),
         );
         now.register(
             "store_writes",
-            "Write operations committed.",
+            "Write operations committed",
             ConstCounter::new(gauges.writer_operations),
         );
         let mut out = String::with_capacity(16 * 1024);
