@@ -89,6 +89,9 @@ pub enum EventKind {
         duration_ms: f64,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         usage: Option<Usage>,
+        /// Why the model stopped, where its provider says.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        finish_reason: Option<String>,
     },
     ModelError {
         error: String,

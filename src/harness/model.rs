@@ -112,6 +112,9 @@ pub struct ModelResponse {
     pub content: String,
     pub tool_calls: Vec<ToolCall>,
     pub usage: Option<Usage>,
+    /// Why the model stopped, in its provider's words (`stop`,
+    /// `tool_calls`, `end_turn`, ...), where the provider says.
+    pub finish_reason: Option<String>,
 }
 
 /// Why a model produced no usable response. Every variant ends the run with
@@ -161,10 +164,16 @@ impl ModelResponse {
             Some(Value::Object(usage)) => Some(parse_usage(usage)?),
             Some(_) => return Err(invalid("usage must be an object")),
         };
+        let finish_reason = match object.remove("finish_reason") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(reason)) => Some(reason),
+            Some(_) => return Err(invalid("finish_reason must be a string")),
+        };
         let response = Self {
             content,
             tool_calls,
             usage,
+            finish_reason,
         };
         response.validate()?;
         Ok(response)
@@ -271,6 +280,7 @@ mod tests {
                     input_tokens: Some(3),
                     output_tokens: None
                 }),
+                finish_reason: None,
             }
         );
     }

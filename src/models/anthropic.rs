@@ -234,7 +234,8 @@ pub fn parse_response(value: Value, http: &HttpClient) -> Result<ModelResponse, 
     if value.get("type").and_then(Value::as_str) == Some("error") {
         return Err(reported(&value, http, false));
     }
-    check_stop_reason(value.get("stop_reason").and_then(Value::as_str))?;
+    let stop_reason = value.get("stop_reason").and_then(Value::as_str);
+    check_stop_reason(stop_reason)?;
     let blocks = value
         .get("content")
         .and_then(Value::as_array)
@@ -271,6 +272,7 @@ pub fn parse_response(value: Value, http: &HttpClient) -> Result<ModelResponse, 
         content,
         tool_calls,
         usage: parse_usage(value.get("usage"))?,
+        finish_reason: stop_reason.map(str::to_owned),
     })
 }
 
@@ -485,6 +487,7 @@ async fn read_stream(
         content,
         tool_calls,
         usage,
+        finish_reason: stop_reason,
     })
 }
 

@@ -226,7 +226,8 @@ pub fn parse_response(value: Value, http: &HttpClient) -> Result<ModelResponse, 
         .and_then(Value::as_array)
         .and_then(|choices| choices.first())
         .ok_or_else(|| invalid("the response has no choices"))?;
-    check_finish_reason(choice.get("finish_reason").and_then(Value::as_str))?;
+    let finish_reason = choice.get("finish_reason").and_then(Value::as_str);
+    check_finish_reason(finish_reason)?;
     let message = choice
         .get("message")
         .filter(|message| message.is_object())
@@ -265,6 +266,7 @@ pub fn parse_response(value: Value, http: &HttpClient) -> Result<ModelResponse, 
         content,
         tool_calls: with_unique_ids(calls),
         usage: parse_usage(value.get("usage"))?,
+        finish_reason: finish_reason.map(str::to_owned),
     })
 }
 
@@ -437,6 +439,7 @@ async fn read_stream(
         content,
         tool_calls: with_unique_ids(tool_calls),
         usage,
+        finish_reason,
     })
 }
 

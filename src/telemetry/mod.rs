@@ -262,8 +262,20 @@ impl RunSpans {
                     .start_with_context(&self.tracer, &self.run);
                 open.model = Some(span);
             }
-            EventKind::ModelEnd { usage, .. } => {
+            EventKind::ModelEnd {
+                usage,
+                finish_reason,
+                ..
+            } => {
                 if let Some(mut span) = open.model.take() {
+                    if let Some(reason) = finish_reason {
+                        span.set_attribute(KeyValue::new(
+                            "gen_ai.response.finish_reasons",
+                            opentelemetry::Value::Array(opentelemetry::Array::String(vec![
+                                reason.clone().into(),
+                            ])),
+                        ));
+                    }
                     if let Some(usage) = usage {
                         if let Some(input) = usage.input_tokens {
                             span.set_attribute(KeyValue::new(

@@ -68,6 +68,16 @@ async fn instructions_reach_both_providers_as_their_system_prompt_and_stay_out_o
         )
         .await;
     assert_eq!(claude["status"], "completed", "{claude}");
+    // Each provider's own reason for stopping is on its model_end event.
+    for (run, reason) in [(&profiles, "stop"), (&claude, "end_turn")] {
+        let events = app.events(run["id"].as_str().unwrap()).await;
+        let ends: Vec<&Value> = events
+            .iter()
+            .filter(|event| event.event == "model_end")
+            .map(|event| &event.data["finish_reason"])
+            .collect();
+        assert_eq!(ends, [reason], "{events:?}");
+    }
 
     let requests = seen.lock().unwrap().clone();
     assert_eq!(requests.len(), 4);

@@ -157,8 +157,9 @@ async fn a_runs_spans_reach_phoenix_in_the_callers_trace() {
         "tools": ["list_dir"],
         "model": {"scripted": [
             {"content": "", "tool_calls": [call("c1", "list_dir", json!({}))],
-             "usage": {"input_tokens": 7, "output_tokens": 3}},
-            {"content": "done", "usage": {"input_tokens": 9, "output_tokens": 2}}
+             "usage": {"input_tokens": 7, "output_tokens": 3}, "finish_reason": "tool_calls"},
+            {"content": "done", "usage": {"input_tokens": 9, "output_tokens": 2},
+             "finish_reason": "stop"}
         ]}
     });
     let reply = app
@@ -193,7 +194,7 @@ async fn a_runs_spans_reach_phoenix_in_the_callers_trace() {
     let agent_id = &agent["context"]["span_id"];
     let chats = named("chat scripted");
     assert_eq!(chats.len(), 2, "{spans:#?}");
-    let mut tokens: Vec<(i64, i64)> = chats
+    let mut calls: Vec<(i64, i64, String)> = chats
         .iter()
         .map(|chat| {
             assert_eq!(&chat["parent_id"], agent_id);
@@ -202,11 +203,18 @@ async fn a_runs_spans_reach_phoenix_in_the_callers_trace() {
             (
                 attributes["gen_ai.usage.input_tokens"].as_i64().unwrap(),
                 attributes["gen_ai.usage.output_tokens"].as_i64().unwrap(),
+                attributes["gen_ai.response.finish_reasons"].to_string(),
             )
         })
         .collect();
-    tokens.sort_unstable();
-    assert_eq!(tokens, [(7, 3), (9, 2)]);
+    calls.sort_unstable();
+    assert_eq!(
+        calls,
+        [
+            (7, 3, r#"["tool_calls"]"#.to_owned()),
+            (9, 2, r#"["stop"]"#.to_owned())
+        ]
+    );
     let tool = named("execute_tool list_dir");
     assert_eq!(tool.len(), 1, "{spans:#?}");
     assert_eq!(&tool[0]["parent_id"], agent_id);

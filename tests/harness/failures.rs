@@ -100,6 +100,7 @@ async fn typed_responses_from_adapters_are_validated_too() {
             ToolCall::new("same", "noop", json!({})),
         ],
         usage: None,
+        finish_reason: None,
     });
     let result = Harness {
         model: &model,

@@ -46,6 +46,7 @@ impl Run<'_, '_> {
         self.emitter.emit(|| EventKind::ModelEnd {
             duration_ms,
             usage: None,
+            finish_reason: None,
         });
     }
 }

@@ -489,12 +489,16 @@ impl Run<'_, '_> {
             }
             let duration_ms = millis(began.elapsed());
             let usage = response.usage;
+            let finish_reason = response.finish_reason.take();
             // The totals first, so that they are stored with the event
             // that makes them.
             self.steps += 1;
             self.tell_totals();
-            self.emitter
-                .emit(|| EventKind::ModelEnd { duration_ms, usage });
+            self.emitter.emit(|| EventKind::ModelEnd {
+                duration_ms,
+                usage,
+                finish_reason,
+            });
 
             self.add_code_block_calls(&mut response).await;
             let batch = response.tool_calls.len();
