@@ -342,6 +342,13 @@ pub struct Run {
     /// The creator's span its spans are children of, if it sent one.
     #[serde(skip)]
     pub parent_span_id: Option<String>,
+    /// Whether its spans are recorded (see [`RunTrace::sampled`]).
+    #[serde(skip, default = "sampled")]
+    pub trace_sampled: bool,
+}
+
+fn sampled() -> bool {
+    true
 }
 
 impl Run {
@@ -377,12 +384,17 @@ impl Run {
             finished_at: None,
             trace_id: spec.trace.trace_id.to_string(),
             parent_span_id: spec.trace.parent_span_id.map(|id| id.to_string()),
+            trace_sampled: spec.trace.sampled,
         }
     }
 
     /// The trace its spans belong to.
     pub fn trace(&self) -> RunTrace {
-        RunTrace::stored(&self.trace_id, self.parent_span_id.as_deref())
+        RunTrace::stored(
+            &self.trace_id,
+            self.parent_span_id.as_deref(),
+            self.trace_sampled,
+        )
     }
 }
 

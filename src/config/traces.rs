@@ -9,7 +9,7 @@ pub const SERVICE_NAME_VARIABLE: &str = "OTEL_SERVICE_NAME";
 /// The service name spans carry by default.
 pub const DEFAULT_SERVICE_NAME: &str = "agent-runner";
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TracingConfig {
     /// An OTLP over HTTP receiver (`http://host:4318`; spans go to its
@@ -23,6 +23,21 @@ pub struct TracingConfig {
     pub service_name: Option<String>,
     /// Whether prompts, answers, tool arguments and results go into spans.
     pub record_content: bool,
+    /// The share of traces recorded (0 to 1), decided from the trace id,
+    /// for runs and requests whose caller sent no `traceparent`; with one,
+    /// its sampled flag decides.
+    pub sample_ratio: f64,
+}
+
+impl Default for TracingConfig {
+    fn default() -> Self {
+        Self {
+            otlp_endpoint: None,
+            service_name: None,
+            record_content: false,
+            sample_ratio: 1.0,
+        }
+    }
 }
 
 impl TracingConfig {
@@ -53,6 +68,12 @@ impl TracingConfig {
 
     /// What is wrong with the table, if anything.
     pub(super) fn check(&self) -> Result<(), String> {
+        if !(0.0..=1.0).contains(&self.sample_ratio) {
+            return Err(format!(
+                "tracing.sample_ratio must be from 0 to 1: {}",
+                self.sample_ratio
+            ));
+        }
         if let Some(endpoint) = &self.otlp_endpoint {
             let parsed = reqwest::Url::parse(endpoint).map_err(|error| {
                 format!("tracing.otlp_endpoint must be an http(s) URL ({error}): {endpoint:?}")
@@ -89,7 +110,7 @@ mod tests {
         let set = TracingConfig {
             otlp_endpoint: Some("http://127.0.0.1:6006/v1/traces".into()),
             service_name: Some("mine".into()),
-            record_content: false,
+            ..TracingConfig::default()
         };
         assert_eq!(
             set.traces_url(env).as_deref(),
@@ -102,5 +123,12 @@ mod tests {
             ..TracingConfig::default()
         };
         assert!(bad.check().unwrap_err().contains("tracing.otlp_endpoint"));
+        for ratio in [-0.1, 1.5, f64::NAN] {
+            let bad = TracingConfig {
+                sample_ratio: ratio,
+                ..TracingConfig::default()
+            };
+            assert!(bad.check().unwrap_err().contains("tracing.sample_ratio"));
+        }
     }
 }

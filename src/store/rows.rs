@@ -20,7 +20,7 @@ macro_rules! select_runs {
             "commands, model, metadata, model_spec, request_hash, created_at, started_at, ",
             "finished_at, approval, client_tools, pending_actions, answers, running_ms, ",
             "action_deadline, instructions, thread_id, previous_run_id, mcp_servers, webhook, ",
-            "resumes, owner, trace_id, parent_span_id ",
+            "resumes, owner, trace_id, parent_span_id, trace_sampled ",
             "FROM runs ",
             $filter
         )
@@ -82,6 +82,8 @@ pub(super) fn run_from_row(row: &AnyRow) -> Result<Run, StoreError> {
         resumes: count(row, "resumes")?,
         trace_id: row.get("trace_id"),
         parent_span_id: row.get("parent_span_id"),
+        // 0 or 1 (an integer in both engines, as the other counts).
+        trace_sampled: row.get::<i64, _>("trace_sampled") != 0,
         limits: json(row, "limits")?,
         context: json(row, "context")?,
         tools: json(row, "tools")?,

@@ -11,6 +11,10 @@ pub struct RunTrace {
     pub trace_id: TraceId,
     /// The caller's span, when a `traceparent` named one.
     pub parent_span_id: Option<SpanId>,
+    /// The caller's sampled flag (whether it records the trace): the
+    /// run's spans follow it. Without a caller, the server's sample ratio
+    /// decides, from the trace id (so each execution decides alike).
+    pub sampled: bool,
 }
 
 impl RunTrace {
@@ -19,6 +23,7 @@ impl RunTrace {
         Self {
             trace_id: RandomIdGenerator::default().new_trace_id(),
             parent_span_id: None,
+            sampled: true,
         }
     }
 
@@ -43,22 +48,26 @@ impl RunTrace {
         }
         let trace_id = TraceId::from_hex(trace).ok()?;
         let parent_span_id = SpanId::from_hex(parent).ok()?;
+        let flags = u8::from_str_radix(flags, 16).ok()?;
         if trace_id == TraceId::INVALID || parent_span_id == SpanId::INVALID {
             return None;
         }
         Some(Self {
             trace_id,
             parent_span_id: Some(parent_span_id),
+            sampled: flags & 1 == 1,
         })
     }
 
     /// Rebuilt from what storage keeps (`trace_id`, `parent_span_id`, as
-    /// hex); a run stored before traces gets a trace of its own.
-    pub fn stored(trace_id: &str, parent_span_id: Option<&str>) -> Self {
+    /// hex, and the caller's sampled flag); a run stored before traces
+    /// gets a trace of its own.
+    pub fn stored(trace_id: &str, parent_span_id: Option<&str>, sampled: bool) -> Self {
         match TraceId::from_hex(trace_id) {
             Ok(trace_id) if trace_id != TraceId::INVALID => Self {
                 trace_id,
                 parent_span_id: parent_span_id.and_then(|id| SpanId::from_hex(id).ok()),
+                sampled,
             },
             _ => Self::new(),
         }
@@ -71,7 +80,11 @@ impl RunTrace {
             Some(parent) => Context::new().with_remote_span_context(SpanContext::new(
                 self.trace_id,
                 parent,
-                TraceFlags::SAMPLED,
+                if self.sampled {
+                    TraceFlags::SAMPLED
+                } else {
+                    TraceFlags::default()
+                },
                 true,
                 TraceState::default(),
             )),
@@ -126,7 +139,11 @@ mod tests {
         }
         let own = RunTrace::new();
         assert_ne!(own.trace_id, TraceId::INVALID);
-        assert_eq!(RunTrace::stored(&own.trace_id.to_string(), None), own);
+        assert_eq!(RunTrace::stored(&own.trace_id.to_string(), None, true), own);
+        let unsampled =
+            RunTrace::from_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00")
+                .unwrap();
+        assert!(trace.sampled && !unsampled.sampled);
     }
 }
 

@@ -16,7 +16,7 @@ use std::sync::Mutex;
 use opentelemetry::trace::{Span as _, SpanKind, Status, TraceContextExt, Tracer as _};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
+use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider};
 use prometheus_client::metrics::counter::Counter;
 
 pub use context::{RunTrace, traceparent_of};
@@ -76,8 +76,13 @@ impl Telemetry {
             },
             dropped,
         );
+        // A caller's sampled flag decides for its spans' children; a trace
+        // of our own is recorded at the configured ratio, by its id.
+        let sampler =
+            Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(config.sample_ratio)));
         let provider = SdkTracerProvider::builder()
             .with_span_processor(batcher)
+            .with_sampler(sampler)
             .with_id_generator(context::RunIds::default())
             .with_resource(
                 Resource::builder()
@@ -86,7 +91,7 @@ impl Telemetry {
             )
             .build();
         let tracer = opentelemetry::trace::TracerProvider::tracer(&provider, AGENT_NAME);
-        tracing::info!(endpoint = %url, "exporting traces");
+        tracing::info!(endpoint = %url, sample_ratio = config.sample_ratio, "exporting traces");
         Self {
             tracer: Some(tracer),
             provider: Some(provider),

@@ -308,3 +308,88 @@ async fn an_unreachable_collector_never_holds_a_run_back_and_its_spans_are_count
     })
     .await;
 }
+
+#[tokio::test]
+async fn with_a_sample_ratio_of_zero_only_what_a_caller_samples_is_recorded() {
+    let phoenix = Phoenix::start().await;
+    let endpoint = phoenix.url.clone();
+    let app = spawn_with(move |config| {
+        config.tracing.otlp_endpoint = Some(endpoint);
+        config.tracing.sample_ratio = 0.0;
+    })
+    .await;
+    let create = async |traceparent: Option<String>, body: Value| {
+        let mut request = app.request(reqwest::Method::POST, "/v1/runs").json(&body);
+        if let Some(traceparent) = traceparent {
+            request = request.header("traceparent", traceparent);
+        }
+        let reply = app.send(request).await;
+        assert_eq!(reply.status, 201, "{}", reply.text);
+        reply.body
+    };
+    // A trace of the run's own: the ratio (none) decides.
+    let own = create(None, two_step("list_dir", json!({}), "done")).await;
+    // A caller that does not record its trace, and a run of it that pauses
+    // and resumes: both executions follow the caller's flag.
+    let unsampled_trace = "0af7651916cd43dd8448eb211c80319c";
+    let paused = create(
+        Some(format!("00-{unsampled_trace}-b7ad6b7169203331-00")),
+        json!({
+            "prompt": "ask",
+            "tools": [],
+            "client_tools": [{"name": "ask"}],
+            "model": {"scripted": [
+                {"content": "", "tool_calls": [call("c1", "ask", json!({}))]},
+                {"content": "answered"}
+            ]}
+        }),
+    )
+    .await;
+    assert_eq!(paused["trace_id"], unsampled_trace);
+    let paused_id = paused["id"].as_str().unwrap();
+    app.wait_status(paused_id, "requires_action").await;
+    let answered = app
+        .answer(paused_id, json!([{"call_id": "c1", "output": "yes"}]))
+        .await;
+    assert!(answered.status.is_success(), "{}", answered.text);
+    assert_eq!(app.wait_terminal(paused_id).await["status"], "completed");
+    assert_eq!(
+        app.wait_terminal(own["id"].as_str().unwrap()).await["status"],
+        "completed"
+    );
+    // A caller that records its trace, last: once its run's spans are in,
+    // any span of what came before would be too (one export queue, in
+    // order).
+    let sampled = create(
+        Some(format!("00-{TRACE_ID}-{CALLER_SPAN}-01")),
+        two_step("list_dir", json!({}), "done"),
+    )
+    .await;
+    assert_eq!(
+        app.wait_terminal(sampled["id"].as_str().unwrap()).await["status"],
+        "completed"
+    );
+    phoenix
+        .spans_once(TRACE_ID, |spans| {
+            spans.iter().any(|span| span["name"] == "invoke_agent")
+        })
+        .await;
+    let all: Value = http_client()
+        .get(format!(
+            "{}/v1/projects/default/spans?limit=1000",
+            phoenix.url
+        ))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let traces: std::collections::BTreeSet<&str> = all["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|span| span["context"]["trace_id"].as_str())
+        .collect();
+    assert_eq!(traces, [TRACE_ID].into(), "{all:#}");
+}

@@ -8,7 +8,7 @@ use crate::run::format_time;
 use crate::store::cluster::{self, Membership};
 use crate::store::{Engine, NewRun, StatusChange, StoreError, outbox};
 
-/// Most rows one statement writes (the runs insert binds 23 values a row,
+/// Most rows one statement writes (the runs insert binds 26 values a row,
 /// well within SQLite's 32,766 variables).
 const MAX_ROWS_PER_STATEMENT: usize = 256;
 
@@ -39,6 +39,7 @@ pub(crate) struct RunRow {
     webhook: Option<String>,
     trace_id: String,
     parent_span_id: Option<String>,
+    trace_sampled: bool,
     /// The change of status its insert commits.
     change: StatusChange,
 }
@@ -84,6 +85,7 @@ impl RunRow {
             webhook: run.webhook.as_ref().map(json).transpose()?,
             trace_id: run.trace_id.clone(),
             parent_span_id: run.parent_span_id.clone(),
+            trace_sampled: run.trace_sampled,
             change: StatusChange {
                 run_id: run.id,
                 tenant: new.tenant.0.clone(),
@@ -264,9 +266,9 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
             "INSERT INTO runs (id, tenant, status, prompt, limits, context, tools, commands, \
              model, metadata, approval, client_tools, mcp_servers, instructions, thread_id, \
              previous_run_id, model_spec, idempotency_key, request_hash, created_at, started_at, \
-             owner, webhook, trace_id, parent_span_id) ",
+             owner, webhook, trace_id, parent_span_id, trace_sampled) ",
             chunk.len(),
-            25,
+            26,
             "",
         );
         let mut query = sqlx::query(&sql);
@@ -296,7 +298,8 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
                 .bind(row.owner.as_deref())
                 .bind(row.webhook.as_deref())
                 .bind(row.trace_id.as_str())
-                .bind(row.parent_span_id.as_deref());
+                .bind(row.parent_span_id.as_deref())
+                .bind(i64::from(row.trace_sampled));
         }
         query.execute(&mut *connection).await?;
     }
