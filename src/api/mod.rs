@@ -19,13 +19,14 @@ pub mod statuses;
 pub mod stream_tokens;
 pub mod system;
 pub mod tenant_run;
+pub mod unread;
 
 use axum::Router;
 use axum::body::to_bytes;
 use axum::extract::DefaultBodyLimit;
 use axum::extract::State;
 use axum::http::{Method, Uri, header};
-use axum::middleware::{from_fn_with_state, map_response_with_state};
+use axum::middleware::{from_fn, from_fn_with_state, map_response_with_state};
 use axum::response::{IntoResponse, Response};
 
 use error::ApiError;
@@ -52,6 +53,7 @@ pub fn router(state: AppState) -> Router {
         .layer(map_response_with_state(state.clone(), json_errors))
         .layer(from_fn_with_state(state.clone(), limits::check))
         .layer(from_fn_with_state(state.clone(), access::observe))
+        .layer(from_fn(unread::close_unread))
         .with_state(state);
     // Outermost: a preflight is answered before anything asks it for a
     // token or a route.

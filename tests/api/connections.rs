@@ -351,3 +351,42 @@ async fn what_hyper_refuses_itself_is_answered_in_json_too() {
     // And the server goes on serving.
     assert_eq!(app.get("/healthz").await.status, 200);
 }
+
+#[tokio::test]
+async fn an_answer_given_before_the_body_was_read_says_the_connection_closes() {
+    let app = spawn_app().await;
+    // Refused before its body matters (no such run): the body is not read,
+    // so the connection cannot carry another request, and says so.
+    let mut stream = connect(&app).await;
+    let head = format!(
+        "POST /v1/runs/{}/actions HTTP/1.1\r\nHost: test\r\ncontent-type: application/json\r\n\
+         content-length: 40\r\n\r\n",
+        uuid::Uuid::now_v7()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let (status, head, _) = read_response(&mut stream).await;
+    assert_eq!(status, 404, "{head}");
+    assert!(
+        head.to_ascii_lowercase().contains("connection: close"),
+        "{head}"
+    );
+    assert!(closed_by_server(&mut stream).await);
+
+    // A body read whole: the connection stays open for the next request.
+    let mut stream = connect(&app).await;
+    let body = json!({"prompt": "hi"}).to_string();
+    let request = format!(
+        "POST /v1/runs HTTP/1.1\r\nHost: test\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let (status, head, _) = read_response(&mut stream).await;
+    assert_eq!(status, 201, "{head}");
+    assert!(
+        !head.to_ascii_lowercase().contains("connection: close"),
+        "{head}"
+    );
+    stream.write_all(HEALTHZ).await.unwrap();
+    assert_eq!(read_response(&mut stream).await.0, 200);
+}

@@ -1,0 +1,81 @@
+//! A request answered before its body was read to the end (refused before
+//! the body mattered: no route, no token, an unknown run, a full queue)
+//! leaves its connection unable to carry another request: the unread bytes
+//! are in the way, and the server closes it. Its answer says so with
+//! `Connection: close` (HTTP/1), so that a client does not send its next
+//! request on a connection that is about to close and see it fail.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+
+use axum::body::{Body, Bytes, HttpBody};
+use axum::extract::Request;
+use axum::http::{HeaderMap, HeaderValue, Version, header};
+use axum::middleware::Next;
+use axum::response::Response;
+use http_body::{Frame, SizeHint};
+
+/// The middleware: tracks whether the body is read to its end, and closes
+/// the connection of an answer given before that.
+pub async fn close_unread(request: Request, next: Next) -> Response {
+    if request.version() >= Version::HTTP_2 || !has_body(request.headers()) {
+        return next.run(request).await;
+    }
+    let read = Arc::new(AtomicBool::new(false));
+    let tracked = read.clone();
+    let request = request.map(|body| {
+        Body::new(Tracked {
+            inner: body,
+            read: tracked,
+        })
+    });
+    let mut response = next.run(request).await;
+    if !read.load(Ordering::Acquire) {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
+}
+
+/// Whether the request says it has a body (a chunked one, or a length
+/// above 0).
+fn has_body(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::TRANSFER_ENCODING)
+        || headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|value| value.to_str().ok())
+            .is_some_and(|length| length.trim() != "0")
+}
+
+/// A body that notes when it has been read to its end.
+struct Tracked {
+    inner: Body,
+    read: Arc<AtomicBool>,
+}
+
+impl HttpBody for Tracked {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None)) || self.inner.is_end_stream() {
+            self.read.store(true, Ordering::Release);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
