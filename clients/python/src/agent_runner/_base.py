@@ -1,0 +1,162 @@
+"""What the sync and async clients share: settings, paths, bodies, answers."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional, Union
+from urllib.parse import quote
+
+import httpx
+
+from ._errors import INVALID_RESPONSE, AgentRunnerError, error_from_response
+from ._types import Run
+from ._version import __version__
+
+#: The server when neither ``base_url`` nor ``AGENT_RUNNER_URL`` names one.
+DEFAULT_BASE_URL = "http://127.0.0.1:8080"
+
+#: Seconds an event stream may stay silent before it counts as dropped. The
+#: server sends a keep-alive comment every 15 s while a stream is idle.
+STREAM_READ_TIMEOUT = 60.0
+
+#: Drops in a row, without an event in between, that an event stream
+#: reconnects after before it gives up.
+DEFAULT_MAX_RECONNECTS = 5
+
+#: The ``model`` of a run: a profile's name, ``{"profile": NAME}`` or
+#: ``{"scripted": [RESPONSE, ...]}``.
+Model = Union[str, Mapping[str, Any]]
+
+#: Tools whose calls wait for a decision: ``["write_file"]`` (``["*"]``: all),
+#: or the API's ``{"tools": [...]}``.
+Approval = Union[Sequence[str], Mapping[str, Any]]
+
+
+class Settings:
+    """A client's resolved base URL, headers and timeouts."""
+
+    def __init__(
+        self,
+        base_url: Optional[str],
+        token: Optional[str],
+        timeout: float,
+        max_reconnects: int,
+    ) -> None:
+        base_url = base_url or os.environ.get("AGENT_RUNNER_URL") or DEFAULT_BASE_URL
+        self.base_url = base_url.rstrip("/")
+        token = token if token is not None else os.environ.get("AGENT_RUNNER_TOKEN")
+        self.headers = {"user-agent": f"agent-runner-client-python/{__version__}"}
+        if token:
+            self.headers["authorization"] = f"Bearer {token}"
+        self.timeout = httpx.Timeout(timeout)
+        # A run waited for may take as long as its budgets allow.
+        self.wait_timeout = httpx.Timeout(timeout, read=None)
+        self.stream_timeout = httpx.Timeout(timeout, read=max(timeout, STREAM_READ_TIMEOUT))
+        self.max_reconnects = max_reconnects
+
+
+def run_path(run_id: str, suffix: str = "") -> str:
+    """The path of run ``run_id`` (percent-encoded), with ``suffix``."""
+    return f"/v1/runs/{quote(str(run_id), safe='')}{suffix}"
+
+
+def create_body(prompt: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The body of ``POST /v1/runs``: ``prompt`` and every field that is not ``None``."""
+    body: dict[str, Any] = {"prompt": prompt}
+    for name, value in fields.items():
+        if value is None:
+            continue
+        if name == "approval" and not isinstance(value, Mapping):
+            value = {"tools": [value] if isinstance(value, str) else list(value)}
+        body[name] = value
+    return body
+
+
+def create_params(wait: bool) -> dict[str, str]:
+    """The query of ``POST /v1/runs``."""
+    return {"wait": "true"} if wait else {}
+
+
+def create_headers(idempotency_key: Optional[str]) -> dict[str, str]:
+    """The extra headers of ``POST /v1/runs``."""
+    return {"idempotency-key": idempotency_key} if idempotency_key is not None else {}
+
+
+def list_params(
+    status: Optional[str],
+    thread_id: Optional[str],
+    limit: Optional[int],
+    cursor: Optional[str],
+) -> dict[str, Union[str, int]]:
+    """The query of ``GET /v1/runs``, without the parameters not given."""
+    given = {"status": status, "thread_id": thread_id, "limit": limit, "cursor": cursor}
+    return {name: value for name, value in given.items() if value is not None}
+
+
+def approve_answer(call_id: str) -> dict[str, Any]:
+    """The answer that approves call ``call_id``."""
+    return {"call_id": call_id, "decision": "approve"}
+
+
+def deny_answer(call_id: str, reason: Optional[str]) -> dict[str, Any]:
+    """The answer that denies call ``call_id`` (the model sees ``Denied: REASON``)."""
+    answer: dict[str, Any] = {"call_id": call_id, "decision": "deny"}
+    if reason is not None:
+        answer["reason"] = reason
+    return answer
+
+
+def output_answer(call_id: str, output: Any) -> dict[str, Any]:
+    """The answer that gives client tool call ``call_id`` its result."""
+    return {"call_id": call_id, "output": output}
+
+
+def error_answer(call_id: str, error: str) -> dict[str, Any]:
+    """The answer that fails client tool call ``call_id`` with ``error``."""
+    return {"call_id": call_id, "error": error}
+
+
+def actions_body(answers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The body of ``POST /v1/runs/{id}/actions``."""
+    return {"actions": [dict(answer) for answer in answers]}
+
+
+def checked(response: httpx.Response) -> httpx.Response:
+    """``response`` if it is a 2xx, else the ``AgentRunnerError`` it stands for."""
+    if not response.is_success:
+        raise error_from_response(response)
+    return response
+
+
+def json_object(response: httpx.Response) -> dict[str, Any]:
+    """The JSON object ``response`` carries."""
+    try:
+        value = response.json()
+    except ValueError as error:
+        raise AgentRunnerError(
+            INVALID_RESPONSE,
+            f"{response.request.method} {response.request.url.path} answered "
+            f"{response.status_code} with a body that is not JSON",
+            status=response.status_code,
+        ) from error
+    if not isinstance(value, dict):
+        raise AgentRunnerError(
+            INVALID_RESPONSE,
+            f"{response.request.method} {response.request.url.path} answered "
+            f"{response.status_code} with JSON that is not an object",
+            status=response.status_code,
+        )
+    return value
+
+
+def run_of(response: httpx.Response) -> Run:
+    """The run object ``response`` carries."""
+    data = json_object(response)
+    if "id" not in data or "status" not in data:
+        raise AgentRunnerError(
+            INVALID_RESPONSE,
+            f"{response.request.method} {response.request.url.path} answered without a run",
+            status=response.status_code,
+        )
+    return Run.from_dict(data)

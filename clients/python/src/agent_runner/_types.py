@@ -1,0 +1,211 @@
+"""Typed views of the API's objects: runs, their usage and pending actions, events.
+
+Each is built from the server's JSON tolerantly: a field the server adds
+later is ignored, and a missing one takes its empty value. Timestamps stay
+RFC 3339 strings, as the server sends them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+#: Statuses a run never leaves.
+TERMINAL_STATUSES = frozenset(
+    {
+        "completed",
+        "step_limit",
+        "tool_limit",
+        "aborted",
+        "timeout",
+        "model_error",
+        "context_limit",
+        "failed",
+        "interrupted",
+    }
+)
+
+#: Statuses of a run that has not ended (``requires_action``: paused until
+#: its pending actions are answered).
+LIVE_STATUSES = frozenset({"queued", "running", "requires_action"})
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Tokens a run used; ``model_calls_with_usage`` 0 means unknown, not free."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    model_calls_with_usage: int = 0
+
+    @classmethod
+    def from_dict(cls, data: Optional[Mapping[str, Any]]) -> Usage:
+        """A ``Usage`` from the API's ``Usage`` object (``None`` is all zeros)."""
+        data = data or {}
+        return cls(
+            input_tokens=int(data.get("input_tokens") or 0),
+            output_tokens=int(data.get("output_tokens") or 0),
+            model_calls_with_usage=int(data.get("model_calls_with_usage") or 0),
+        )
+
+
+@dataclass(frozen=True)
+class PendingAction:
+    """A call a paused run waits on.
+
+    ``kind`` ``approval`` is answered with a decision (approve or deny),
+    ``client_tool`` with an output or an error.
+    """
+
+    call_id: str
+    kind: str
+    name: str
+    arguments: Any = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PendingAction:
+        """A ``PendingAction`` from the API's object of that name."""
+        return cls(
+            call_id=str(data.get("call_id", "")),
+            kind=str(data.get("kind", "")),
+            name=str(data.get("name", "")),
+            arguments=data.get("arguments"),
+        )
+
+
+@dataclass
+class Run:
+    """A run as the server describes it (the ``Run`` schema, field for field).
+
+    Nested objects without a class of their own (``limits``, ``context``,
+    ``model``, ``metadata``, ``approval``, ``client_tools``, ``webhook``) are
+    the server's JSON as dicts.
+    """
+
+    id: str
+    status: str
+    prompt: str = ""
+    answer: Optional[str] = None
+    error: Optional[str] = None
+    steps: int = 0
+    tool_calls: int = 0
+    usage: Usage = field(default_factory=Usage)
+    resumes: int = 0
+    limits: dict[str, Any] = field(default_factory=dict)
+    context: dict[str, Any] = field(default_factory=dict)
+    tools: list[str] = field(default_factory=list)
+    commands: list[str] = field(default_factory=list)
+    model: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    pending_actions: list[PendingAction] = field(default_factory=list)
+    approval: dict[str, Any] = field(default_factory=dict)
+    client_tools: list[dict[str, Any]] = field(default_factory=list)
+    mcp_servers: list[str] = field(default_factory=list)
+    instructions: Optional[str] = None
+    thread_id: str = ""
+    previous_run_id: Optional[str] = None
+    webhook: Optional[dict[str, Any]] = None
+    created_at: str = ""
+    started_at: Optional[str] = None
+    finished_at: Optional[str] = None
+    trace_id: str = ""
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Run:
+        """A ``Run`` from the server's JSON object; unknown fields are ignored."""
+        return cls(
+            id=str(data["id"]),
+            status=str(data["status"]),
+            prompt=data.get("prompt") or "",
+            answer=data.get("answer"),
+            error=data.get("error"),
+            steps=int(data.get("steps") or 0),
+            tool_calls=int(data.get("tool_calls") or 0),
+            usage=Usage.from_dict(data.get("usage")),
+            resumes=int(data.get("resumes") or 0),
+            limits=dict(data.get("limits") or {}),
+            context=dict(data.get("context") or {}),
+            tools=list(data.get("tools") or []),
+            commands=list(data.get("commands") or []),
+            model=dict(data.get("model") or {}),
+            metadata=dict(data.get("metadata") or {}),
+            pending_actions=[
+                PendingAction.from_dict(action) for action in data.get("pending_actions") or []
+            ],
+            approval=dict(data.get("approval") or {}),
+            client_tools=list(data.get("client_tools") or []),
+            mcp_servers=list(data.get("mcp_servers") or []),
+            instructions=data.get("instructions"),
+            thread_id=data.get("thread_id") or "",
+            previous_run_id=data.get("previous_run_id"),
+            webhook=data.get("webhook"),
+            created_at=data.get("created_at") or "",
+            started_at=data.get("started_at"),
+            finished_at=data.get("finished_at"),
+            trace_id=data.get("trace_id") or "",
+        )
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether the run has ended (its status will not change again)."""
+        return self.status in TERMINAL_STATUSES
+
+    @property
+    def is_paused(self) -> bool:
+        """Whether the run waits for answers to its ``pending_actions``."""
+        return self.status == "requires_action"
+
+
+@dataclass(frozen=True)
+class RunPage:
+    """One page of ``GET /v1/runs``: ``next_cursor`` is ``None`` on the last."""
+
+    runs: list[Run]
+    next_cursor: Optional[str]
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunPage:
+        """A ``RunPage`` from the API's ``RunList`` object."""
+        return cls(
+            runs=[Run.from_dict(run) for run in data.get("runs") or []],
+            next_cursor=data.get("next_cursor"),
+        )
+
+
+@dataclass(frozen=True)
+class Event:
+    """One event of a run's stream.
+
+    ``data`` is the whole event object (its type-specific fields included:
+    ``message``, ``actions``, ``status``, ``answer``, ...). ``sequence`` is
+    1, 2, 3, ... per run, and ``None`` for ``model_delta``, which is live only.
+    """
+
+    sequence: Optional[int]
+    type: str
+    run_id: str
+    timestamp: str
+    data: dict[str, Any]
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], event_type: str = "") -> Event:
+        """An ``Event`` from its JSON object (``event_type``: the SSE event name, if any)."""
+        sequence = data.get("sequence")
+        return cls(
+            sequence=int(sequence) if sequence is not None else None,
+            type=str(data.get("type") or event_type),
+            run_id=str(data.get("run_id", "")),
+            timestamp=str(data.get("timestamp", "")),
+            data=dict(data),
+        )
+
+    @property
+    def is_end(self) -> bool:
+        """Whether this is the run's ``run_end``, its last event."""
+        return self.type == "run_end"
+
+    @property
+    def actions(self) -> list[PendingAction]:
+        """The calls an ``actions_required`` event waits on (empty for other types)."""
+        return [PendingAction.from_dict(action) for action in self.data.get("actions") or []]

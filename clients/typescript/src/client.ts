@@ -1,0 +1,203 @@
+import { sendJson, type Transport } from "./http.js";
+import { followRunEvents, type EventsOptions } from "./stream.js";
+import type {
+  ActionAnswer,
+  ActionsRequest,
+  CreateRunRequest,
+  ListRunsQuery,
+  Message,
+  MessageList,
+  Run,
+  RunEvent,
+  RunList,
+  RunStatus,
+} from "./types.js";
+
+/** Where the server is and how to talk to it. */
+export interface AgentRunnerOptions {
+  /** The server's URL. Default `http://127.0.0.1:8080`. */
+  baseUrl?: string;
+  /** A bearer token, for a server with `[[auth.tokens]]` configured. */
+  token?: string;
+  /** The `fetch` to use. Default: the global one. */
+  fetch?: typeof fetch;
+}
+
+/** Options every call takes. */
+export interface RequestOptions {
+  /** Aborts the call: it rejects with the signal's reason. */
+  signal?: AbortSignal;
+}
+
+/** Options of {@link AgentRunner.createRun}. */
+export interface CreateRunOptions extends RequestOptions {
+  /**
+   * Answer only once the run has ended, with its final state. A run paused
+   * for a decision has not ended: the answer waits for it to be answered.
+   * (Node's `fetch` gives up on an answer that takes over 300 s: follow a
+   * long or pausing run with {@link AgentRunner.events} instead.)
+   */
+  wait?: boolean;
+  /**
+   * Makes the creation safe to repeat: the same key with the same body
+   * answers the run the first request created (1 to 255 visible ASCII characters).
+   */
+  idempotencyKey?: string;
+}
+
+/** Filters of {@link AgentRunner.listRuns}. */
+export interface ListRunsOptions extends RequestOptions {
+  /** Only runs with this status. */
+  status?: RunStatus;
+  /** Only the runs of this conversation. */
+  threadId?: string;
+  /** Page size, 1 to 100 (default 20). */
+  limit?: number;
+}
+
+/** Options of {@link AgentRunner.listRunsPage}. */
+export interface ListRunsPageOptions extends ListRunsOptions {
+  /** The `next_cursor` of the previous page; absent or `null` for the first. */
+  cursor?: string | null;
+}
+
+const DEFAULT_BASE_URL = "http://127.0.0.1:8080";
+
+/**
+ * A client of one agent-runner server. Every method throws an
+ * {@link AgentRunnerError} for a non-2xx answer (with the server's `code`)
+ * and for a server it cannot reach (code `unreachable`).
+ *
+ * ```ts
+ * const runner = new AgentRunner({ baseUrl: "http://127.0.0.1:8080" });
+ * const run = await runner.createRun({ prompt: "hi" }, { wait: true });
+ * ```
+ */
+export class AgentRunner {
+  private readonly transport: Transport;
+
+  constructor(options: AgentRunnerOptions = {}) {
+    this.transport = {
+      baseUrl: (options.baseUrl ?? DEFAULT_BASE_URL).replace(/\/+$/, ""),
+      token: options.token,
+      fetch: options.fetch ?? globalThis.fetch.bind(globalThis),
+    };
+  }
+
+  /**
+   * Creates a run (`POST /v1/runs`): it is queued and starts as soon as a
+   * slot is free. Answers the run as it stands, or with `wait` once it has ended.
+   */
+  async createRun(request: CreateRunRequest, options: CreateRunOptions = {}): Promise<Run> {
+    const headers: Record<string, string> = {};
+    if (options.idempotencyKey !== undefined) headers["idempotency-key"] = options.idempotencyKey;
+    return sendJson<Run>(this.transport, "POST", "/v1/runs", {
+      query: { wait: options.wait },
+      body: request,
+      headers,
+      signal: options.signal,
+    });
+  }
+
+  /** The run `id` as it stands (`GET /v1/runs/{id}`). */
+  async getRun(id: string, options: RequestOptions = {}): Promise<Run> {
+    return sendJson<Run>(this.transport, "GET", runPath(id), { signal: options.signal });
+  }
+
+  /** One page of runs, newest first (`GET /v1/runs`); pass its `next_cursor` for the next. */
+  async listRunsPage(options: ListRunsPageOptions = {}): Promise<RunList> {
+    const query: ListRunsQuery = {};
+    if (options.status !== undefined) query.status = options.status;
+    if (options.threadId !== undefined) query.thread_id = options.threadId;
+    if (options.limit !== undefined) query.limit = options.limit;
+    if (options.cursor != null) query.cursor = options.cursor;
+    return sendJson<RunList>(this.transport, "GET", "/v1/runs", {
+      // A copy: an interface has no index signature.
+      query: { ...query },
+      signal: options.signal,
+    });
+  }
+
+  /**
+   * Every run that matches, newest first, fetching page after page
+   * (`limit` runs each) as the iteration goes on.
+   */
+  async *listRuns(options: ListRunsOptions = {}): AsyncGenerator<Run, void, undefined> {
+    let cursor: string | null = null;
+    do {
+      const page: RunList = await this.listRunsPage({ ...options, cursor });
+      yield* page.runs;
+      cursor = page.next_cursor;
+    } while (cursor !== null);
+  }
+
+  /**
+   * Cancels the run (`POST /v1/runs/{id}/cancel`): a live run ends `aborted`
+   * promptly; one that has already ended is answered as it is, so the call
+   * may be repeated safely. Answers the run as it stands.
+   */
+  async cancel(id: string, options: RequestOptions = {}): Promise<Run> {
+    return sendJson<Run>(this.transport, "POST", `${runPath(id)}/cancel`, {
+      signal: options.signal,
+    });
+  }
+
+  /**
+   * Answers some or all of a paused run's `pending_actions`
+   * (`POST /v1/runs/{id}/actions`); once all are answered the run resumes.
+   * Nothing is stored when any answer is wrong. Answers the run as it stands.
+   */
+  async answerActions(id: string, answers: ActionAnswer[], options: RequestOptions = {}): Promise<Run> {
+    const body: ActionsRequest = { actions: answers };
+    return sendJson<Run>(this.transport, "POST", `${runPath(id)}/actions`, {
+      body,
+      signal: options.signal,
+    });
+  }
+
+  /** Approves the pending call `callId`: it executes. */
+  async approve(id: string, callId: string, options: RequestOptions = {}): Promise<Run> {
+    return this.answerActions(id, [{ call_id: callId, decision: "approve" }], options);
+  }
+
+  /** Denies the pending call `callId`: the model is told `Denied: REASON` (or that the client denied it). */
+  async deny(id: string, callId: string, reason?: string, options: RequestOptions = {}): Promise<Run> {
+    const answer: ActionAnswer =
+      reason === undefined
+        ? { call_id: callId, decision: "deny" }
+        : { call_id: callId, decision: "deny", reason };
+    return this.answerActions(id, [answer], options);
+  }
+
+  /** Gives the output (any JSON) of the client tool call `callId`. */
+  async submitOutput(id: string, callId: string, output: unknown, options: RequestOptions = {}): Promise<Run> {
+    return this.answerActions(id, [{ call_id: callId, output }], options);
+  }
+
+  /** Fails the client tool call `callId` with `error`. */
+  async submitError(id: string, callId: string, error: string, options: RequestOptions = {}): Promise<Run> {
+    return this.answerActions(id, [{ call_id: callId, error }], options);
+  }
+
+  /** The run's transcript so far, in order (`GET /v1/runs/{id}/messages`). */
+  async messages(id: string, options: RequestOptions = {}): Promise<Message[]> {
+    const list = await sendJson<MessageList>(this.transport, "GET", `${runPath(id)}/messages`, {
+      signal: options.signal,
+    });
+    return list.messages;
+  }
+
+  /**
+   * The run's events (`GET /v1/runs/{id}/events`): past ones replayed, live
+   * ones followed, each exactly once, until `run_end` (the last one yielded).
+   * A dropped connection is resumed with `Last-Event-ID`; see {@link EventsOptions}.
+   * Breaking out of the loop closes the connection.
+   */
+  events(id: string, options: EventsOptions = {}): AsyncGenerator<RunEvent, void, undefined> {
+    return followRunEvents(this.transport, id, options);
+  }
+}
+
+function runPath(id: string): string {
+  return `/v1/runs/${encodeURIComponent(id)}`;
+}

@@ -1,0 +1,19 @@
+/**
+ * The TypeScript client of agent-runner: create runs, follow their events
+ * (resuming across a dropped connection), answer their pending actions,
+ * cancel them. `fetch` only, no dependency.
+ */
+export { AgentRunner } from "./client.js";
+export type {
+  AgentRunnerOptions,
+  CreateRunOptions,
+  ListRunsOptions,
+  ListRunsPageOptions,
+  RequestOptions,
+} from "./client.js";
+export { AgentRunnerError } from "./errors.js";
+export type { AgentRunnerErrorInit, ClientErrorCode, ErrorCode } from "./errors.js";
+export type { EventsOptions } from "./stream.js";
+export { SseParser } from "./sse.js";
+export type { SseMessage } from "./sse.js";
+export type * from "./types.js";

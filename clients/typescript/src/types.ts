@@ -1,0 +1,463 @@
+/**
+ * The API's objects, written by hand to be read, and checked against the
+ * schemas of `openapi.yaml` (`test/types-check.ts`): a field added, removed or
+ * retyped there fails that check until it is mirrored here.
+ *
+ * Bodies are JSON in snake_case, as the server sends and takes them.
+ */
+
+// ------------------------------------------------------------------ runs
+
+/**
+ * A run's status. `queued`, `running` and `requires_action` (paused until a
+ * client answers its `pending_actions`) are live; every other one is terminal.
+ */
+export type RunStatus =
+  | "queued"
+  | "running"
+  | "requires_action"
+  | "completed"
+  | "step_limit"
+  | "tool_limit"
+  | "aborted"
+  | "timeout"
+  | "model_error"
+  | "context_limit"
+  | "failed"
+  | "interrupted";
+
+/** The statuses a run ends with. */
+export type TerminalRunStatus = Exclude<RunStatus, "queued" | "running" | "requires_action">;
+
+/** Which kind of model drives a run. */
+export type ModelKind = "openai" | "anthropic" | "scripted";
+
+/**
+ * A tool's name: a built-in tool (see {@link BuiltinToolName}) or a tool of
+ * one of the run's MCP servers, as `mcp__SERVER__TOOL`.
+ */
+export type ToolName = string;
+
+/** The tools built into the server. */
+export type BuiltinToolName =
+  | "read_file"
+  | "write_file"
+  | "edit_file"
+  | "list_dir"
+  | "search"
+  | "run_command";
+
+/**
+ * Token usage accumulated over a run. `model_calls_with_usage` counts the
+ * model responses that reported usage: zero means unknown, not free.
+ */
+export interface Usage {
+  input_tokens: number;
+  output_tokens: number;
+  model_calls_with_usage: number;
+}
+
+/** Token usage one model response reported; either count may be missing. */
+export interface ModelUsage {
+  input_tokens?: number;
+  output_tokens?: number;
+}
+
+/** A run's budgets, as the server settled them. */
+export interface RunLimits {
+  max_steps: number;
+  max_tool_calls: number;
+  timeout_ms: number;
+  action_timeout_ms: number;
+  max_resumes: number;
+}
+
+/** A run's context bounds, as the server settled them. */
+export interface RunContext {
+  max_context_chars: number;
+  max_tool_result_chars: number;
+}
+
+/** What drives a run; never a secret, never the script. */
+export interface ModelInfo {
+  provider: ModelKind;
+  /** The profile's name; absent for an inline scripted model. */
+  profile?: string;
+  /** The provider's model id; absent for scripted models. */
+  name?: string;
+}
+
+/** Tools whose calls wait for a client's decision; `["*"]` is all of them. */
+export interface Approval {
+  tools: string[];
+}
+
+/** A tool the client executes: its calls pause the run until answered. */
+export interface ClientTool {
+  name: string;
+  description?: string;
+  /** A JSON Schema with `"type": "object"`. */
+  parameters?: Record<string, unknown>;
+}
+
+/** Where a run's ends and pauses are posted. */
+export interface Webhook {
+  url: string;
+}
+
+/** A call a paused run waits on. */
+export interface PendingAction {
+  call_id: string;
+  /** `approval`: answer with a decision; `client_tool`: with an output or an error. */
+  kind: "approval" | "client_tool";
+  name: string;
+  arguments: unknown;
+}
+
+/** A run, as `GET /v1/runs/{id}` answers it. */
+export interface Run {
+  id: string;
+  status: RunStatus;
+  prompt: string;
+  /** The final answer of a `completed` run. */
+  answer: string | null;
+  /** Why the run did not complete, when known. */
+  error: string | null;
+  /** Model responses so far. */
+  steps: number;
+  /** Tool calls requested so far. */
+  tool_calls: number;
+  usage: Usage;
+  /** How often the run was resumed after its process stopped. */
+  resumes: number;
+  limits: RunLimits;
+  context: RunContext;
+  tools: ToolName[];
+  commands: string[];
+  model: ModelInfo;
+  metadata: Record<string, unknown>;
+  /** The calls the run waits on while `requires_action`; empty otherwise. */
+  pending_actions: PendingAction[];
+  approval: Approval;
+  client_tools: ClientTool[];
+  mcp_servers: string[];
+  instructions: string | null;
+  /** The first run of its conversation (its own id unless it continues another). */
+  thread_id: string;
+  previous_run_id: string | null;
+  webhook?: Webhook;
+  created_at: string;
+  started_at: string | null;
+  finished_at: string | null;
+  trace_id: string;
+}
+
+/** One page of runs, newest first. */
+export interface RunList {
+  runs: Run[];
+  /** Pass as `cursor` for the next page; `null` on the last page. */
+  next_cursor: string | null;
+}
+
+/** The query of `GET /v1/runs`. */
+export interface ListRunsQuery {
+  status?: RunStatus;
+  thread_id?: string;
+  /** Page size, 1 to 100 (default 20). */
+  limit?: number;
+  /** The `next_cursor` of the previous page. */
+  cursor?: string;
+}
+
+// ---------------------------------------------------- creating a run
+
+/** A model configured on the server, by name. */
+export interface ProfileModel {
+  profile: string;
+}
+
+/** An inline scripted model: the responses it gives, in order. */
+export interface ScriptedModel {
+  scripted: ScriptedResponse[];
+}
+
+/**
+ * One response of a scripted model: what a provider would return, plus test
+ * knobs: `delay_ms` (the model sleeps that long, honouring cancellation),
+ * `error` (the model fails with that message), `only_with_tool` (the response
+ * is passed over when the run does not have that tool).
+ */
+export interface ScriptedResponse {
+  content?: string;
+  tool_calls?: ToolCall[];
+  usage?: ModelUsage;
+  /** Shown as the `model_end` event's `finish_reason`. */
+  finish_reason?: string;
+  delay_ms?: number;
+  error?: string;
+  only_with_tool?: string;
+}
+
+/** A request's budgets; each absent or `null` one takes the server's default. */
+export interface RunLimitsRequest {
+  max_steps?: number | null;
+  max_tool_calls?: number | null;
+  timeout_ms?: number | null;
+  action_timeout_ms?: number | null;
+  max_resumes?: number | null;
+}
+
+/** A request's context bounds; each absent or `null` one takes the server's default. */
+export interface RunContextRequest {
+  max_context_chars?: number | null;
+  max_tool_result_chars?: number | null;
+}
+
+/** Files to seed a run's workspace with: relative path to text content. */
+export interface WorkspaceSeed {
+  files?: Record<string, string>;
+}
+
+/** The body of `POST /v1/runs`. Every field but `prompt` is optional; `null` is as absent. */
+export interface CreateRunRequest {
+  /** The task; not empty nor only whitespace. */
+  prompt: string;
+  /** A profile (or its name alone) or an inline script; absent: the server's default. */
+  model?: ProfileModel | ScriptedModel | string | null;
+  /** The built-in tools the run may use; absent: all of them. */
+  tools?: ToolName[] | null;
+  webhook?: Webhook | null;
+  mcp_servers?: string[] | null;
+  /** Command presets the run may execute through `run_command`. */
+  commands?: string[] | null;
+  workspace?: WorkspaceSeed | null;
+  limits?: RunLimitsRequest | null;
+  context?: RunContextRequest | null;
+  /** Free JSON kept with the run; at most 16 KiB serialised. */
+  metadata?: Record<string, unknown> | null;
+  /** The run's system prompt; `""` for none. */
+  instructions?: string | null;
+  /** Continue a conversation from that run's transcript and workspace. */
+  previous_run_id?: string | null;
+  approval?: Approval | null;
+  client_tools?: ClientTool[] | null;
+}
+
+// ------------------------------------------------ answering a paused run
+
+/** Approves an approval's call: it executes. */
+export interface ApproveAnswer {
+  call_id: string;
+  decision: "approve";
+}
+
+/** Denies an approval's call: the model is told `Denied: REASON`. */
+export interface DenyAnswer {
+  call_id: string;
+  decision: "deny";
+  reason?: string;
+}
+
+/** A client tool's output (any JSON), recorded as its successful result. */
+export interface OutputAnswer {
+  call_id: string;
+  output: unknown;
+}
+
+/** A client tool's failure, recorded as an error result. */
+export interface ErrorAnswer {
+  call_id: string;
+  error: string;
+}
+
+/** One answer to a pending action. */
+export type ActionAnswer = ApproveAnswer | DenyAnswer | OutputAnswer | ErrorAnswer;
+
+/** The body of `POST /v1/runs/{id}/actions`. */
+export interface ActionsRequest {
+  actions: ActionAnswer[];
+}
+
+// ------------------------------------------------------------ transcript
+
+/** A tool call a model requested. */
+export interface ToolCall {
+  id: string;
+  name: string;
+  /** Untrusted JSON, validated against the tool's schema before anything runs. */
+  arguments: unknown;
+}
+
+/** A prompt, or a note of the server itself (starting with `[agent-runner] `). */
+export interface UserMessage {
+  role: "user";
+  content: string;
+}
+
+/** What the model said, with the tool calls it requested, if any. */
+export interface AssistantMessage {
+  role: "assistant";
+  content: string;
+  tool_calls?: ToolCall[];
+}
+
+/** A tool's result (its JSON serialisation) or error text. */
+export interface ToolMessage {
+  role: "tool";
+  call_id: string;
+  content: string;
+  is_error: boolean;
+}
+
+/** One message of a transcript. */
+export type Message = UserMessage | AssistantMessage | ToolMessage;
+
+/** The body of `GET /v1/runs/{id}/messages`. */
+export interface MessageList {
+  messages: Message[];
+}
+
+// ---------------------------------------------------------------- events
+
+/** What every stored event has: `sequence` is 1, 2, 3, ... per run, no gaps. */
+interface StoredEvent {
+  run_id: string;
+  sequence: number;
+  /** RFC 3339. */
+  timestamp: string;
+}
+
+/** The run starts, with its model, limits and tools. */
+export interface RunStartEvent extends StoredEvent {
+  type: "run_start";
+  model?: ModelInfo;
+  limits?: RunLimits;
+  tools?: ToolName[];
+}
+
+/** A model call starts. */
+export interface ModelStartEvent extends StoredEvent {
+  type: "model_start";
+}
+
+/** A model call ended. */
+export interface ModelEndEvent extends StoredEvent {
+  type: "model_end";
+  duration_ms: number;
+  usage?: ModelUsage;
+  /** Why the model stopped, in its provider's words (`stop`, `tool_calls`, `end_turn`, ...), where it says. */
+  finish_reason?: string;
+}
+
+/** A model call failed. */
+export interface ModelErrorEvent extends StoredEvent {
+  type: "model_error";
+  error: string;
+}
+
+/** A tool call starts. */
+export interface ToolStartEvent extends StoredEvent {
+  type: "tool_start";
+  call_id: string;
+  name: string;
+}
+
+/** A tool call ended. */
+export interface ToolEndEvent extends StoredEvent {
+  type: "tool_end";
+  call_id: string;
+  name: string;
+  duration_ms: number;
+  is_error: boolean;
+}
+
+/** A message joined the transcript. */
+export interface MessageEvent extends StoredEvent {
+  type: "message";
+  message: Message;
+}
+
+/** The run paused for a decision on `actions` (its `pending_actions`). */
+export interface ActionsRequiredEvent extends StoredEvent {
+  type: "actions_required";
+  actions: PendingAction[];
+}
+
+/** The run's process stopped while it ran, and the run goes on from its last stored step. */
+export interface RunResumedEvent extends StoredEvent {
+  type: "run_resumed";
+  /** 1 for its first resume, 2 for its second, ... */
+  attempt: number;
+  reason: "crash" | "shutdown" | "lease_lost";
+}
+
+/** The run ended; always its last event, exactly once. */
+export interface RunEndEvent extends StoredEvent {
+  type: "run_end";
+  status: TerminalRunStatus;
+  steps: number;
+  tool_calls: number;
+  usage: Usage;
+  /** Present when the run completed. */
+  answer?: string;
+  /** Present when the run ended on an error. */
+  error?: string;
+}
+
+/** Text a streaming model produced: live only, never stored, no `sequence`. */
+export interface ModelDeltaEvent {
+  run_id: string;
+  timestamp: string;
+  type: "model_delta";
+  text: string;
+}
+
+/** One event of a run, told apart by `type`. */
+export type RunEvent =
+  | RunStartEvent
+  | ModelStartEvent
+  | ModelEndEvent
+  | ModelErrorEvent
+  | ToolStartEvent
+  | ToolEndEvent
+  | MessageEvent
+  | ActionsRequiredEvent
+  | RunResumedEvent
+  | RunEndEvent
+  | ModelDeltaEvent;
+
+// ---------------------------------------------------------------- errors
+
+/** The codes of the server's errors, `{"error": {"code": ..., "message": ...}}`. */
+export type ApiErrorCode =
+  | "invalid_json"
+  | "invalid_query"
+  | "invalid_path"
+  | "bad_request"
+  | "unauthorized"
+  | "not_found"
+  | "method_not_allowed"
+  | "idempotency_key_reused"
+  | "run_not_live"
+  | "run_not_paused"
+  | "run_live"
+  | "payload_too_large"
+  | "uri_too_long"
+  | "unsupported_media_type"
+  | "invalid_request"
+  | "queue_full"
+  | "headers_too_large"
+  | "internal"
+  | "shutting_down"
+  | "unavailable"
+  | "insufficient_storage"
+  | "rate_limited"
+  | "quota_exceeded";
+
+/** The body of every error answer. */
+export interface ErrorBody {
+  error: {
+    code: ApiErrorCode;
+    message: string;
+  };
+}

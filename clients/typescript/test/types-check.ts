@@ -1,0 +1,94 @@
+/**
+ * The hand-written types of `src/types.ts` against the ones `openapi-typescript`
+ * generates from `openapi.yaml` (into `generated/`, by `npm run check:types`).
+ * Nothing runs: the check is that this file compiles. `Same` is type identity,
+ * so a field added to, removed from or retyped in a schema (optional or not)
+ * fails it until `src/types.ts` says the same.
+ */
+import type { components, operations } from "./generated/openapi.js";
+import type * as T from "../src/types.js";
+
+type Schemas = components["schemas"];
+
+/** `true` when `A` and `B` are the same type, field for field. */
+type Same<A, B> = (<V>() => V extends A ? 1 : 2) extends <V>() => V extends B ? 1 : 2 ? true : false;
+
+/** Compiles only when given `true`. */
+type Assert<Check extends true> = Check;
+
+/** The JSON body of an operation's answer `Status`. */
+type JsonAnswer<Op extends keyof operations, Status extends number> = operations[Op]["responses"] extends {
+  [S in Status]: { content: { "application/json": infer Body } };
+}
+  ? Body
+  : never;
+
+/** The JSON body an operation takes. */
+type JsonRequest<Op extends keyof operations> = operations[Op] extends {
+  requestBody: { content: { "application/json": infer Body } };
+}
+  ? Body
+  : never;
+
+type Request<Op extends keyof operations> = operations[Op]["parameters"];
+
+// Exported only so that they count as used.
+export type Schemata = [
+  Assert<Same<T.RunStatus, Schemas["RunStatus"]>>,
+  Assert<Same<T.TerminalRunStatus, Schemas["TerminalRunStatus"]>>,
+  Assert<Same<T.ModelKind, Schemas["ModelKind"]>>,
+  Assert<Same<T.ToolName, Schemas["ToolName"]>>,
+  Assert<Same<T.Usage, Schemas["Usage"]>>,
+  Assert<Same<T.ModelUsage, Schemas["ModelUsage"]>>,
+  Assert<Same<T.RunLimits, Schemas["RunLimits"]>>,
+  Assert<Same<T.RunContext, Schemas["RunContext"]>>,
+  Assert<Same<T.ModelInfo, Schemas["ModelInfo"]>>,
+  Assert<Same<T.Approval, Schemas["Approval"]>>,
+  Assert<Same<T.ClientTool, Schemas["ClientTool"]>>,
+  Assert<Same<T.Webhook, Schemas["Webhook"]>>,
+  Assert<Same<T.PendingAction, Schemas["PendingAction"]>>,
+  Assert<Same<T.Run, Schemas["Run"]>>,
+  Assert<Same<T.RunList, Schemas["RunList"]>>,
+  Assert<Same<T.ProfileModel, Schemas["ProfileModel"]>>,
+  Assert<Same<T.ScriptedModel, Schemas["ScriptedModel"]>>,
+  Assert<Same<T.ScriptedResponse, Schemas["ScriptedResponse"]>>,
+  Assert<Same<T.CreateRunRequest, Schemas["CreateRunRequest"]>>,
+  Assert<Same<T.ActionAnswer, Schemas["ActionAnswer"]>>,
+  Assert<Same<T.ActionsRequest, Schemas["ActionsRequest"]>>,
+  Assert<Same<T.ToolCall, Schemas["ToolCall"]>>,
+  Assert<Same<T.UserMessage, Schemas["UserMessage"]>>,
+  Assert<Same<T.AssistantMessage, Schemas["AssistantMessage"]>>,
+  Assert<Same<T.ToolMessage, Schemas["ToolMessage"]>>,
+  Assert<Same<T.Message, Schemas["Message"]>>,
+  Assert<Same<T.MessageList, Schemas["MessageList"]>>,
+  Assert<Same<T.RunStartEvent, Schemas["RunStartEvent"]>>,
+  Assert<Same<T.ModelStartEvent, Schemas["ModelStartEvent"]>>,
+  Assert<Same<T.ModelEndEvent, Schemas["ModelEndEvent"]>>,
+  Assert<Same<T.ModelErrorEvent, Schemas["ModelErrorEvent"]>>,
+  Assert<Same<T.ToolStartEvent, Schemas["ToolStartEvent"]>>,
+  Assert<Same<T.ToolEndEvent, Schemas["ToolEndEvent"]>>,
+  Assert<Same<T.MessageEvent, Schemas["MessageEvent"]>>,
+  Assert<Same<T.ActionsRequiredEvent, Schemas["ActionsRequiredEvent"]>>,
+  Assert<Same<T.RunResumedEvent, Schemas["RunResumedEvent"]>>,
+  Assert<Same<T.RunEndEvent, Schemas["RunEndEvent"]>>,
+  Assert<Same<T.ModelDeltaEvent, Schemas["ModelDeltaEvent"]>>,
+  Assert<Same<T.RunEvent, Schemas["Event"]>>,
+  Assert<Same<T.ApiErrorCode, Schemas["ErrorCode"]>>,
+  Assert<Same<T.ErrorBody, Schemas["Error"]>>,
+];
+
+// The operations the client calls take and answer those types.
+export type Operations = [
+  Assert<Same<JsonRequest<"createRun">, T.CreateRunRequest>>,
+  Assert<Same<JsonAnswer<"createRun", 201>, T.Run>>,
+  Assert<Same<JsonAnswer<"getRun", 200>, T.Run>>,
+  Assert<Same<JsonAnswer<"listRuns", 200>, T.RunList>>,
+  Assert<Same<NonNullable<Request<"listRuns">["query"]>, T.ListRunsQuery>>,
+  Assert<Same<JsonAnswer<"cancelRunIdempotent", 200>, T.Run>>,
+  Assert<Same<JsonAnswer<"cancelRunIdempotent", 202>, T.Run>>,
+  Assert<Same<JsonRequest<"answerActions">, T.ActionsRequest>>,
+  Assert<Same<JsonAnswer<"answerActions", 200>, T.Run>>,
+  Assert<Same<JsonAnswer<"listMessages", 200>, T.MessageList>>,
+  Assert<Same<keyof NonNullable<Request<"createRun">["query"]>, "wait" | "stream">>,
+  Assert<Same<keyof NonNullable<Request<"streamEvents">["header"]>, "Last-Event-ID">>,
+];
