@@ -97,7 +97,7 @@ fn start(c: &mut Criterion) {
         group.bench_function(name, |b| {
             b.to_async(&runtime).iter(|| async {
                 let mut session = servers
-                    .connect(&names, &commands, workspace.path(), &abandon)
+                    .connect(&names, &commands, workspace.path(), None, &abandon)
                     .await
                     .expect("the server starts");
                 assert!(!session.tools(&[], &[]).expect("its tools").is_empty());

@@ -50,6 +50,9 @@ pub struct Context<'a> {
     pub workspace: &'a Path,
     /// Built when the server has streamable HTTP servers.
     pub http: Option<&'a reqwest::Client>,
+    /// The W3C `traceparent` of the run's span, sent with every request
+    /// to an HTTP server (the server's spans join the run's trace).
+    pub traceparent: Option<&'a str>,
     /// Fires when the run no longer waits for its servers (it was stopped,
     /// or its deadline passed): a server still starting is ended, and
     /// waited for.
@@ -330,6 +333,15 @@ async fn connect_http(
     let mut config = StreamableHttpClientTransportConfig::with_uri(http.url.as_str());
     if let Some(token) = &http.token {
         config = config.auth_header(token.expose());
+    }
+    if let Some(traceparent) = context
+        .traceparent
+        .and_then(|value| reqwest::header::HeaderValue::from_str(value).ok())
+    {
+        config.custom_headers.insert(
+            reqwest::header::HeaderName::from_static("traceparent"),
+            traceparent,
+        );
     }
     let client = context
         .http

@@ -79,7 +79,8 @@ impl McpServers {
     }
 
     /// Connects a run to the servers named `names` (each configured), at
-    /// once. A stdio server starts in `workspace`, which must exist. When
+    /// once. A stdio server starts in `workspace`, which must exist; an
+    /// HTTP server's requests carry `traceparent`, if given. When
     /// `abandon` fires, the servers still starting are ended (and waited
     /// for), and this answers an error.
     pub async fn connect(
@@ -87,6 +88,7 @@ impl McpServers {
         names: &[String],
         commands: &crate::tools::CommandRunner,
         workspace: &Path,
+        traceparent: Option<&str>,
         abandon: &tokio_util::sync::CancellationToken,
     ) -> Result<RunServers, String> {
         let servers: Vec<Arc<McpServer>> = names
@@ -101,6 +103,7 @@ impl McpServers {
             commands,
             workspace,
             http: self.http.as_ref(),
+            traceparent,
             abandon,
         };
         RunServers::connect(&servers, &context).await

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::observer::RunObserver;
 use super::task::RunTask;
-use crate::harness::{ClientTool, Tool, ToolRegistry};
+use crate::harness::{ClientTool, Observer, Tool, ToolRegistry};
 use crate::mcp::{RunServers, TOOL_PREFIX};
 use crate::tools::{RunWorkspace, builtin_tools};
 use tokio_util::sync::CancellationToken;
@@ -40,7 +40,9 @@ impl RunTask {
         )
         .map_err(|e| e.to_string())?;
         let began = Instant::now();
-        *servers = self.connect_mcp(&workspace, before).await?;
+        *servers = self
+            .connect_mcp(&workspace, before, observer.traceparent())
+            .await?;
         let connecting = began.elapsed();
         let approvals: Vec<&str> = spec.approval.tools.iter().map(String::as_str).collect();
         let from_servers = servers.tools(&mcp, &approvals)?;
@@ -88,6 +90,7 @@ impl RunTask {
         &self,
         workspace: &Arc<RunWorkspace>,
         before: Duration,
+        traceparent: Option<String>,
     ) -> Result<RunServers, String> {
         let spec = &self.spec;
         if spec.mcp_servers.is_empty() {
@@ -103,7 +106,13 @@ impl RunTask {
                 .map_err(|e| format!("the run's workspace could not be made: {e}"))?;
             shared
                 .mcp
-                .connect(&spec.mcp_servers, &shared.commands, opened.root(), &abandon)
+                .connect(
+                    &spec.mcp_servers,
+                    &shared.commands,
+                    opened.root(),
+                    traceparent.as_deref(),
+                    &abandon,
+                )
                 .await
         };
         tokio::pin!(connecting);

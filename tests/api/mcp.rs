@@ -791,12 +791,12 @@ async fn the_reference_server_over_streamable_http() {
     assert!(content(&messages[3])["temperature"].is_number());
 }
 
-#[tokio::test]
-async fn an_http_server_gets_the_bearer_token_from_its_variable() {
+/// The fixture's HTTP server, asking for `token`, in a folder of its own
+/// (where it logs what it was sent); its URL.
+async fn fixture_over_http(token: &str) -> (tokio::process::Child, String, tempfile::TempDir) {
     let fixtures = tempfile::tempdir().unwrap();
     let port_file = fixtures.path().join("port");
-    let token = "mcp-token-5f1d2e";
-    let _server = tokio::process::Command::new(PYTHON)
+    let server = tokio::process::Command::new(PYTHON)
         .arg(fixtures_dir().join("fixture.py"))
         .args(["http", port_file.to_str().unwrap(), token])
         .current_dir(fixtures.path())
@@ -812,7 +812,13 @@ async fn an_http_server_gets_the_bearer_token_from_its_variable() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(!port.is_empty(), "the fixture listens");
-    let url = format!("http://127.0.0.1:{port}/mcp");
+    (server, format!("http://127.0.0.1:{port}/mcp"), fixtures)
+}
+
+#[tokio::test]
+async fn an_http_server_gets_the_bearer_token_from_its_variable() {
+    let token = "mcp-token-5f1d2e";
+    let (_server, url, fixtures) = fixture_over_http(token).await;
 
     for (given, works) in [(token, true), ("not-the-token-3a9c", false)] {
         let dir = tempfile::tempdir().unwrap();
@@ -862,4 +868,58 @@ async fn an_http_server_gets_the_bearer_token_from_its_variable() {
         }
         terminate(&mut server);
     }
+}
+
+#[tokio::test]
+async fn an_http_servers_requests_carry_the_runs_traceparent() {
+    let token = "mcp-token-77c0a1";
+    let (_server, url, fixtures) = fixture_over_http(token).await;
+    let dir = tempfile::tempdir().unwrap();
+    // Traces on (to a collector that is not there: spans are made all the
+    // same, and dropped).
+    let collector = format!("http://127.0.0.1:{}", free_port());
+    let (_agent, address) = start_binary_with(
+        &dir,
+        &[
+            ("AGENT_RUNNER_MCP__DOCS__URL", &url),
+            ("AGENT_RUNNER_MCP__DOCS__BEARER_TOKEN_ENV", "DOCS_MCP_TOKEN"),
+            ("DOCS_MCP_TOKEN", token),
+            ("AGENT_RUNNER_TRACING__OTLP_ENDPOINT", &collector),
+        ],
+    );
+    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let caller = "00f067aa0ba902b7";
+    let run: Value = http_client()
+        .post(format!("{address}/v1/runs?wait=true"))
+        .header("traceparent", format!("00-{trace_id}-{caller}-01"))
+        .json(&json!({
+            "prompt": "record", "mcp_servers": ["docs"],
+            "model": {"scripted": [
+                {"content": "", "tool_calls": [call("1", "mcp__docs__record", json!({"n": 5}))]},
+                {"content": "done"}
+            ]}
+        }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(run["status"], "completed", "{run}");
+    // Every request of the session (initialize, the list, the call) is a
+    // child of the run's span, in the caller's trace.
+    let sent = std::fs::read_to_string(fixtures.path().join("traceparents.log")).unwrap();
+    let lines: Vec<&str> = sent.lines().collect();
+    assert!(lines.len() >= 3, "{sent}");
+    for line in &lines {
+        let parts: Vec<&str> = line.split('-').collect();
+        assert_eq!(parts.len(), 4, "{sent}");
+        assert_eq!(
+            (parts[0], parts[1], parts[3]),
+            ("00", trace_id, "01"),
+            "{sent}"
+        );
+        assert_ne!(parts[2], caller, "the run's own span: {sent}");
+    }
+    assert!(lines.iter().all(|line| line == &lines[0]), "{sent}");
 }

@@ -102,6 +102,7 @@ def serve_http(port_file, token):
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             if not self.authorized():
                 return
+            append("traceparents.log", str(self.headers.get("traceparent")))
             reply = answer(json.loads(body))
             if reply is None:
                 self.send_response(202)
