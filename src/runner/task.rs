@@ -357,8 +357,12 @@ impl RunTask {
             Begin::Continue(_) => None,
         };
         // A resumed scripted model goes on from the response after the last
-        // one it gave (each accepted response is a step).
-        let answered = resumed.map_or(0, |(steps, _, _)| steps as usize);
+        // one it gave (each accepted response is a step), or gives again
+        // the one whose effects were lost with its process.
+        let lost = matches!(&begin, Begin::Recover(stored) if stored.response_lost);
+        let answered = resumed.map_or(0, |(steps, _, _)| {
+            (steps as usize).saturating_sub(usize::from(lost))
+        });
         let model: Arc<dyn Model> = match &spec.model {
             ModelSpec::Scripted(script) => Arc::new(ScriptedModel::new(
                 script.get(answered..).unwrap_or_default().to_vec(),

@@ -104,6 +104,10 @@ pub struct StoredRecovery {
     pub messages: Vec<Arc<Message>>,
     pub last_sequence: u64,
     pub steps: u32,
+    /// Whether its last model response is counted in `steps` but lost:
+    /// its `model_end` stored, nothing after it (the process stopped in
+    /// between). A scripted model gives that response again.
+    pub response_lost: bool,
     pub tool_calls: u32,
     pub usage: crate::harness::UsageTotals,
     pub running: Duration,

@@ -187,7 +187,13 @@ impl Store {
                     "SELECT steps, tool_calls, input_tokens, output_tokens, \
                      model_calls_with_usage, running_ms, \
                      (SELECT COALESCE(MAX(sequence), 0) FROM events WHERE run_id = runs.id) \
-                     AS last FROM runs WHERE id = $1",
+                     AS last, \
+                     (SELECT COUNT(*) FROM events AS model_end \
+                      WHERE model_end.run_id = runs.id AND model_end.type = 'model_end' \
+                      AND model_end.sequence = (SELECT MAX(sequence) FROM events \
+                        WHERE run_id = runs.id AND type IN ('model_end', 'message'))) \
+                     AS response_lost \
+                     FROM runs WHERE id = $1",
                 )
                 .bind(id.to_string())
                 .fetch_optional(connection)
@@ -233,6 +239,8 @@ impl Store {
             messages: self.transcript(id).await?,
             last_sequence: count("last")?,
             steps: narrow("steps")?,
+            // A response's message is the first message after its model_end.
+            response_lost: count("response_lost")? > 0,
             tool_calls: narrow("tool_calls")?,
             usage: crate::harness::UsageTotals {
                 input_tokens: count("input_tokens")?,

@@ -120,6 +120,66 @@ async fn a_run_killed_mid_model_call_resumes_after_the_restart_and_completes() {
     kill(&mut child);
 }
 
+#[tokio::test]
+async fn a_crash_after_a_responses_model_end_was_stored_but_not_its_message_gives_it_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, server) = start(&dir, "");
+    let run = server
+        .post_json(
+            "/v1/runs",
+            &json!({
+                "prompt": "two steps",
+                "model": {"scripted": [
+                    {"content": "", "tool_calls": [call("l", "list_dir", json!({}))]},
+                    {"delay_ms": 5000, "content": "done"}
+                ]}
+            }),
+        )
+        .await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    // Killed in its last model call; then storage is made to hold what a
+    // kill a moment later leaves: that call's model_end (and its step),
+    // not the answer after it.
+    first_step_stored(&server, &id).await;
+    kill(&mut child);
+    let database = format!("sqlite://{}/runs.db", dir.path().display());
+    let mut connection = <sqlx::SqliteConnection as sqlx::Connection>::connect(&database)
+        .await
+        .unwrap();
+    let (last,): (i64,) = sqlx::query_as("SELECT MAX(sequence) FROM events WHERE run_id = $1")
+        .bind(&id)
+        .fetch_one(&mut connection)
+        .await
+        .unwrap();
+    let body = json!({"run_id": id, "sequence": last + 1, "timestamp": "2026-01-01T00:00:00Z",
+                      "type": "model_end", "duration_ms": 1.0});
+    sqlx::query(
+        "INSERT INTO events (run_id, sequence, type, body) VALUES ($1, $2, 'model_end', $3)",
+    )
+    .bind(&id)
+    .bind(last + 1)
+    .bind(body.to_string())
+    .execute(&mut connection)
+    .await
+    .unwrap();
+    sqlx::query("UPDATE runs SET steps = steps + 1 WHERE id = $1")
+        .bind(&id)
+        .execute(&mut connection)
+        .await
+        .unwrap();
+    drop(connection);
+
+    // The scripted model gives the lost answer again (it was not used up).
+    let (mut child, server) = start(&dir, "");
+    let done = server.wait_status(&id, "completed").await;
+    assert_eq!(done["answer"], "done", "{done}");
+    assert_eq!(done["resumes"], 1);
+    let transcript = messages(&server, &id).await;
+    assert_whole(&transcript);
+    assert_eq!(transcript.len(), 4, "{transcript:?}");
+    kill(&mut child);
+}
+
 /// A preset that appends a line to `log.txt`, then takes a while.
 fn appending(idempotent: bool) -> String {
     format!(
