@@ -353,16 +353,20 @@ impl RunTask {
                     .read(self.live.id, |run| (run.steps, run.tool_calls, run.usage))
                     .ok_or("the run is not live")?,
             ),
-            Begin::Recover(stored) => Some((stored.steps, stored.tool_calls, stored.usage)),
+            // A response lost with the process (its step counted, its
+            // message not stored) is asked for again: its step is not
+            // counted twice (its tokens, spent, stay counted).
+            Begin::Recover(stored) => Some((
+                stored.steps.saturating_sub(u32::from(stored.response_lost)),
+                stored.tool_calls,
+                stored.usage,
+            )),
             Begin::Continue(_) => None,
         };
         // A resumed scripted model goes on from the response after the last
-        // one it gave (each accepted response is a step), or gives again
-        // the one whose effects were lost with its process.
-        let lost = matches!(&begin, Begin::Recover(stored) if stored.response_lost);
-        let answered = resumed.map_or(0, |(steps, _, _)| {
-            (steps as usize).saturating_sub(usize::from(lost))
-        });
+        // one it gave (each accepted response is a step; a lost one, not
+        // counted above, is given again).
+        let answered = resumed.map_or(0, |(steps, _, _)| steps as usize);
         let model: Arc<dyn Model> = match &spec.model {
             ModelSpec::Scripted(script) => Arc::new(ScriptedModel::new(
                 script.get(answered..).unwrap_or_default().to_vec(),

@@ -174,6 +174,7 @@ async fn a_crash_after_a_responses_model_end_was_stored_but_not_its_message_give
     let done = server.wait_status(&id, "completed").await;
     assert_eq!(done["answer"], "done", "{done}");
     assert_eq!(done["resumes"], 1);
+    assert_eq!(done["steps"], 2, "the lost response's step is counted once");
     let transcript = messages(&server, &id).await;
     assert_whole(&transcript);
     assert_eq!(transcript.len(), 4, "{transcript:?}");
