@@ -185,7 +185,9 @@ pub trait Observer: Send + Sync {
     fn on_delta(&self, _run_id: Uuid, _text: &str) {}
 
     /// The W3C `traceparent` of the run's model call open now (made at
-    /// its `model_start`), if the observer traces it: sent to the provider.
+    /// its `model_start`), else of the run's own span, if the observer
+    /// traces it: sent to the provider (and, the run's, to its MCP servers
+    /// over HTTP).
     fn traceparent(&self) -> Option<String> {
         None
     }

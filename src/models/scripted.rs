@@ -14,7 +14,7 @@ use crate::sync::lock;
 /// Answers each call with the next element of its script.
 ///
 /// Each element is the raw JSON a provider adapter would return
-/// (`{content, tool_calls?, usage?}`), validated exactly like one. Two test knobs
+/// (`{content, tool_calls?, usage?, finish_reason?}`), validated exactly like one. Two test knobs
 /// are taken out of it first: `delay_ms` (wait that long, honouring
 /// cancellation) and `error` (fail with that message). A script used up is a
 /// model error, so an unexpected extra turn never passes silently.

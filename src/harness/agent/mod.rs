@@ -489,7 +489,11 @@ impl Run<'_, '_> {
             }
             let duration_ms = millis(began.elapsed());
             let usage = response.usage;
-            let finish_reason = response.finish_reason.take();
+            // The provider's word, bounded: it is stored with every step.
+            let finish_reason = response
+                .finish_reason
+                .take()
+                .map(|reason| reason.chars().take(MAX_FINISH_REASON_CHARS).collect());
             // The totals first, so that they are stored with the event
             // that makes them.
             self.steps += 1;
@@ -586,6 +590,9 @@ fn serialize_result(value: &Value) -> String {
 fn json_string_chars(text: &str) -> usize {
     serde_json::to_string(text).map_or(text.len(), |json| json.chars().count())
 }
+
+/// The longest `finish_reason` kept (providers' are a word or two).
+const MAX_FINISH_REASON_CHARS: usize = 64;
 
 fn millis(duration: Duration) -> f64 {
     (duration.as_nanos() as f64 / 1_000.0).round() / 1_000.0
