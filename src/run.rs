@@ -342,7 +342,8 @@ pub struct Run {
     /// The creator's span its spans are children of, if it sent one.
     #[serde(skip)]
     pub parent_span_id: Option<String>,
-    /// Whether its spans are recorded (see [`RunTrace::sampled`]).
+    /// The sampled flag of its creator's `traceparent` (true without one:
+    /// the sample ratio decides then; see [`RunTrace::sampled`]).
     #[serde(skip, default = "sampled")]
     pub trace_sampled: bool,
 }

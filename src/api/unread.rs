@@ -1,9 +1,11 @@
 //! A request answered before its body was read to the end (refused before
 //! the body mattered: no route, no token, an unknown run, a full queue)
-//! leaves its connection unable to carry another request: the unread bytes
-//! are in the way, and the server closes it. Its answer says so with
-//! `Connection: close` (HTTP/1), so that a client does not send its next
-//! request on a connection that is about to close and see it fail.
+//! may leave its connection unable to carry another request: hyper drains
+//! a body already in its read buffer and keeps the connection, but closes
+//! it when the rest has yet to arrive, without a word. Such an answer says
+//! `Connection: close` (HTTP/1), so that a client never sends its next
+//! request on a connection about to close and sees it fail. (The cost: a
+//! refused request with a body never keeps its connection.)
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -12,7 +14,7 @@ use std::task::{Context, Poll};
 
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::Request;
-use axum::http::{HeaderMap, HeaderValue, Version, header};
+use axum::http::{HeaderValue, Version, header};
 use axum::middleware::Next;
 use axum::response::Response;
 use http_body::{Frame, SizeHint};
@@ -20,7 +22,7 @@ use http_body::{Frame, SizeHint};
 /// The middleware: tracks whether the body is read to its end, and closes
 /// the connection of an answer given before that.
 pub async fn close_unread(request: Request, next: Next) -> Response {
-    if request.version() >= Version::HTTP_2 || !has_body(request.headers()) {
+    if request.version() >= Version::HTTP_2 || request.body().is_end_stream() {
         return next.run(request).await;
     }
     let read = Arc::new(AtomicBool::new(false));
@@ -38,16 +40,6 @@ pub async fn close_unread(request: Request, next: Next) -> Response {
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
     response
-}
-
-/// Whether the request says it has a body (a chunked one, or a length
-/// above 0).
-fn has_body(headers: &HeaderMap) -> bool {
-    headers.contains_key(header::TRANSFER_ENCODING)
-        || headers
-            .get(header::CONTENT_LENGTH)
-            .and_then(|value| value.to_str().ok())
-            .is_some_and(|length| length.trim() != "0")
 }
 
 /// A body that notes when it has been read to its end.

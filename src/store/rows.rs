@@ -83,7 +83,7 @@ pub(super) fn run_from_row(row: &AnyRow) -> Result<Run, StoreError> {
         trace_id: row.get("trace_id"),
         parent_span_id: row.get("parent_span_id"),
         // 0 or 1 (an integer in both engines, as the other counts).
-        trace_sampled: row.get::<i64, _>("trace_sampled") != 0,
+        trace_sampled: count::<u8>(row, "trace_sampled")? != 0,
         limits: json(row, "limits")?,
         context: json(row, "context")?,
         tools: json(row, "tools")?,
