@@ -81,7 +81,9 @@ fn matches_shown(shown: &str, actual: &str) -> bool {
 }
 
 /// A bash the blocks run in, one after another, keeping its variables;
-/// stderr goes with stdout, as on a terminal.
+/// stderr goes with stdout, as on a terminal. Its environment is only what
+/// a terminal's would need (nothing of the test's leaks in), and it is a
+/// process group of its own, killed whole when dropped.
 struct Shell {
     child: std::process::Child,
     lines: mpsc::Receiver<String>,
@@ -90,11 +92,15 @@ struct Shell {
 
 impl Shell {
     fn start(dir: &std::path::Path, path: &str, url: &str) -> Shell {
+        use std::os::unix::process::CommandExt;
         let mut child = Command::new("bash")
             .current_dir(dir)
+            .env_clear()
             .env("PATH", path)
             .env("AGENT_RUNNER_URL", url)
             .env("HOME", dir)
+            .env("LANG", "C.UTF-8")
+            .process_group(0)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -115,7 +121,7 @@ impl Shell {
             lines,
             blocks: 0,
         };
-        shell.run("exec 2>&1");
+        shell.run("exec 2>&1; set -o pipefail");
         shell
     }
 
@@ -124,10 +130,12 @@ impl Shell {
         self.blocks += 1;
         let marker = format!("--- end of block {} ---", self.blocks);
         let stdin = self.child.stdin.as_mut().unwrap();
-        // A block whose last line has no newline still ends before the marker.
+        // The block reads nothing of the shell's input (the marker's line is
+        // there); a block whose last line has no newline still ends before
+        // the marker.
         write!(
             stdin,
-            "{script}\nprintf '\\n%s %s\\n' \"{marker}\" \"$?\"\n"
+            "{{ {script}\n}} </dev/null\nprintf '\\n%s %s\\n' \"{marker}\" \"$?\"\n"
         )
         .unwrap();
         stdin.flush().unwrap();
@@ -135,10 +143,15 @@ impl Shell {
         let mut output = String::new();
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
-            let line = self
-                .lines
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("{script}\ndid not end in time; so far:\n{output}"));
+            let line = match self.lines.recv_timeout(left) {
+                Ok(line) => line,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    panic!("{script}\ndid not end in time; so far:\n{output}")
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => panic!(
+                    "{script}\nended the shell (or printed what is not UTF-8); so far:\n{output}"
+                ),
+            };
             if let Some(status) = line.strip_prefix(&marker) {
                 // The newline printed before the marker is not the block's.
                 if output.ends_with("\n\n") || output == "\n" {
@@ -154,7 +167,10 @@ impl Shell {
 
 impl Drop for Shell {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        // The whole group: a command still following a stream dies too.
+        let _ = Command::new("kill")
+            .args(["-KILL", &format!("-{}", self.child.id())])
+            .status();
         let _ = self.child.wait();
     }
 }
@@ -202,6 +218,9 @@ fn the_readme_quickstart_works_as_written() {
             command
                 .args(&words[1..])
                 .current_dir(dir.path())
+                .env_clear()
+                .env("PATH", std::env::var("PATH").unwrap_or_default())
+                .env("HOME", dir.path())
                 .env("AGENT_RUNNER_SERVER__BIND", "127.0.0.1:0")
                 .env("RUST_LOG", "warn")
                 .stdout(Stdio::piped());
