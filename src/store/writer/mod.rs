@@ -46,6 +46,7 @@ mod health;
 mod ops;
 mod retention;
 mod sql;
+mod statements;
 mod task;
 mod transition;
 
@@ -67,7 +68,7 @@ pub(super) use health::is_refusal;
 pub use ops::{Finish, NewEvent, Pause};
 use ops::{Op, finish};
 pub(crate) use sql::RunRow;
-pub(super) use sql::{Placeholders, chunks, values_statement};
+pub(super) use statements::{Placeholders, chunks, values_statement};
 use task::Task;
 pub use transition::{Transition, Transitioned};
 
