@@ -82,8 +82,7 @@ fn matches_shown(shown: &str, actual: &str) -> bool {
 
 /// A bash the blocks run in, one after another, keeping its variables;
 /// stderr goes with stdout, as on a terminal. Its environment is only what
-/// a terminal's would need (nothing of the test's leaks in), and it is a
-/// process group of its own, killed whole when dropped.
+/// a terminal's would need (nothing of the test's leaks in).
 struct Shell {
     child: std::process::Child,
     lines: mpsc::Receiver<String>,
@@ -92,7 +91,6 @@ struct Shell {
 
 impl Shell {
     fn start(dir: &std::path::Path, path: &str, url: &str) -> Shell {
-        use std::os::unix::process::CommandExt;
         let mut child = Command::new("bash")
             .current_dir(dir)
             .env_clear()
@@ -100,7 +98,6 @@ impl Shell {
             .env("AGENT_RUNNER_URL", url)
             .env("HOME", dir)
             .env("LANG", "C.UTF-8")
-            .process_group(0)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -167,10 +164,9 @@ impl Shell {
 
 impl Drop for Shell {
     fn drop(&mut self) {
-        // The whole group: a command still following a stream dies too.
-        let _ = Command::new("kill")
-            .args(["-KILL", &format!("-{}", self.child.id())])
-            .status();
+        // A command of it still following a stream ends with the server,
+        // which the test stops next.
+        let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
