@@ -8,12 +8,14 @@ switch for. Standard library only; run by Debian's /usr/bin/python3.
                          run's workspace) and `wait` (never answers); each
                          notifications/cancelled it gets is appended to
                          cancelled.log
-    fixture.py http PORT_FILE TOKEN
-                         a streamable HTTP server on a free port (written
-                         to PORT_FILE) that answers only requests carrying
+    fixture.py http TOKEN
+                         a streamable HTTP server on a free port (its
+                         number the first line on stdout, once it listens)
+                         that answers only requests carrying
                          `Authorization: Bearer TOKEN` (a 401 echoes what
                          it got); each session's close (DELETE) is appended
-                         to sessions.log in its working directory
+                         to sessions.log, each POST's traceparent header to
+                         traceparents.log, in its working directory
 """
 
 import http.server
@@ -83,7 +85,7 @@ def stdio():
             sys.stdout.flush()
 
 
-def serve_http(port_file, token):
+def serve_http(token):
     class Handler(http.server.BaseHTTPRequestHandler):
         def authorized(self):
             given = self.headers.get("Authorization") or ""
@@ -134,10 +136,7 @@ def serve_http(port_file, token):
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    with open(port_file + ".tmp", "w") as file:
-        file.write(str(server.server_address[1]))
-    import os
-    os.rename(port_file + ".tmp", port_file)
+    print(server.server_address[1], flush=True)
     server.serve_forever()
 
 
@@ -153,7 +152,7 @@ def main():
     elif mode == "calls":
         stdio()
     elif mode == "http":
-        serve_http(sys.argv[2], sys.argv[3])
+        serve_http(sys.argv[2])
 
 
 main()

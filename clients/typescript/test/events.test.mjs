@@ -6,7 +6,7 @@ import { AgentRunner } from "../dist/index.js";
 import { startStreamingModel } from "./support/model.mjs";
 import { startProxy } from "./support/proxy.mjs";
 import { startServer } from "./support/server.mjs";
-import { collect, listThenDone, oneTo, pausingRun, sequences, slowRun, waitFor } from "./support/runs.mjs";
+import { collect, listThenDone, oneTo, pausingRun, sequences, slowRun, until } from "./support/runs.mjs";
 
 let model;
 let server;
@@ -142,8 +142,9 @@ test("answering from the loop: the stream waits through each pause, then goes on
       const [action] = event.actions;
       // Answered once the idle stream has carried a keep-alive comment.
       const stream = proxy.connections.find((connection) => connection.request.includes("/events "));
-      const comments = (stream.response.match(/^:.*$/gm) ?? []).length;
-      await waitFor("a keep-alive comment", () => (stream.response.match(/^:.*$/gm) ?? []).length > comments);
+      const keepAlives = () => (stream.response.match(/^:.*$/gm) ?? []).length;
+      const comments = keepAlives();
+      await until(proxy.changes, "response", () => keepAlives() > comments);
       if (action.kind === "client_tool") await runner.submitOutput(run.id, action.call_id, { status: "shipped" });
       else await runner.approve(run.id, action.call_id);
     }
@@ -186,7 +187,7 @@ test("breaking out of the loop closes the connection", async () => {
       if (event.type === "actions_required") break;
     }
     const stream = proxy.connections.find((connection) => connection.request.includes("/events "));
-    await waitFor("the stream's connection to close", () => stream.closed);
+    await until(proxy.changes, "closed", () => stream.closed);
     await runner.cancel(run.id);
   } finally {
     await proxy.close();

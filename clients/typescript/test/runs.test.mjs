@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { AgentRunner } from "../dist/index.js";
 import { startServer } from "./support/server.mjs";
-import { listThenDone, pausingRun, slowRun, waitFor } from "./support/runs.mjs";
+import { eventOf, listThenDone, pausingRun, slowRun } from "./support/runs.mjs";
 
 let server;
 let runner;
@@ -29,13 +29,12 @@ test("createRun with wait answers the completed run", async () => {
   assert.ok(run.finished_at);
 });
 
-test("createRun without wait answers at once; getRun follows the run to its end", async () => {
+test("createRun without wait answers at once; getRun shows the run as it ended", async () => {
   const created = await runner.createRun(slowRun(1, 200));
   assert.ok(["queued", "running"].includes(created.status), created.status);
-  const ended = await waitFor("the run to complete", async () => {
-    const run = await runner.getRun(created.id);
-    return run.status === "completed" && run;
-  });
+  await eventOf(runner, created.id, isEnd);
+  const ended = await runner.getRun(created.id);
+  assert.equal(ended.status, "completed");
   assert.equal(ended.id, created.id);
   assert.equal(ended.answer, "Done");
   assert.equal(ended.prompt, "Take your time");
@@ -73,14 +72,13 @@ test("listRuns walks every page; listRunsPage answers one", async () => {
 
 test("cancel ends a live run aborted, and may be repeated", async () => {
   const run = await runner.createRun(slowRun(5, 2_000));
-  await waitFor("the run to start", async () => (await runner.getRun(run.id)).status === "running");
+  await eventOf(runner, run.id, (event) => event.type === "run_start");
   const accepted = await runner.cancel(run.id);
   assert.equal(accepted.id, run.id);
   assert.ok(["running", "aborted"].includes(accepted.status), accepted.status);
-  const ended = await waitFor("the run to end", async () => {
-    const current = await runner.getRun(run.id);
-    return current.status === "aborted" && current;
-  });
+  await eventOf(runner, run.id, isEnd);
+  const ended = await runner.getRun(run.id);
+  assert.equal(ended.status, "aborted");
   assert.ok(ended.finished_at);
   const again = await runner.cancel(run.id);
   assert.equal(again.status, "aborted");
@@ -102,10 +100,9 @@ test("messages answers the transcript in order", async () => {
 
 test("a paused run: submit a client tool's output, then approve a write", async () => {
   const run = await runner.createRun(pausingRun());
-  const paused = await waitFor("the first pause", async () => {
-    const current = await runner.getRun(run.id);
-    return current.status === "requires_action" && current;
-  });
+  await eventOf(runner, run.id, pauseFor("1"));
+  const paused = await runner.getRun(run.id);
+  assert.equal(paused.status, "requires_action");
   assert.equal(paused.pending_actions.length, 1);
   assert.deepEqual(paused.pending_actions[0], {
     call_id: "1",
@@ -117,18 +114,17 @@ test("a paused run: submit a client tool's output, then approve a write", async 
   const resumed = await runner.submitOutput(run.id, "1", { status: "shipped" });
   assert.ok(["queued", "running", "requires_action"].includes(resumed.status), resumed.status);
 
-  const approval = await waitFor("the pause for approval", async () => {
-    const current = await runner.getRun(run.id);
-    return current.status === "requires_action" && current.pending_actions[0]?.call_id === "2" && current;
-  });
+  await eventOf(runner, run.id, pauseFor("2"));
+  const approval = await runner.getRun(run.id);
+  assert.equal(approval.status, "requires_action");
+  assert.equal(approval.pending_actions[0].call_id, "2");
   assert.equal(approval.pending_actions[0].kind, "approval");
   assert.equal(approval.pending_actions[0].name, "write_file");
 
   await runner.approve(run.id, "2");
-  const ended = await waitFor("the run to complete", async () => {
-    const current = await runner.getRun(run.id);
-    return current.status === "completed" && current;
-  });
+  await eventOf(runner, run.id, isEnd);
+  const ended = await runner.getRun(run.id);
+  assert.equal(ended.status, "completed");
   assert.equal(ended.answer, "Noted.");
   assert.deepEqual(ended.pending_actions, []);
   const tool = (await runner.messages(run.id)).filter((message) => message.role === "tool");
@@ -141,17 +137,13 @@ test("a paused run: submit a client tool's output, then approve a write", async 
 
 test("deny and submitError are told to the model", async () => {
   const run = await runner.createRun(pausingRun());
-  await waitFor("the first pause", async () => (await runner.getRun(run.id)).status === "requires_action");
+  await eventOf(runner, run.id, pauseFor("1"));
   await runner.submitError(run.id, "1", "the order service is down");
-  await waitFor("the pause for approval", async () => {
-    const current = await runner.getRun(run.id);
-    return current.pending_actions[0]?.call_id === "2";
-  });
+  await eventOf(runner, run.id, pauseFor("2"));
   await runner.deny(run.id, "2", "not today");
-  const ended = await waitFor("the run to end", async () => {
-    const current = await runner.getRun(run.id);
-    return current.finished_at && current;
-  });
+  await eventOf(runner, run.id, isEnd);
+  const ended = await runner.getRun(run.id);
+  assert.ok(ended.finished_at);
   assert.equal(ended.status, "completed");
   const tool = (await runner.messages(run.id)).filter((message) => message.role === "tool");
   assert.equal(tool[0].is_error, true);
@@ -159,3 +151,13 @@ test("deny and submitError are told to the model", async () => {
   assert.equal(tool[1].is_error, true);
   assert.match(tool[1].content, /Denied: not today/);
 });
+
+/** The run's end. */
+function isEnd(event) {
+  return event.type === "run_end";
+}
+
+/** The pause whose first pending call is `callId`. */
+function pauseFor(callId) {
+  return (event) => event.type === "actions_required" && event.actions[0]?.call_id === callId;
+}

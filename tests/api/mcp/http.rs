@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use tokio::io::AsyncBufReadExt;
+
 use serde_json::{Value, json};
 
 use super::*;
@@ -16,25 +18,33 @@ async fn everything_over_http() -> (tokio::process::Child, String) {
         .local_addr()
         .unwrap()
         .port();
-    let child = tokio::process::Command::new("node")
+    let mut child = tokio::process::Command::new("node")
         .arg(everything_entry())
         .arg("streamableHttp")
         .env("PORT", port.to_string())
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    for _ in 0..1000 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-        {
-            return (child, format!("http://127.0.0.1:{port}/mcp"));
+    // It says so on stderr once it listens ("... listening on port N").
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let listening = async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.contains(&format!("listening on port {port}")) {
+                // The rest of its output is read, so that it never blocks.
+                tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+                return true;
+            }
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("the reference server did not listen on {port}");
+        false
+    };
+    let listened = tokio::time::timeout(Duration::from_secs(20), listening).await;
+    assert!(
+        matches!(listened, Ok(true)),
+        "the reference server did not listen on {port}"
+    );
+    (child, format!("http://127.0.0.1:{port}/mcp"))
 }
 
 #[tokio::test]
@@ -70,23 +80,21 @@ async fn the_reference_server_over_streamable_http() {
 /// (where it logs what it was sent); its URL.
 async fn fixture_over_http(token: &str) -> (tokio::process::Child, String, tempfile::TempDir) {
     let fixtures = tempfile::tempdir().unwrap();
-    let port_file = fixtures.path().join("port");
-    let server = tokio::process::Command::new(PYTHON)
+    let mut server = tokio::process::Command::new(PYTHON)
         .arg(fixtures_dir().join("fixture.py"))
-        .args(["http", port_file.to_str().unwrap(), token])
+        .args(["http", token])
         .current_dir(fixtures.path())
+        .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let mut port = String::new();
-    for _ in 0..1000 {
-        if let Ok(text) = std::fs::read_to_string(&port_file) {
-            port = text;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(!port.is_empty(), "the fixture listens");
+    // Its port, printed once it listens.
+    let mut lines = tokio::io::BufReader::new(server.stdout.take().unwrap()).lines();
+    let port = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+        .await
+        .expect("the fixture listens within 10 s")
+        .unwrap()
+        .expect("the fixture prints its port");
     (server, format!("http://127.0.0.1:{port}/mcp"), fixtures)
 }
 

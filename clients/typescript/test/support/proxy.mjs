@@ -2,7 +2,7 @@
 // ways, records what each connection asked, and can cut the connections of
 // an event stream once a number of `id:` lines have passed.
 import { createServer, connect } from "node:net";
-import { once } from "node:events";
+import { EventEmitter, once } from "node:events";
 
 /**
  * Starts a proxy to `127.0.0.1:targetPort`. With `cutAfterIds: N` and
@@ -12,10 +12,12 @@ import { once } from "node:events";
  * those bytes are out. Answers `{ url, connections, close }`, where each
  * connection is `{ request, response, openedAt, cut, closed }` (`request`
  * and `response`: the bytes each way, as text; `openedAt`: when, in ms since
- * the epoch; `closed`: whether its client socket has closed).
+ * the epoch; `closed`: whether its client socket has closed), and `changes`
+ * emits `response` and `closed` as they happen.
  */
 export async function startProxy(targetPort, { cutAfterIds = Infinity, cuts = 0 } = {}) {
   const connections = [];
+  const changes = new EventEmitter();
   const sockets = new Set();
   let cutsLeft = cuts;
   const server = createServer((client) => {
@@ -37,6 +39,7 @@ export async function startProxy(targetPort, { cutAfterIds = Infinity, cuts = 0 
       if (cutAt < 0 || cutAt > text.length) {
         record.response += text;
         client.write(chunk);
+        changes.emit("response");
         return;
       }
       cutsLeft -= 1;
@@ -49,6 +52,7 @@ export async function startProxy(targetPort, { cutAfterIds = Infinity, cuts = 0 
       record.closed = true;
       sockets.delete(client);
       upstream.destroy();
+      changes.emit("closed");
     });
     upstream.on("close", () => {
       sockets.delete(upstream);
@@ -63,6 +67,7 @@ export async function startProxy(targetPort, { cutAfterIds = Infinity, cuts = 0 
   return {
     url: `http://127.0.0.1:${server.address().port}`,
     connections,
+    changes,
     close: async () => {
       for (const socket of sockets) socket.destroy();
       server.close();

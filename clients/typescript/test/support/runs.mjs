@@ -67,15 +67,33 @@ export function pausingRun() {
   };
 }
 
-/** Calls `probe` until it answers something truthy, which it answers; fails past `timeoutMs`. */
-export async function waitFor(what, probe, timeoutMs = 10_000) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
+/** The run's first event (from its start) that `matches`; fails past `timeoutMs`. */
+export async function eventOf(runner, runId, matches, timeoutMs = 10_000) {
+  for await (const event of runner.events(runId, { signal: AbortSignal.timeout(timeoutMs) })) {
+    if (matches(event)) return event;
   }
+  throw new Error(`run ${runId} ended without the event awaited`);
+}
+
+/**
+ * Resolves once `emitter` emits `name` with `holds()` true (checked at once
+ * too); fails past `timeoutMs`.
+ */
+export function until(emitter, name, holds, timeoutMs = 10_000) {
+  if (holds()) return Promise.resolve();
+  return new Promise((resolve, reject) => {
+    const check = () => {
+      if (!holds()) return;
+      clearTimeout(timer);
+      emitter.off(name, check);
+      resolve();
+    };
+    const timer = setTimeout(() => {
+      emitter.off(name, check);
+      reject(new Error(`timed out waiting for ${name}`));
+    }, timeoutMs);
+    emitter.on(name, check);
+  });
 }
 
 /** Collects every event of an async iterable. */
