@@ -233,25 +233,10 @@ async fn a_runs_spans_reach_phoenix_in_the_callers_trace() {
 
     // A run that pauses for a client tool: one execution up to the pause,
     // one after the answer, both in the run's own trace.
-    let paused = app
-        .create_run(json!({
-            "prompt": "ask",
-            "tools": [],
-            "client_tools": [{"name": "ask"}],
-            "model": {"scripted": [
-                {"content": "", "tool_calls": [call("c1", "ask", json!({}))]},
-                {"content": "answered"}
-            ]}
-        }))
-        .await;
+    let paused = app.create_run(asks_the_client()).await;
     let id = paused["id"].as_str().unwrap();
     let trace = paused["trace_id"].as_str().unwrap().to_owned();
-    app.wait_status(id, "requires_action").await;
-    let answered = app
-        .answer(id, json!([{"call_id": "c1", "output": "yes"}]))
-        .await;
-    assert!(answered.status.is_success(), "{}", answered.text);
-    assert_eq!(app.wait_terminal(id).await["status"], "completed");
+    answer_to_the_end(&app, id).await;
     // Both executions' spans, the second's exported after the first's.
     let spans = phoenix
         .spans_once(&trace, |spans| {
@@ -334,25 +319,12 @@ async fn with_a_sample_ratio_of_zero_only_what_a_caller_samples_is_recorded() {
     let unsampled_trace = "0af7651916cd43dd8448eb211c80319c";
     let paused = create(
         Some(format!("00-{unsampled_trace}-b7ad6b7169203331-00")),
-        json!({
-            "prompt": "ask",
-            "tools": [],
-            "client_tools": [{"name": "ask"}],
-            "model": {"scripted": [
-                {"content": "", "tool_calls": [call("c1", "ask", json!({}))]},
-                {"content": "answered"}
-            ]}
-        }),
+        asks_the_client(),
     )
     .await;
     assert_eq!(paused["trace_id"], unsampled_trace);
     let paused_id = paused["id"].as_str().unwrap();
-    app.wait_status(paused_id, "requires_action").await;
-    let answered = app
-        .answer(paused_id, json!([{"call_id": "c1", "output": "yes"}]))
-        .await;
-    assert!(answered.status.is_success(), "{}", answered.text);
-    assert_eq!(app.wait_terminal(paused_id).await["status"], "completed");
+    answer_to_the_end(&app, paused_id).await;
     assert_eq!(
         app.wait_terminal(own["id"].as_str().unwrap()).await["status"],
         "completed"
@@ -392,4 +364,27 @@ async fn with_a_sample_ratio_of_zero_only_what_a_caller_samples_is_recorded() {
         .filter_map(|span| span["context"]["trace_id"].as_str())
         .collect();
     assert_eq!(traces, [TRACE_ID].into(), "{all:#}");
+}
+
+/// A run that pauses for its client tool `ask` (call `c1`), then answers.
+fn asks_the_client() -> Value {
+    json!({
+        "prompt": "ask",
+        "tools": [],
+        "client_tools": [{"name": "ask"}],
+        "model": {"scripted": [
+            {"content": "", "tool_calls": [call("c1", "ask", json!({}))]},
+            {"content": "answered"}
+        ]}
+    })
+}
+
+/// Answers the pause of an [`asks_the_client`] run, and waits for its end.
+async fn answer_to_the_end(app: &TestApp, id: &str) {
+    app.wait_status(id, "requires_action").await;
+    let answered = app
+        .answer(id, json!([{"call_id": "c1", "output": "yes"}]))
+        .await;
+    assert!(answered.status.is_success(), "{}", answered.text);
+    assert_eq!(app.wait_terminal(id).await["status"], "completed");
 }
