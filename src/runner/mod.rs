@@ -106,6 +106,9 @@ pub(crate) struct Services {
     write_code_blocks: bool,
     /// `runs.draft_first`.
     draft_first: bool,
+    /// `runs.default_instructions`, when not empty: a run whose
+    /// instructions are these is not sent them in a draft.
+    default_instructions: Option<Arc<str>>,
     /// Where runs' spans go, if anywhere.
     telemetry: Arc<Telemetry>,
 }
@@ -215,6 +218,8 @@ impl Runner {
                 check_answers: config.runs.check_answers,
                 write_code_blocks: config.runs.write_code_blocks,
                 draft_first: config.runs.draft_first,
+                default_instructions: (!config.runs.default_instructions.is_empty())
+                    .then(|| config.runs.default_instructions.as_str().into()),
                 telemetry,
             }),
             runs: Arc::default(),

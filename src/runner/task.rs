@@ -392,6 +392,8 @@ impl RunTask {
             run_id: self.live.id,
             prompt: spec.prompt.clone(),
             instructions: spec.instructions.clone(),
+            default_instructions: spec.instructions.is_some()
+                && spec.instructions.as_deref() == shared.default_instructions.as_deref(),
             history,
             limits: Limits {
                 max_steps: NonZeroU32::new(spec.limits.max_steps).ok_or("max_steps is zero")?,

@@ -45,6 +45,15 @@ fn conversation(request: &Value) -> Vec<&Value> {
         .collect()
 }
 
+/// The system message of a model request, if any.
+fn system(request: &Value) -> Option<&str> {
+    let messages = request["messages"].as_array().unwrap();
+    let system = messages
+        .iter()
+        .find(|message| message["role"] == "system")?;
+    system["content"].as_str()
+}
+
 fn request(prompt: &str) -> Value {
     json!({"prompt": prompt, "model": {"profile": "oa"}, "commands": ["test"],
            "workspace": {"files": {"main.py": "print('no')\n"}}})
@@ -66,6 +75,13 @@ async fn a_draft_is_made_without_tools_and_its_code_block_becomes_the_file() {
     let requests = seen.lock().unwrap().clone();
     assert_eq!(requests.len(), 3);
     assert!(requests[0].get("tools").is_none(), "{}", requests[0]);
+    // The server's default instructions are about tools: the draft, made
+    // without them, is asked as the prompt alone; the calls after it get them.
+    assert_eq!(system(&requests[0]), None, "{}", requests[0]);
+    assert_eq!(
+        system(&requests[1]),
+        Some(agent_runner::config::DEFAULT_INSTRUCTIONS)
+    );
     for later in &requests[1..] {
         let names: Vec<&str> = later["tools"]
             .as_array()
@@ -171,4 +187,23 @@ async fn a_run_of_one_step_or_without_tools_never_drafts() {
     let requests = seen.lock().unwrap().clone();
     assert!(requests[0]["tools"].is_array(), "{}", requests[0]);
     assert!(requests[1].get("tools").is_none());
+}
+
+#[tokio::test]
+async fn a_draft_is_sent_the_runs_own_instructions() {
+    let (app, seen) = spawn_drafting(vec![
+        text("main.py\n```python\nprint('ok')\n```"),
+        run_test_call(),
+        text("Done."),
+    ])
+    .await;
+    let mut body = request("make main.py print ok");
+    body["instructions"] = json!("Answer in French.");
+    let run = app.run_to_end(body).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    let requests = seen.lock().unwrap().clone();
+    assert!(requests[0].get("tools").is_none(), "{}", requests[0]);
+    for request in &requests {
+        assert_eq!(system(request), Some("Answer in French."), "{request}");
+    }
 }

@@ -66,6 +66,10 @@ pub struct RunConfig {
     /// The system prompt, sent on every step, counted against the context
     /// budget, never in the transcript.
     pub instructions: Option<String>,
+    /// Whether `instructions` are the server's default ones, which tell how
+    /// to work through the built-in tools: a draft, made without tools, is
+    /// not sent them (see [`crate::harness::agent`]'s `draft` note).
+    pub default_instructions: bool,
     /// The transcript this run continues (a previous run's), before its
     /// prompt; empty for a run of its own. Not emitted again: it is the
     /// caller's already.
@@ -94,6 +98,7 @@ impl RunConfig {
             run_id: Uuid::now_v7(),
             prompt: prompt.into(),
             instructions: None,
+            default_instructions: false,
             history: Vec::new(),
             limits: Limits::default(),
             context: ContextLimits::default(),

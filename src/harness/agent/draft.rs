@@ -35,6 +35,17 @@ impl Run<'_, '_> {
             && self.config.limits.max_steps.get() > 1
     }
 
+    /// The instructions of a model call: a draft is not sent the server's
+    /// default ones, which tell how to work through tools it is not given
+    /// (a small model told of tools it lacks answers worse than alone); a
+    /// client's or a profile's own instructions are the run's, and are sent.
+    pub(super) fn instructions(&self, draft: bool) -> Option<&str> {
+        if draft && self.config.default_instructions {
+            return None;
+        }
+        self.config.instructions.as_deref()
+    }
+
     /// A draft cut off (at the token limit) changed nothing: it is a step,
     /// and the run goes on with its tools as after any draft that changed
     /// nothing, instead of failing.

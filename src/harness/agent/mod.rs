@@ -451,7 +451,7 @@ impl Run<'_, '_> {
             let began = Instant::now();
             let deltas = Deltas(&self.emitter);
             let request = ModelRequest {
-                instructions: self.config.instructions.as_deref(),
+                instructions: self.instructions(draft),
                 messages: context::view(&self.messages, &selection, &masks),
                 tools: if draft { &[] } else { tools.definitions() },
                 answer_now: stuck::is_stuck(&self.messages),
