@@ -118,7 +118,8 @@ pub struct ModelResponse {
 }
 
 /// Why a model produced no usable response. Every variant ends the run with
-/// `model_error`.
+/// `model_error`, but for a response cut off at the token limit, which the
+/// loop asks again for once (and a draft's, which it goes on from).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ModelError {
     /// The provider failed: unreachable, refused, out of retries.
@@ -127,9 +128,13 @@ pub enum ModelError {
     /// The provider answered, but not with a valid response envelope.
     #[error("Invalid model response: {0}")]
     InvalidResponse(String),
-    /// A provider's response was cut short (for instance by its token limit).
+    /// A provider's response was cut short (by a content filter, a refusal).
     #[error("{0}")]
     Incomplete(String),
+    /// A provider's response was cut off at its token limit (`max_tokens`):
+    /// the harness asks once for a shorter one before it fails the run.
+    #[error("{0}")]
+    TokenLimit(String),
 }
 
 /// A language model, or anything that answers like one.

@@ -287,7 +287,11 @@ fn reported(value: &Value, http: &HttpClient, retryable: bool) -> ProviderError 
 fn check_stop_reason(reason: Option<&str>) -> Result<(), ProviderError> {
     let why = match reason {
         Some("max_tokens") => {
-            "the answer was cut off at the token limit (stop_reason `max_tokens`); raise max_tokens"
+            return Err(ProviderError::TokenLimit(
+                "the answer was cut off at the token limit (stop_reason `max_tokens`); raise \
+                 max_tokens"
+                    .into(),
+            ));
         }
         Some("model_context_window_exceeded") => {
             "the answer was cut off by the model's context window (stop_reason `model_context_window_exceeded`)"

@@ -289,7 +289,7 @@ fn content_text(content: Option<&Value>) -> Result<String, ProviderError> {
 /// A response cut short is reported, not taken for an answer.
 fn check_finish_reason(reason: Option<&str>) -> Result<(), ProviderError> {
     match reason {
-        Some("length") => Err(ProviderError::Incomplete(
+        Some("length") => Err(ProviderError::TokenLimit(
             "the answer was cut off at the token limit (finish_reason `length`); raise max_tokens"
                 .into(),
         )),

@@ -178,12 +178,15 @@ async fn tool_use_ids_round_trip_through_a_multi_step_run() {
 
 #[tokio::test]
 async fn a_max_tokens_stop_is_reported_not_taken_for_an_answer() {
-    let server = MockServer::start(vec![Reply::ok(anthropic_message(
-        Some("The weather in"),
-        vec![],
-        "max_tokens",
-    ))])
-    .await;
+    // Cut off, noted, asked again, cut off again: the run fails.
+    let cut = || {
+        Reply::ok(anthropic_message(
+            Some("The weather in"),
+            vec![],
+            "max_tokens",
+        ))
+    };
+    let server = MockServer::start(vec![cut(), cut()]).await;
     let recorder = Recorder::default();
     let result = run(&model(&server), "Weather?", &recorder).await;
     assert_eq!(result.status, Outcome::ModelError);
@@ -193,6 +196,7 @@ async fn a_max_tokens_stop_is_reported_not_taken_for_an_answer() {
             "anthropic provider: the answer was cut off at the token limit (stop_reason `max_tokens`); raise max_tokens"
         )
     );
+    assert_eq!(server.request_count(), 2);
 }
 
 #[tokio::test]

@@ -240,11 +240,9 @@ async fn invalid_argument_json_is_a_recoverable_tool_error() {
 
 #[tokio::test]
 async fn a_length_finish_is_reported_not_taken_for_an_answer() {
-    let server = MockServer::start(vec![Reply::ok(openai_answer(
-        "The weather in Paris is",
-        "length",
-    ))])
-    .await;
+    // Cut off, noted, asked again, cut off again: the run fails.
+    let cut = || Reply::ok(openai_answer("The weather in Paris is", "length"));
+    let server = MockServer::start(vec![cut(), cut()]).await;
     let recorder = Recorder::default();
 
     let result = run(&model(&server, None), "Weather?", &recorder).await;
@@ -257,8 +255,40 @@ async fn a_length_finish_is_reported_not_taken_for_an_answer() {
         )
     );
     assert_eq!(result.answer, None);
-    assert_eq!(result.messages.len(), 1);
-    assert_eq!(server.request_count(), 1);
+    // The prompt and the note; nothing of either cut-off answer.
+    assert_eq!(result.messages.len(), 2, "{:?}", result.messages);
+    // The noted one is a step; the failing one, like any failed model call,
+    // is not.
+    assert_eq!(result.steps, 1);
+    assert_eq!(server.request_count(), 2);
+}
+
+#[tokio::test]
+async fn an_answer_cut_off_at_the_token_limit_is_asked_for_again_shorter() {
+    let server = MockServer::start(vec![
+        Reply::ok(openai_answer("It is sunny, sunny, sunny, sunny", "length")),
+        Reply::ok(openai_answer("Sunny.", "stop")),
+    ])
+    .await;
+    let recorder = Recorder::default();
+
+    let result = run(&model(&server, None), "Weather?", &recorder).await;
+
+    assert_eq!(result.status, Outcome::Completed, "{:?}", result.error);
+    assert_eq!(result.answer.as_deref(), Some("Sunny."));
+    assert_eq!(result.steps, 2);
+    let transcript = transcript(&result);
+    let note = transcript[1]["content"].as_str().unwrap();
+    assert_eq!(transcript[1]["role"], "user");
+    assert!(
+        note.starts_with("[agent-runner] Your last response was cut off at the token limit"),
+        "{note}"
+    );
+    // The model is sent the note, not the answer it cut off.
+    let second = &server.requests()[1].body;
+    let sent = second["messages"].as_array().unwrap();
+    assert_eq!(sent.last().unwrap()["content"], note);
+    assert!(!second.to_string().contains("sunny, sunny"), "{second}");
 }
 
 #[tokio::test]

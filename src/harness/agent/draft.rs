@@ -11,10 +11,9 @@
 //! to read a file it could not see) leading it.
 
 use std::sync::Arc;
-use std::time::Instant;
 
-use super::{Run, millis};
-use crate::harness::{EventKind, Message};
+use super::Run;
+use crate::harness::Message;
 
 /// The note that follows a draft that changed nothing, as a user message of
 /// the server: the draft stays in the transcript, and the model goes on
@@ -44,21 +43,6 @@ impl Run<'_, '_> {
             return None;
         }
         self.config.instructions.as_deref()
-    }
-
-    /// A draft cut off (at the token limit) changed nothing: it is a step,
-    /// and the run goes on with its tools as after any draft that changed
-    /// nothing, instead of failing.
-    pub(super) fn draft_cut_off(&mut self, why: &str, began: Instant) {
-        tracing::debug!(%why, "the draft was cut off");
-        self.steps += 1;
-        self.tell_totals();
-        let duration_ms = millis(began.elapsed());
-        self.emitter.emit(|| EventKind::ModelEnd {
-            duration_ms,
-            usage: None,
-            finish_reason: None,
-        });
     }
 }
 

@@ -15,6 +15,7 @@ use uuid::Uuid;
 
 mod calls;
 mod config;
+mod cut_off;
 mod draft;
 mod end;
 mod notes;
@@ -476,8 +477,12 @@ impl Run<'_, '_> {
             let mut response = match response {
                 Ok(response) => response,
                 Err(_) if token.is_cancelled() => return End::Stopped,
-                Err(ModelError::Incomplete(why)) if draft => {
-                    self.draft_cut_off(&why, began);
+                Err(ModelError::Incomplete(why) | ModelError::TokenLimit(why)) if draft => {
+                    self.cut_off(&why, began, false);
+                    continue;
+                }
+                Err(ModelError::TokenLimit(why)) if self.may_note_cut_off() => {
+                    self.cut_off(&why, began, true);
                     continue;
                 }
                 Err(error) => return self.model_failed(error.to_string()),
@@ -513,8 +518,10 @@ impl Run<'_, '_> {
             if batch == 0 {
                 let note = if draft {
                     Some(draft::DRAFT_NOTE.to_owned())
+                } else if let Some(note) = self.review() {
+                    Some(note)
                 } else {
-                    self.review()
+                    self.unread_note().await
                 };
                 let answer = response.content.clone();
                 self.append(Message::assistant(response.content, Vec::new()));

@@ -38,6 +38,9 @@ pub enum ProviderError {
     /// The provider stopped before the answer was complete.
     #[error("{0}")]
     Incomplete(String),
+    /// The answer reached the token limit (`max_tokens`) and was cut off.
+    #[error("{0}")]
+    TokenLimit(String),
 }
 
 impl ProviderError {
@@ -45,7 +48,7 @@ impl ProviderError {
         match self {
             Self::Status { status, .. } => RETRYABLE_STATUSES.contains(&status.as_u16()),
             Self::Transport { retryable, .. } | Self::Reported { retryable, .. } => *retryable,
-            Self::InvalidResponse(_) | Self::Incomplete(_) => false,
+            Self::InvalidResponse(_) | Self::Incomplete(_) | Self::TokenLimit(_) => false,
         }
     }
 
@@ -75,6 +78,7 @@ impl ProviderError {
                 ModelError::InvalidResponse(format!("{provider} provider: {why}"))
             }
             Self::Incomplete(why) => ModelError::Incomplete(format!("{provider} provider: {why}")),
+            Self::TokenLimit(why) => ModelError::TokenLimit(format!("{provider} provider: {why}")),
             other => ModelError::Provider(format!("{provider} provider: {other}{tried}{note}")),
         }
     }
