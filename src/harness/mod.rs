@@ -15,6 +15,7 @@ pub mod review;
 pub mod stop;
 pub mod stuck;
 pub mod tool;
+pub mod unread;
 
 pub use agent::{
     CANNOT_PAUSE, ContextLimits, HANDED_OVER, Harness, Limits, OUTCOME_UNKNOWN, Progress,

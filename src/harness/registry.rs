@@ -163,6 +163,15 @@ impl ToolRegistry {
             .find(|tool| tool.role() == ToolRole::Writes)
     }
 
+    /// The tool that reads a file whole ([`ToolRole::Reads`]), if the run
+    /// has one.
+    pub fn file_reader(&self) -> Option<&Arc<dyn Tool>> {
+        self.entries
+            .iter()
+            .map(|entry| &entry.tool)
+            .find(|tool| tool.role() == ToolRole::Reads)
+    }
+
     /// Whether one of the tools checks work.
     pub fn has_check(&self) -> bool {
         self.entries

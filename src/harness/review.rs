@@ -150,12 +150,12 @@ fn noting_turn(messages: &[Arc<Message>]) -> Option<usize> {
 }
 
 /// Whether `message` is a note of the harness.
-fn is_note(message: &Message) -> bool {
+pub(super) fn is_note(message: &Message) -> bool {
     matches!(message, Message::User { content } if content.starts_with(NOTE_PREFIX))
 }
 
 /// Where the newest prompt's turn starts: its user message (not a note).
-fn turn_start(messages: &[Arc<Message>]) -> usize {
+pub(super) fn turn_start(messages: &[Arc<Message>]) -> usize {
     messages
         .iter()
         .rposition(|message| matches!(**message, Message::User { .. }) && !is_note(message))

@@ -54,6 +54,10 @@ pub enum ToolRole {
     /// It runs a command, whose result (an `exit_code` of 0) says whether
     /// the work passes a check.
     Checks,
+    /// It shows a file of the workspace (its `path` argument), and shows
+    /// the workspace's text files ([`Tool::text_files`]): an answer about a
+    /// file the task names, given without reading it, is questioned.
+    Reads,
 }
 
 impl ToolRole {
@@ -87,8 +91,9 @@ pub trait Tool: Send + Sync {
         ToolRole::Other
     }
 
-    /// For a [`ToolRole::Writes`] tool: the workspace's UTF-8 text files
-    /// (path, text), as many as are cheap to read; empty for any other.
+    /// For a [`ToolRole::Writes`] or [`ToolRole::Reads`] tool: the
+    /// workspace's UTF-8 text files (path, text), as many as are cheap to
+    /// read; empty for any other.
     async fn text_files(&self) -> Vec<(String, String)> {
         Vec::new()
     }

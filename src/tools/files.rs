@@ -97,6 +97,14 @@ impl Tool for ReadFile {
         true
     }
 
+    fn role(&self) -> ToolRole {
+        ToolRole::Reads
+    }
+
+    async fn text_files(&self) -> Vec<(String, String)> {
+        text_files(&self.workspace).await
+    }
+
     fn definition(&self) -> Arc<ToolDefinition> {
         Arc::clone(&self.definition)
     }
@@ -183,32 +191,8 @@ impl Tool for WriteFile {
         ToolRole::Writes
     }
 
-    /// Up to [`MAX_TEXT_FILES`] files of at most [`MAX_TEXT_FILE_BYTES`],
-    /// in the order of their paths; binary and non-UTF-8 files left out.
     async fn text_files(&self) -> Vec<(String, String)> {
-        let scanned = blocking(&self.workspace, Access::Read, |ws| {
-            let mut files = Vec::new();
-            ws.scan_files(
-                ".",
-                MAX_TEXT_FILE_BYTES,
-                &is_skipped_dir,
-                &mut |path, bytes| {
-                    if let Ok(text) = std::str::from_utf8(bytes)
-                        && !is_binary(bytes)
-                    {
-                        files.push((path.to_owned(), text.to_owned()));
-                    }
-                    if files.len() == MAX_TEXT_FILES {
-                        ControlFlow::Break(())
-                    } else {
-                        ControlFlow::Continue(())
-                    }
-                },
-            )
-            .map(|()| files)
-        })
-        .await;
-        scanned.unwrap_or_default()
+        text_files(&self.workspace).await
     }
 
     fn definition(&self) -> Arc<ToolDefinition> {
@@ -359,4 +343,32 @@ where
             "The file operation was stopped before it finished",
         )),
     }
+}
+
+/// Up to [`MAX_TEXT_FILES`] files of at most [`MAX_TEXT_FILE_BYTES`],
+/// in the order of their paths; binary and non-UTF-8 files left out.
+async fn text_files(workspace: &Arc<RunWorkspace>) -> Vec<(String, String)> {
+    let scanned = blocking(workspace, Access::Read, |ws| {
+        let mut files = Vec::new();
+        ws.scan_files(
+            ".",
+            MAX_TEXT_FILE_BYTES,
+            &is_skipped_dir,
+            &mut |path, bytes| {
+                if let Ok(text) = std::str::from_utf8(bytes)
+                    && !is_binary(bytes)
+                {
+                    files.push((path.to_owned(), text.to_owned()));
+                }
+                if files.len() == MAX_TEXT_FILES {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            },
+        )
+        .map(|()| files)
+    })
+    .await;
+    scanned.unwrap_or_default()
 }

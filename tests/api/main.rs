@@ -44,5 +44,6 @@ mod storage;
 mod tenants;
 mod tools;
 mod traces;
+mod unread;
 mod webhooks;
 mod writer;

@@ -2,7 +2,7 @@
 //! [`crate::harness::review`]), under `[runs] check_answers`.
 
 use super::Run;
-use crate::harness::review;
+use crate::harness::{review, unread};
 
 impl Run<'_, '_> {
     /// The note questioning the answer the model just gave, if it leaves
@@ -24,6 +24,26 @@ impl Run<'_, '_> {
         self.notes_enabled()
             .then(|| review::passed_note(&self.messages, |name| tools.role(name)))
             .flatten()
+    }
+
+    /// The note questioning an answer given without any tool call when the
+    /// prompt names files of the workspace (see [`unread`]), if the run
+    /// can read them and a step is left to.
+    pub(super) async fn unread_note(&self) -> Option<String> {
+        if !self.config.check_answers
+            || self.steps >= self.config.limits.max_steps.get()
+            || !unread::may_note(&self.messages)
+        {
+            return None;
+        }
+        let reader = self.harness.tools.file_reader()?;
+        let files: Vec<String> = reader
+            .text_files()
+            .await
+            .into_iter()
+            .map(|(path, _)| path)
+            .collect();
+        unread::note(&self.messages, &files, &reader.definition().name)
     }
 
     /// Whether notes are on, the run has a check, and a step is left after

@@ -1,0 +1,66 @@
+//! `[runs] check_answers`: an answer about a workspace file the prompt
+//! names, given without reading it (or using any tool), is questioned once,
+//! and the run goes on.
+
+use serde_json::{Value, json};
+
+use crate::helpers::*;
+
+fn fact_run(script: Value) -> Value {
+    json!({
+        "prompt": "Who owns billing, according to docs/team.md? Answer with the name.",
+        "tools": ["read_file", "list_dir"],
+        "workspace": {"files": {"docs/team.md": "- Billing: Priya Raman\n"}},
+        "model": {"scripted": script}
+    })
+}
+
+#[tokio::test]
+async fn an_answer_from_memory_about_a_named_file_is_questioned_once() {
+    let app = spawn_with(|config| config.runs.check_answers = true).await;
+    let read = call("r1", "read_file", json!({"path": "docs/team.md"}));
+    let run = app
+        .run_to_end(fact_run(json!([
+            {"content": "The billing team owns it."},
+            {"content": "", "tool_calls": [read]},
+            {"content": "Priya Raman."}
+        ])))
+        .await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["answer"], "Priya Raman.");
+    let messages = app.messages(run["id"].as_str().unwrap()).await;
+    assert_eq!(messages[1]["content"], "The billing team owns it.");
+    assert_eq!(
+        messages[2]["content"],
+        "[agent-runner] You answered without reading `docs/team.md`, which the task names, so \
+         your answer is not from the workspace. Read it with read_file now, then answer from \
+         what it says."
+    );
+
+    // Once in a turn: an answer from memory after the note stands.
+    let run = app
+        .run_to_end(fact_run(json!([
+            {"content": "The billing team."},
+            {"content": "Still the billing team."}
+        ])))
+        .await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["answer"], "Still the billing team.");
+    assert_eq!(run["steps"], 2);
+}
+
+#[tokio::test]
+async fn without_check_answers_or_a_named_file_the_answer_stands() {
+    let app = spawn_with(|config| config.runs.check_answers = false).await;
+    let run = app
+        .run_to_end(fact_run(json!([{"content": "The billing team."}])))
+        .await;
+    assert_eq!(run["answer"], "The billing team.", "{run}");
+
+    let app = spawn_with(|config| config.runs.check_answers = true).await;
+    let mut request = fact_run(json!([{"content": "Four."}]));
+    request["prompt"] = json!("What is 2 + 2?");
+    let run = app.run_to_end(request).await;
+    assert_eq!(run["answer"], "Four.", "{run}");
+    assert_eq!(run["steps"], 1);
+}
