@@ -25,6 +25,11 @@ pub struct ModelRequest<'a> {
     /// dialect), and forbids their use otherwise (Anthropic); either way it
     /// ends what it sends with [`super::stuck::ANSWER_NOW`] from the user.
     pub answer_now: bool,
+    /// The model is to call a tool now: it answered about a file it did
+    /// not read (see [`super::unread`]). An adapter asks its provider to
+    /// require a tool call (OpenAI's `tool_choice: "required"`, Anthropic's
+    /// `{"type": "any"}`); never together with `answer_now`.
+    pub must_use_tool: bool,
     /// Fires on client cancel and on the run's deadline. The harness also stops
     /// waiting for the model when it fires, so an adapter that ignores it is
     /// merely dropped.

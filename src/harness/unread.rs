@@ -62,6 +62,14 @@ pub fn may_note(messages: &[Arc<Message>]) -> bool {
     })
 }
 
+/// Whether `messages` end with such a note: the model's next call must
+/// use a tool (a small model told in words repeats its answer word for
+/// word).
+pub fn was_noted(messages: &[Arc<Message>]) -> bool {
+    matches!(messages.last().map(|m| &**m), Some(Message::User { content })
+        if content.starts_with(NOTE_PREFIX) && content[NOTE_PREFIX.len()..].starts_with(UNREAD))
+}
+
 /// Whether `text` names `path`: holds it, not as part of a longer name
 /// (`a.py` is not named by `data.py` nor by `a.pyc`; a sentence's full stop
 /// after it does not count).

@@ -128,6 +128,8 @@ impl Dialect for Anthropic {
             body["tools"] = tools_json(request.tools);
             if request.answer_now {
                 body["tool_choice"] = json!({"type": "none"});
+            } else if request.must_use_tool {
+                body["tool_choice"] = json!({"type": "any"});
             }
         }
         if let Some(temperature) = self.temperature {

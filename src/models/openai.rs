@@ -108,6 +108,9 @@ impl Dialect for OpenAi {
         // `tool_choice`.
         if !request.tools.is_empty() && !request.answer_now {
             body["tools"] = tools_json(request.tools);
+            if request.must_use_tool {
+                body["tool_choice"] = json!("required");
+            }
         }
         if let Some(max_tokens) = self.max_tokens {
             body["max_tokens"] = json!(max_tokens);

@@ -525,7 +525,7 @@ async fn code_in_an_answer_is_written_as_the_file_it_rewrites() {
 /// Off (the default), an answer with code is an answer.
 #[tokio::test]
 async fn code_in_an_answer_is_only_an_answer_by_default() {
-    let app = spawn_checking(true, false).await;
+    let app = spawn_checking(false, false).await;
     let run = app.run_to_end(block_run()).await;
     assert_eq!(run["status"], "completed", "{run}");
     assert_eq!(run["steps"], 1, "{run}");

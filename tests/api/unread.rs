@@ -5,6 +5,7 @@
 use serde_json::{Value, json};
 
 use crate::helpers::*;
+use crate::providers::{mock_openai_profile, scripted_openai};
 
 fn fact_run(script: Value) -> Value {
     json!({
@@ -63,4 +64,34 @@ async fn without_check_answers_or_a_named_file_the_answer_stands() {
     let run = app.run_to_end(request).await;
     assert_eq!(run["answer"], "Four.", "{run}");
     assert_eq!(run["steps"], 1);
+}
+
+/// The call after the note must use a tool: a small model told in words
+/// repeated its answer word for word.
+#[tokio::test]
+async fn the_call_after_the_note_requires_a_tool() {
+    let (address, seen) = scripted_openai(vec![
+        json!({"role": "assistant", "content": "The billing team."}),
+        json!({"role": "assistant", "content": null, "tool_calls": [{"id": "r1",
+            "type": "function", "function": {"name": "read_file",
+            "arguments": "{\"path\": \"docs/team.md\"}"}}]}),
+        json!({"role": "assistant", "content": "Priya Raman."}),
+    ])
+    .await;
+    let app = spawn_with(move |config| {
+        config.runs.check_answers = true;
+        config
+            .models
+            .insert("oa".into(), mock_openai_profile(&address));
+    })
+    .await;
+    let mut request = fact_run(json!([]));
+    request["model"] = json!({"profile": "oa"});
+    let run = app.run_to_end(request).await;
+    assert_eq!(run["answer"], "Priya Raman.", "{run}");
+    let requests = seen.lock().unwrap().clone();
+    assert_eq!(requests.len(), 3);
+    assert_eq!(requests[0].get("tool_choice"), None, "{}", requests[0]);
+    assert_eq!(requests[1]["tool_choice"], "required", "{}", requests[1]);
+    assert_eq!(requests[2].get("tool_choice"), None, "{}", requests[2]);
 }

@@ -35,6 +35,7 @@ use super::pause::{Answer, Answers, Checkpoint, PendingAction};
 use super::registry::ToolRegistry;
 use super::stop::{Stop, StopReason};
 use super::stuck;
+use super::unread;
 
 /// How long a tool may go on after the run's token fired before the harness
 /// stops waiting for it (and drops it). Cooperative tools stop well within it.
@@ -456,6 +457,7 @@ impl Run<'_, '_> {
                 messages: context::view(&self.messages, &selection, &masks),
                 tools: if draft { &[] } else { tools.definitions() },
                 answer_now: stuck::is_stuck(&self.messages),
+                must_use_tool: !draft && unread::was_noted(&self.messages),
                 cancel: token,
                 deadline,
                 traceparent: self.emitter.traceparent(),
