@@ -34,6 +34,8 @@
 use std::collections::HashSet;
 use std::ops::Range;
 
+use serde_json::Value;
+
 /// Blocks applied from one response at most.
 const MAX_BLOCKS: usize = 8;
 
@@ -54,6 +56,22 @@ pub struct Block {
 pub struct Write {
     pub path: String,
     pub content: String,
+}
+
+/// A block that holds nothing but a tool call written as JSON text
+/// (`{"name": "read_file", "arguments": {"path": "a.md"}}`, as a small
+/// model writes one when its server does not parse it as a call): the
+/// tool's name, which `known` accepts, and its arguments (an object).
+pub fn text_call(block: &Block, known: impl Fn(&str) -> bool) -> Option<(String, Value)> {
+    let Value::Object(mut call) = serde_json::from_str::<Value>(block.text.trim()).ok()? else {
+        return None;
+    };
+    if call.len() != 2 {
+        return None;
+    }
+    let name = call.remove("name")?.as_str()?.to_owned();
+    let arguments = call.remove("arguments")?;
+    (arguments.is_object() && known(&name)).then_some((name, arguments))
 }
 
 /// The fenced blocks of `answer`, in order (a block left unclosed runs to
@@ -399,6 +417,31 @@ mod tests {
                 "from solution import first\nassert first([1]) == 1\n".to_owned(),
             ),
         ]
+    }
+
+    #[test]
+    fn a_block_of_a_call_written_as_text_is_that_call() {
+        let known = |name: &str| name == "read_file";
+        let block = |text: &str| Block {
+            name: None,
+            text: text.to_owned(),
+        };
+        let call = text_call(
+            &block("{\"name\": \"read_file\", \"arguments\": {\"path\": \"a.md\"}}\n"),
+            known,
+        );
+        assert_eq!(
+            call,
+            Some(("read_file".to_owned(), serde_json::json!({"path": "a.md"})))
+        );
+        for text in [
+            "{\"name\": \"rm\", \"arguments\": {}}",
+            "{\"name\": \"read_file\", \"arguments\": \"a.md\"}",
+            "{\"name\": \"read_file\", \"arguments\": {}, \"id\": 1}",
+            "print('read_file')",
+        ] {
+            assert_eq!(text_call(&block(text), known), None, "{text}");
+        }
     }
 
     #[test]

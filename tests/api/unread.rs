@@ -95,3 +95,33 @@ async fn the_call_after_the_note_requires_a_tool() {
     assert_eq!(requests[1]["tool_choice"], "required", "{}", requests[1]);
     assert_eq!(requests[2].get("tool_choice"), None, "{}", requests[2]);
 }
+
+/// With `write_code_blocks`, a response whose block is a tool call written
+/// as text (a small model's `{"name": ..., "arguments": ...}` that its
+/// server did not parse) makes that call.
+#[tokio::test]
+async fn a_call_written_as_text_in_a_block_is_made() {
+    let app = spawn_with(|config| config.runs.write_code_blocks = true).await;
+    let text_call = "I need to read it:\n```json\n{\"name\": \"read_file\", \"arguments\": \
+                     {\"path\": \"docs/team.md\"}}\n```";
+    let run = app
+        .run_to_end(fact_run(json!([
+            {"content": text_call},
+            {"content": "Priya Raman."}
+        ])))
+        .await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["answer"], "Priya Raman.");
+    let messages = app.messages(run["id"].as_str().unwrap()).await;
+    let call = &messages[1]["tool_calls"][0];
+    assert_eq!(call["name"], "read_file", "{messages:?}");
+    assert!(call["id"].as_str().unwrap().starts_with("text_call_"));
+    assert_eq!(messages[2]["role"], "tool");
+    assert!(
+        messages[2]["content"]
+            .as_str()
+            .unwrap()
+            .contains("Priya Raman"),
+        "{messages:?}"
+    );
+}

@@ -31,18 +31,33 @@ impl Run<'_, '_> {
 
     /// With `write_code_blocks`: the files the fenced blocks of the
     /// response rewrite ([`blocks`]), as calls of the run's whole-file
-    /// writer, put before the response's own calls (which may run what
+    /// writer (if it has one), put before the response's own calls (which may run what
     /// they wrote). A block for a file one of those calls changes is left
-    /// to that call.
+    /// to that call. In a response without calls, a block that is a call
+    /// written as text ([`blocks::text_call`]) is that call.
     pub(super) async fn add_code_block_calls(&self, response: &mut ModelResponse) {
-        let Some(writer) = self.block_writer() else {
+        if !self.config.write_code_blocks {
             return;
-        };
+        }
         let tools = self.harness.tools;
-        let found = blocks::parse(&response.content);
+        let mut found = blocks::parse(&response.content);
         if found.is_empty() {
             return;
         }
+        if response.tool_calls.is_empty() {
+            let known = |name: &str| tools.get(name).is_some();
+            found.retain(|block| match blocks::text_call(block, known) {
+                Some((name, arguments)) => {
+                    let id = format!("text_call_{}", Uuid::now_v7().simple());
+                    response.tool_calls.push(ToolCall::new(id, name, arguments));
+                    false
+                }
+                None => true,
+            });
+        }
+        let Some(writer) = self.block_writer() else {
+            return;
+        };
         let changed: Vec<&str> = response
             .tool_calls
             .iter()
