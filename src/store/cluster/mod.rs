@@ -306,6 +306,10 @@ impl Cluster {
                 }
                 return Ok(None);
             };
+            // Stamped now, after the tenant's turn is locked and its running
+            // runs counted: a start stamped before that wait could precede
+            // the end of the run whose slot it takes.
+            let at = at.max(Utc::now());
             let id: String = sqlx::Row::get(&row, "id");
             let tenant: String = sqlx::Row::get(&row, "tenant");
             let mut unfinished = match rows::unfinished_from_row(&row) {
