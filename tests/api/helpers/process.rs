@@ -30,21 +30,15 @@ impl Remote {
         self.get(path).await.json().await.unwrap()
     }
 
-    /// Polls a run (30 s at most: a replica's takeover on a busy machine)
-    /// until it has the given status.
+    /// Polls a run until it has the given status (within
+    /// [`WAIT_AT_MOST`](super::WAIT_AT_MOST): a replica's takeover on a busy
+    /// machine).
     pub async fn wait_status(&self, id: &str, status: &str) -> Value {
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        loop {
+        super::eventually(&format!("run {id} to reach {status}"), async || {
             let run = self.get_json(&format!("/v1/runs/{id}")).await;
-            if run["status"] == status {
-                return run;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "run {id} never reached {status}: {run}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+            (run["status"] == status).then_some(run)
+        })
+        .await
     }
 
     pub async fn post_json(&self, path: &str, body: &Value) -> Value {
@@ -60,23 +54,29 @@ impl Remote {
     }
 }
 
-/// Sends SIGTERM to a server process and waits (15 s at most) for its exit.
+/// Sends SIGTERM to a server process and waits (15 s at most) for its
+/// exit; a server still there then is killed, and the test fails.
 pub fn terminate(child: &mut std::process::Child) -> std::process::ExitStatus {
-    std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(15);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
+    let pid = child.id().to_string();
+    let signal = |name: &str| {
+        std::process::Command::new("kill")
+            .args([name, &pid])
+            .status()
+            .unwrap()
+    };
+    signal("-TERM");
+    std::thread::scope(|scope| {
+        let (sender, exited) = std::sync::mpsc::channel();
+        scope.spawn(move || sender.send(child.wait()));
+        match exited.recv_timeout(Duration::from_secs(15)) {
+            Ok(status) => status.unwrap(),
+            Err(_) => {
+                // The waiting thread returns once the server is gone.
+                signal("-KILL");
+                panic!("the server did not stop on SIGTERM");
+            }
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the server did not stop on SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    })
 }
 
 /// The real binary, serving from `dir`.
