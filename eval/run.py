@@ -153,7 +153,7 @@ def attempt(server, task, model, one_shot, ablate=()):
     if one_shot:
         spec = task["one_shot"]
         request = with_model(
-            {"prompt": spec["prompt"], "tools": [], "limits": {"max_steps": 1}},
+            {"prompt": spec["prompt"], "tools": [], "limits": {"max_steps": 1, "timeout_ms": 600000}},
             model,
         )
         if "model" in spec:

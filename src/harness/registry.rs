@@ -172,6 +172,25 @@ impl ToolRegistry {
             .find(|tool| tool.role() == ToolRole::Reads)
     }
 
+    /// The calls (tool name, arguments) the harness makes after a response
+    /// that changed files ([`Tool::checks_after_change`]), in registration
+    /// order.
+    pub fn checks_after_change(&self) -> Vec<(String, Value)> {
+        self.entries
+            .iter()
+            .filter(|entry| entry.tool.role() == ToolRole::Checks)
+            .flat_map(|entry| {
+                let name = &entry.tool.definition().name;
+                entry
+                    .tool
+                    .checks_after_change()
+                    .into_iter()
+                    .map(|arguments| (name.clone(), arguments))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
     /// Whether one of the tools checks work.
     pub fn has_check(&self) -> bool {
         self.entries

@@ -163,7 +163,7 @@ pub(super) fn turn_start(messages: &[Arc<Message>]) -> usize {
 }
 
 /// Whether a command's stored result says it passed: exit code 0.
-fn passed(content: &str) -> bool {
+pub(super) fn passed(content: &str) -> bool {
     serde_json::from_str::<Value>(content)
         .ok()
         .and_then(|value| value.get("exit_code").and_then(Value::as_i64))

@@ -98,6 +98,14 @@ pub trait Tool: Send + Sync {
         Vec::new()
     }
 
+    /// For a [`ToolRole::Checks`] tool: the arguments of each call the
+    /// harness makes of it after a model response that changed files and
+    /// ran no check after (a test preset marked to run after every change);
+    /// empty for any other, and by default.
+    fn checks_after_change(&self) -> Vec<Value> {
+        Vec::new()
+    }
+
     /// Whether the client executes this tool: its calls pause the run for
     /// the client's result rather than execute here.
     fn is_client(&self) -> bool {

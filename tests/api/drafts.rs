@@ -100,13 +100,7 @@ async fn a_draft_is_made_without_tools_and_its_code_block_becomes_the_file() {
     assert_eq!(test["role"], "tool", "{messages:?}");
     let result: Value = serde_json::from_str(test["content"].as_str().unwrap()).unwrap();
     assert_eq!(result["exit_code"], 0, "{test}");
-    let file = app
-        .get(&format!(
-            "/v1/runs/{}/workspace/main.py",
-            run["id"].as_str().unwrap()
-        ))
-        .await;
-    assert_eq!(file.text, "print('ok')\n");
+    assert_eq!(app.workspace_file(&run, "main.py").await, "print('ok')\n");
 }
 
 #[tokio::test]

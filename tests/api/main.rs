@@ -7,6 +7,7 @@ mod helpers;
 
 mod browsers;
 mod cancel;
+mod checks;
 mod cli;
 mod connections;
 mod console;

@@ -157,14 +157,8 @@ async fn files_are_read_in_windows_and_edited_with_answers_a_model_can_act_on() 
 
     // What is on disk is the two edits that were made, and nothing of the
     // refused ones.
-    let file = app
-        .get(&format!(
-            "/v1/runs/{}/workspace/calc.py",
-            run["id"].as_str().unwrap()
-        ))
-        .await;
     assert_eq!(
-        file.text,
+        app.workspace_file(&run, "calc.py").await,
         CALC.replace("return a - b", "return a - b  # checked")
             .replace("result", "acc")
     );

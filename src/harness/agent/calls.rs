@@ -2,80 +2,18 @@
 //! one is recorded, and how an admitted one is dispatched.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
 use std::time::Instant;
 
 use futures_util::FutureExt;
-use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use super::{Run, TOOL_CANCEL_GRACE, millis, panic_message, serialize_result};
-use crate::harness::blocks;
 use crate::harness::context::bound_tool_result;
 use crate::harness::events::EventKind;
 use crate::harness::message::{Message, ToolCall};
-use crate::harness::model::ModelResponse;
 use crate::harness::pause::{ActionKind, Answer, PendingAction, denied};
-use crate::harness::tool::Tool;
 
 impl Run<'_, '_> {
-    /// The tool code blocks are written with, when this run takes them as
-    /// files (`write_code_blocks`, and a whole-file writer among its tools).
-    pub(super) fn block_writer(&self) -> Option<&Arc<dyn Tool>> {
-        self.config
-            .write_code_blocks
-            .then(|| self.harness.tools.whole_file_writer())
-            .flatten()
-    }
-
-    /// With `write_code_blocks`: the files the fenced blocks of the
-    /// response rewrite ([`blocks`]), as calls of the run's whole-file
-    /// writer (if it has one), put before the response's own calls (which may run what
-    /// they wrote). A block for a file one of those calls changes is left
-    /// to that call. In a response without calls, a block that is a call
-    /// written as text ([`blocks::text_call`]) is that call.
-    pub(super) async fn add_code_block_calls(&self, response: &mut ModelResponse) {
-        if !self.config.write_code_blocks {
-            return;
-        }
-        let tools = self.harness.tools;
-        let mut found = blocks::parse(&response.content);
-        if found.is_empty() {
-            return;
-        }
-        if response.tool_calls.is_empty() {
-            let known = |name: &str| tools.get(name).is_some();
-            found.retain(|block| match blocks::text_call(block, known) {
-                Some((name, arguments)) => {
-                    let id = format!("text_call_{}", Uuid::now_v7().simple());
-                    response.tool_calls.push(ToolCall::new(id, name, arguments));
-                    false
-                }
-                None => true,
-            });
-        }
-        let Some(writer) = self.block_writer() else {
-            return;
-        };
-        let changed: Vec<&str> = response
-            .tool_calls
-            .iter()
-            .filter(|call| tools.role(&call.name).changes_files())
-            .filter_map(|call| call.arguments.get("path").and_then(Value::as_str))
-            .collect();
-        let writes = blocks::writes(&found, &writer.text_files().await, &changed);
-        let name = writer.definition().name.clone();
-        let calls = writes.into_iter().map(|write| {
-            // Unique in a conversation, and in the characters every
-            // provider accepts in an id.
-            let id = format!("code_block_{}", Uuid::now_v7().simple());
-            let arguments = json!({"path": write.path, "content": write.content});
-            ToolCall::new(id, name.clone(), arguments)
-        });
-        response.tool_calls.splice(0..0, calls);
-    }
-
     /// The calls of a batch that wait for an answer: valid calls of a
     /// client's tool, and valid calls that need approval. Unknown tools and
     /// invalid arguments are answered to the model as usual, never paused.

@@ -2,17 +2,17 @@
 //! executes and records.
 
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use futures_util::FutureExt;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+mod added;
+mod ask;
 mod calls;
 mod config;
 mod cut_off;
@@ -27,15 +27,15 @@ pub use config::{
 };
 pub use recover::StoppedBatch;
 
-use super::context::{self, ContextError, ContextIndex, Selection};
+use ask::Asked;
+
+use super::context::{ContextError, ContextIndex, Selection};
 use super::events::{Emitter, EventKind, Observer, Outcome, Totals};
 use super::message::{Message, UsageTotals};
-use super::model::{DeltaSink, Model, ModelError, ModelRequest};
+use super::model::Model;
 use super::pause::{Answer, Answers, Checkpoint, PendingAction};
 use super::registry::ToolRegistry;
 use super::stop::{Stop, StopReason};
-use super::stuck;
-use super::unread;
 
 /// How long a tool may go on after the run's token fired before the harness
 /// stops waiting for it (and drops it). Cooperative tools stop well within it.
@@ -433,85 +433,17 @@ impl Run<'_, '_> {
             }
         }
         let limits = self.config.limits;
-        let tools = self.harness.tools;
         while self.steps < limits.max_steps.get() {
             if token.is_cancelled() {
                 return End::Stopped;
             }
-            let mut selection = match self.select_context() {
-                Ok(selection) => selection,
-                Err(error) => return End::ContextLimit(error.to_string()),
+            let (mut response, draft) = match self.ask_model(token, deadline).await {
+                Asked::Response(response, draft) => (response, draft),
+                Asked::Again => continue,
+                Asked::End(end) => return end,
             };
-            selection.start = selection.start.max(draft::view_start(&self.messages));
-            let masks: Vec<(usize, Arc<Message>)> = selection
-                .masked
-                .iter()
-                .map(|&index| (index, Arc::new(context::mask(&self.messages[index]))))
-                .collect();
-            let draft = self.drafting();
-            self.emitter.emit(|| EventKind::ModelStart);
-            let began = Instant::now();
-            let deltas = Deltas(&self.emitter);
-            let request = ModelRequest {
-                instructions: self.instructions(draft),
-                messages: context::view(&self.messages, &selection, &masks),
-                tools: if draft { &[] } else { tools.definitions() },
-                answer_now: stuck::is_stuck(&self.messages),
-                must_use_tool: !draft && unread::was_noted(&self.messages),
-                cancel: token,
-                deadline,
-                traceparent: self.emitter.traceparent(),
-                deltas: &deltas,
-            };
-            let outcome = tokio::select! {
-                biased;
-                () = token.cancelled() => return End::Stopped,
-                outcome = AssertUnwindSafe(self.harness.model.generate(request)).catch_unwind() => outcome,
-            };
-            let response = outcome
-                .unwrap_or_else(|panic| {
-                    Err(ModelError::Provider(format!(
-                        "Model panicked: {}",
-                        panic_message(&*panic)
-                    )))
-                })
-                .and_then(|response| response.validate().map(|()| response));
-            let mut response = match response {
-                Ok(response) => response,
-                Err(_) if token.is_cancelled() => return End::Stopped,
-                Err(ModelError::Incomplete(why) | ModelError::TokenLimit(why)) if draft => {
-                    self.cut_off(&why, began, false);
-                    continue;
-                }
-                Err(ModelError::TokenLimit(why)) if self.may_note_cut_off() => {
-                    self.cut_off(&why, began, true);
-                    continue;
-                }
-                Err(error) => return self.model_failed(error.to_string()),
-            };
-            if let Some(usage) = &response.usage
-                && let Err(error) = self.usage.add(usage)
-            {
-                return self.model_failed(format!("Invalid model usage: {error}"));
-            }
-            let duration_ms = millis(began.elapsed());
-            let usage = response.usage;
-            // The provider's word, bounded: it is stored with every step.
-            let finish_reason = response
-                .finish_reason
-                .take()
-                .map(|reason| reason.chars().take(MAX_FINISH_REASON_CHARS).collect());
-            // The totals first, so that they are stored with the event
-            // that makes them.
-            self.steps += 1;
-            self.tell_totals();
-            self.emitter.emit(|| EventKind::ModelEnd {
-                duration_ms,
-                usage,
-                finish_reason,
-            });
-
-            self.add_code_block_calls(&mut response).await;
+            self.add_block_calls(&mut response).await;
+            self.add_check_calls(&mut response);
             let batch = response.tool_calls.len();
             if batch > limits.max_tool_calls.saturating_sub(self.tool_calls) as usize {
                 // Refused whole, before anything of it is recorded or run.
@@ -551,6 +483,9 @@ impl Run<'_, '_> {
                 self.tool_calls += 1;
                 self.call_tool(call, token).await;
             }
+            if let Some(answer) = added::checked_answer(&assistant, &self.messages) {
+                return End::Completed(answer);
+            }
             if let Some(note) = self.passed_note() {
                 self.append(Message::user(note));
             }
@@ -580,14 +515,6 @@ impl Run<'_, '_> {
     }
 }
 
-struct Deltas<'e, 'o>(&'e Emitter<'o>);
-
-impl DeltaSink for Deltas<'_, '_> {
-    fn delta(&self, text: &str) {
-        self.0.delta(text);
-    }
-}
-
 /// A tool's result as the model sees it: its JSON serialisation (a string
 /// result `Hello` becomes `"Hello"`).
 fn serialize_result(value: &Value) -> String {
@@ -599,9 +526,6 @@ fn serialize_result(value: &Value) -> String {
 fn json_string_chars(text: &str) -> usize {
     serde_json::to_string(text).map_or(text.len(), |json| json.chars().count())
 }
-
-/// The longest `finish_reason` kept (providers' are a word or two).
-const MAX_FINISH_REASON_CHARS: usize = 64;
 
 fn millis(duration: Duration) -> f64 {
     (duration.as_nanos() as f64 / 1_000.0).round() / 1_000.0

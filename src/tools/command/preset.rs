@@ -48,6 +48,12 @@ pub struct CommandPreset {
     /// end (it only reads, or running it twice leaves what once does).
     #[serde(default)]
     pub idempotent: bool,
+    /// Run by the harness itself after every model response that changed
+    /// files, in runs that allow this preset (see
+    /// [`crate::harness::Tool::checks_after_change`]): the model sees its
+    /// result at once, and a code block answer that passes it ends the run.
+    #[serde(default)]
+    pub check: bool,
     /// Variables added to the command's cleared environment, as written
     /// (`CARGO_HOME = "/opt/cargo"`): nothing is expanded, and nothing of
     /// the server's own environment is reachable through them. Their values
@@ -73,6 +79,7 @@ impl std::fmt::Debug for CommandPreset {
             .field("memory_max_bytes", &self.memory_max_bytes)
             .field("pids_max", &self.pids_max)
             .field("idempotent", &self.idempotent)
+            .field("check", &self.check)
             .field("env", &self.env.keys().collect::<Vec<_>>())
             .finish()
     }
@@ -93,6 +100,7 @@ impl CommandPreset {
             memory_max_bytes: None,
             pids_max: None,
             idempotent: false,
+            check: false,
             env: BTreeMap::new(),
         }
     }
@@ -116,6 +124,12 @@ impl CommandPreset {
 
     pub fn with_description(mut self, description: impl Into<String>) -> Self {
         self.description = Some(description.into());
+        self
+    }
+
+    /// Marks the preset as a check run after every change (`check = true`).
+    pub fn with_check(mut self) -> Self {
+        self.check = true;
         self
     }
 

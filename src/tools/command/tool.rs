@@ -104,6 +104,20 @@ impl Tool for RunCommand {
         ToolRole::Checks
     }
 
+    /// The allowed presets marked `check = true`, in name order.
+    fn checks_after_change(&self) -> Vec<Value> {
+        self.allowed
+            .iter()
+            .filter(|name| {
+                self.runner
+                    .presets()
+                    .get(name)
+                    .is_some_and(|preset| preset.check)
+            })
+            .map(|name| json!({ "command": name }))
+            .collect()
+    }
+
     /// As its preset is marked (`idempotent = true`).
     fn idempotent(&self, arguments: &Value) -> bool {
         arguments

@@ -285,6 +285,14 @@ impl TestApp {
         reply.body["messages"].as_array().unwrap().clone()
     }
 
+    /// The text of the file `path` of the run `run`'s workspace.
+    pub async fn workspace_file(&self, run: &Value, path: &str) -> String {
+        let id = run["id"].as_str().unwrap();
+        let reply = self.get(&format!("/v1/runs/{id}/workspace/{path}")).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+        reply.text
+    }
+
     /// Reads a run's whole event stream, until the server closes it.
     pub async fn events(&self, id: &str) -> Vec<SseEvent> {
         self.events_from(id, None).await.0

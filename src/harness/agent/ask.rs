@@ -1,0 +1,126 @@
+//! One model call of the loop: the context the model is sent (its window,
+//! old results masked, a draft's view), the request (tools, instructions,
+//! the notes' asks), and what came back, counted as a step.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures_util::FutureExt;
+use tokio_util::sync::CancellationToken;
+
+use super::{End, Run, draft, millis, panic_message};
+use crate::harness::context;
+use crate::harness::events::{Emitter, EventKind};
+use crate::harness::message::Message;
+use crate::harness::model::{DeltaSink, ModelError, ModelRequest, ModelResponse};
+use crate::harness::{stuck, unread};
+
+/// The longest `finish_reason` kept (providers' are a word or two).
+const MAX_FINISH_REASON_CHARS: usize = 64;
+
+/// What asking the model for its next response came to.
+pub(super) enum Asked {
+    /// A valid response, its step counted and its `model_end` emitted, and
+    /// whether it was a draft.
+    Response(ModelResponse, bool),
+    /// The response was dropped (cut off at the token limit), its step
+    /// counted: ask again.
+    Again,
+    /// The run ends.
+    End(End),
+}
+
+impl Run<'_, '_> {
+    /// Asks the model for its next response: the run's transcript as the
+    /// model sees it now, within the context limits.
+    pub(super) async fn ask_model(
+        &mut self,
+        token: &CancellationToken,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Asked {
+        let tools = self.harness.tools;
+        let mut selection = match self.select_context() {
+            Ok(selection) => selection,
+            Err(error) => return Asked::End(End::ContextLimit(error.to_string())),
+        };
+        selection.start = selection.start.max(draft::view_start(&self.messages));
+        let masks: Vec<(usize, Arc<Message>)> = selection
+            .masked
+            .iter()
+            .map(|&index| (index, Arc::new(context::mask(&self.messages[index]))))
+            .collect();
+        let draft = self.drafting();
+        self.emitter.emit(|| EventKind::ModelStart);
+        let began = Instant::now();
+        let deltas = Deltas(&self.emitter);
+        let request = ModelRequest {
+            instructions: self.instructions(draft),
+            messages: context::view(&self.messages, &selection, &masks),
+            tools: if draft { &[] } else { tools.definitions() },
+            answer_now: stuck::is_stuck(&self.messages),
+            must_use_tool: !draft && unread::was_noted(&self.messages),
+            cancel: token,
+            deadline,
+            traceparent: self.emitter.traceparent(),
+            deltas: &deltas,
+        };
+        let outcome = tokio::select! {
+            biased;
+            () = token.cancelled() => return Asked::End(End::Stopped),
+            outcome = AssertUnwindSafe(self.harness.model.generate(request)).catch_unwind() => outcome,
+        };
+        let response = outcome
+            .unwrap_or_else(|panic| {
+                Err(ModelError::Provider(format!(
+                    "Model panicked: {}",
+                    panic_message(&*panic)
+                )))
+            })
+            .and_then(|response| response.validate().map(|()| response));
+        let mut response = match response {
+            Ok(response) => response,
+            Err(_) if token.is_cancelled() => return Asked::End(End::Stopped),
+            Err(ModelError::Incomplete(why) | ModelError::TokenLimit(why)) if draft => {
+                self.cut_off(&why, began, false);
+                return Asked::Again;
+            }
+            Err(ModelError::TokenLimit(why)) if self.may_note_cut_off() => {
+                self.cut_off(&why, began, true);
+                return Asked::Again;
+            }
+            Err(error) => return Asked::End(self.model_failed(error.to_string())),
+        };
+        if let Some(usage) = &response.usage
+            && let Err(error) = self.usage.add(usage)
+        {
+            return Asked::End(self.model_failed(format!("Invalid model usage: {error}")));
+        }
+        let duration_ms = millis(began.elapsed());
+        let usage = response.usage;
+        // The provider's word, bounded: it is stored with every step.
+        let finish_reason = response
+            .finish_reason
+            .take()
+            .map(|reason| reason.chars().take(MAX_FINISH_REASON_CHARS).collect());
+        // The totals first, so that they are stored with the event
+        // that makes them.
+        self.steps += 1;
+        self.tell_totals();
+        self.emitter.emit(|| EventKind::ModelEnd {
+            duration_ms,
+            usage,
+            finish_reason,
+        });
+
+        Asked::Response(response, draft)
+    }
+}
+
+struct Deltas<'e, 'o>(&'e Emitter<'o>);
+
+impl DeltaSink for Deltas<'_, '_> {
+    fn delta(&self, text: &str) {
+        self.0.delta(text);
+    }
+}
