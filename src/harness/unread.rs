@@ -30,11 +30,7 @@ pub fn note(messages: &[Arc<Message>], files: &[String], reader: &str) -> Option
     else {
         return None;
     };
-    let mut named: Vec<&str> = files
-        .iter()
-        .map(String::as_str)
-        .filter(|path| names(prompt, path))
-        .collect();
+    let mut named = named_files(prompt, files);
     if named.is_empty() {
         return None;
     }
@@ -68,6 +64,15 @@ pub fn may_note(messages: &[Arc<Message>]) -> bool {
 pub fn was_noted(messages: &[Arc<Message>]) -> bool {
     matches!(messages.last().map(|m| &**m), Some(Message::User { content })
         if content.starts_with(NOTE_PREFIX) && content[NOTE_PREFIX.len()..].starts_with(UNREAD))
+}
+
+/// The files of `files` (workspace paths) that `prompt` names.
+pub fn named_files<'f>(prompt: &str, files: &'f [String]) -> Vec<&'f str> {
+    files
+        .iter()
+        .map(String::as_str)
+        .filter(|path| names(prompt, path))
+        .collect()
 }
 
 /// Whether `text` names `path`: holds it, not as part of a longer name

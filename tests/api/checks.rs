@@ -39,7 +39,7 @@ fn text(content: &str) -> Value {
 }
 
 fn request() -> Value {
-    json!({"prompt": "make main.py print ok", "model": {"profile": "oa"}, "commands": ["test"],
+    json!({"prompt": "make the program print ok", "model": {"profile": "oa"}, "commands": ["test"],
            "workspace": {"files": {"main.py": "print('no')\n"}}})
 }
 

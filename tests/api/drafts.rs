@@ -67,7 +67,7 @@ async fn a_draft_is_made_without_tools_and_its_code_block_becomes_the_file() {
         text("Done; the test passes."),
     ])
     .await;
-    let run = app.run_to_end(request("make main.py print ok")).await;
+    let run = app.run_to_end(request("make the program print ok")).await;
     assert_eq!(run["status"], "completed", "{run}");
     assert_eq!(run["answer"], "Done; the test passes.");
     assert_eq!(run["steps"], 3, "{run}");
@@ -115,7 +115,7 @@ async fn a_draft_that_changes_nothing_is_kept_and_followed_by_a_note_the_model_i
         text("Changed and tested."),
     ])
     .await;
-    let run = app.run_to_end(request("make main.py print ok")).await;
+    let run = app.run_to_end(request("make the program print ok")).await;
     assert_eq!(run["status"], "completed", "{run}");
     assert_eq!(run["answer"], "Changed and tested.");
     let messages = app.messages(run["id"].as_str().unwrap()).await;
@@ -137,7 +137,7 @@ async fn a_draft_that_changes_nothing_is_kept_and_followed_by_a_note_the_model_i
     // included), and the run's later steps after it.
     let sent = conversation(&requests[1]);
     assert_eq!(sent.len(), 1, "{sent:?}");
-    assert_eq!(sent[0]["content"], "make main.py print ok");
+    assert_eq!(sent[0]["content"], "make the program print ok");
     let sent = conversation(&requests[2]);
     assert_eq!(sent.len(), 3, "{sent:?}");
     assert_eq!(sent[1]["tool_calls"][0]["id"], "w1");
@@ -148,7 +148,7 @@ async fn a_draft_cut_off_at_the_token_limit_is_a_step_that_changed_nothing() {
     let mut cut = text("```python\nprint('o");
     cut["_finish"] = json!("length");
     let (app, seen) = spawn_drafting(vec![cut, run_test_call(), text("Tested.")]).await;
-    let run = app.run_to_end(request("make main.py print ok")).await;
+    let run = app.run_to_end(request("make the program print ok")).await;
     assert_eq!(run["status"], "completed", "{run}");
     assert_eq!(run["answer"], "Tested.");
     assert_eq!(run["steps"], 3, "the draft counts as a step: {run}");
@@ -184,6 +184,21 @@ async fn a_run_of_one_step_or_without_tools_never_drafts() {
 }
 
 #[tokio::test]
+async fn a_run_whose_prompt_names_a_workspace_file_does_not_draft() {
+    let (app, seen) = spawn_drafting(vec![run_test_call(), text("It fails.")]).await;
+    let run = app.run_to_end(request("run the test of main.py")).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["steps"], 2, "{run}");
+    let requests = seen.lock().unwrap().clone();
+    // The model must read the file first: its first call has the tools.
+    assert!(requests[0]["tools"].is_array(), "{}", requests[0]);
+    assert_eq!(
+        system(&requests[0]),
+        Some(agent_runner::config::DEFAULT_INSTRUCTIONS)
+    );
+}
+
+#[tokio::test]
 async fn a_draft_is_sent_the_runs_own_instructions() {
     let (app, seen) = spawn_drafting(vec![
         text("main.py\n```python\nprint('ok')\n```"),
@@ -191,7 +206,7 @@ async fn a_draft_is_sent_the_runs_own_instructions() {
         text("Done."),
     ])
     .await;
-    let mut body = request("make main.py print ok");
+    let mut body = request("make the program print ok");
     body["instructions"] = json!("Answer in French.");
     let run = app.run_to_end(body).await;
     assert_eq!(run["status"], "completed", "{run}");

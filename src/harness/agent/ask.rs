@@ -50,7 +50,7 @@ impl Run<'_, '_> {
             .iter()
             .map(|&index| (index, Arc::new(context::mask(&self.messages[index]))))
             .collect();
-        let draft = self.drafting();
+        let draft = self.drafting().await;
         self.emitter.emit(|| EventKind::ModelStart);
         let began = Instant::now();
         let deltas = Deltas(&self.emitter);

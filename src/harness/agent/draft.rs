@@ -12,8 +12,8 @@
 
 use std::sync::Arc;
 
-use super::Run;
-use crate::harness::Message;
+use super::{Run, notes};
+use crate::harness::{Message, unread};
 
 /// The note that follows a draft that changed nothing, as a user message of
 /// the server: the draft stays in the transcript, and the model goes on
@@ -25,13 +25,30 @@ impl Run<'_, '_> {
     /// Whether the model call about to be made is a draft: `draft_first`,
     /// the run's first call, a conversation's start (a follow-up's history
     /// may hold tool calls, which some providers refuse without tools), a
-    /// run with tools, and a step left after it to use them.
-    pub(super) fn drafting(&self) -> bool {
+    /// run with tools, a step left after it to use them, and a prompt that
+    /// names no file of the workspace (a model that must read a file first
+    /// drafts nothing of use: it refuses, or guesses).
+    pub(super) async fn drafting(&self) -> bool {
         self.config.draft_first
             && self.steps == 0
             && self.config.history.is_empty()
             && !self.harness.tools.definitions().is_empty()
             && self.config.limits.max_steps.get() > 1
+            && !self.prompt_names_a_file().await
+    }
+
+    /// Whether the run's prompt names a file of its workspace, as far as
+    /// its tools show the workspace's files.
+    async fn prompt_names_a_file(&self) -> bool {
+        let tools = self.harness.tools;
+        let Some(lister) = tools.file_reader().or_else(|| tools.whole_file_writer()) else {
+            return false;
+        };
+        let Some(Message::User { content: prompt }) = self.messages.first().map(|m| &**m) else {
+            return false;
+        };
+        let files = notes::text_file_paths(&**lister).await;
+        !unread::named_files(prompt, &files).is_empty()
     }
 
     /// The instructions of a model call: a draft is not sent the server's

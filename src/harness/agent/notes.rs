@@ -2,6 +2,7 @@
 //! [`crate::harness::review`]), under `[runs] check_answers`.
 
 use super::Run;
+use crate::harness::tool::Tool;
 use crate::harness::{review, unread};
 
 impl Run<'_, '_> {
@@ -37,12 +38,7 @@ impl Run<'_, '_> {
             return None;
         }
         let reader = self.harness.tools.file_reader()?;
-        let files: Vec<String> = reader
-            .text_files()
-            .await
-            .into_iter()
-            .map(|(path, _)| path)
-            .collect();
+        let files = text_file_paths(&**reader).await;
         unread::note(&self.messages, &files, &reader.definition().name)
     }
 
@@ -53,4 +49,11 @@ impl Run<'_, '_> {
             && self.steps < self.config.limits.max_steps.get()
             && self.harness.tools.has_check()
     }
+}
+
+/// The paths of the workspace's text files, as `tool` (a reader or a
+/// writer of files) shows them.
+pub(super) async fn text_file_paths(tool: &dyn Tool) -> Vec<String> {
+    let files = tool.text_files().await;
+    files.into_iter().map(|(path, _)| path).collect()
 }
