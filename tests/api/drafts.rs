@@ -184,18 +184,33 @@ async fn a_run_of_one_step_or_without_tools_never_drafts() {
 }
 
 #[tokio::test]
-async fn a_run_whose_prompt_names_a_workspace_file_does_not_draft() {
-    let (app, seen) = spawn_drafting(vec![run_test_call(), text("It fails.")]).await;
-    let run = app.run_to_end(request("run the test of main.py")).await;
+async fn a_draft_is_shown_the_files_its_prompt_names_and_the_transcript_keeps_the_prompt() {
+    let (app, seen) = spawn_drafting(vec![
+        text("main.py\n```python\nprint('ok')\n```"),
+        run_test_call(),
+        text("Fixed."),
+    ])
+    .await;
+    let mut body = request("fix main.py: it should print ok");
+    body["workspace"]["files"]["other.py"] = json!("print('other')\n");
+    let run = app.run_to_end(body).await;
     assert_eq!(run["status"], "completed", "{run}");
-    assert_eq!(run["steps"], 2, "{run}");
+    assert_eq!(app.workspace_file(&run, "main.py").await, "print('ok')\n");
     let requests = seen.lock().unwrap().clone();
-    // The model must read the file first: its first call has the tools.
-    assert!(requests[0]["tools"].is_array(), "{}", requests[0]);
+    assert!(requests[0].get("tools").is_none(), "{}", requests[0]);
+    let sent = conversation(&requests[0]);
+    assert_eq!(sent.len(), 1, "{sent:?}");
     assert_eq!(
-        system(&requests[0]),
-        Some(agent_runner::config::DEFAULT_INSTRUCTIONS)
+        sent[0]["content"],
+        "fix main.py: it should print ok\n\nThe files it names, as they are now:\n\
+         \nmain.py\n```\nprint('no')\n```\n",
+        "only the named file is shown"
     );
+    // After the draft, the model is sent the prompt as the client gave it.
+    let after = conversation(&requests[1]);
+    assert_eq!(after[0]["content"], "fix main.py: it should print ok");
+    let messages = app.messages(run["id"].as_str().unwrap()).await;
+    assert_eq!(messages[0]["content"], "fix main.py: it should print ok");
 }
 
 #[tokio::test]

@@ -13,7 +13,7 @@ use super::{End, Run, draft, millis, panic_message};
 use crate::harness::context;
 use crate::harness::events::{Emitter, EventKind};
 use crate::harness::message::Message;
-use crate::harness::model::{DeltaSink, ModelError, ModelRequest, ModelResponse};
+use crate::harness::model::{ContextView, DeltaSink, ModelError, ModelRequest, ModelResponse};
 use crate::harness::{stuck, unread};
 
 /// The longest `finish_reason` kept (providers' are a word or two).
@@ -50,13 +50,22 @@ impl Run<'_, '_> {
             .iter()
             .map(|&index| (index, Arc::new(context::mask(&self.messages[index]))))
             .collect();
-        let draft = self.drafting().await;
+        let draft = self.drafting();
+        // A draft's prompt, with the files it names shown (never stored).
+        let mut shown: Vec<Arc<Message>> = Vec::new();
+        if draft && let Some(prompt) = self.draft_prompt().await {
+            shown.push(Arc::new(Message::user(prompt)));
+        }
         self.emitter.emit(|| EventKind::ModelStart);
         let began = Instant::now();
         let deltas = Deltas(&self.emitter);
         let request = ModelRequest {
             instructions: self.instructions(draft),
-            messages: context::view(&self.messages, &selection, &masks),
+            messages: if shown.is_empty() {
+                context::view(&self.messages, &selection, &masks)
+            } else {
+                ContextView::new(&shown, &[])
+            },
             tools: if draft { &[] } else { tools.definitions() },
             answer_now: stuck::is_stuck(&self.messages),
             must_use_tool: !draft && unread::was_noted(&self.messages),

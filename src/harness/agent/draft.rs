@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use super::{Run, notes};
+use super::Run;
 use crate::harness::{Message, unread};
 
 /// The note that follows a draft that changed nothing, as a user message of
@@ -25,30 +25,48 @@ impl Run<'_, '_> {
     /// Whether the model call about to be made is a draft: `draft_first`,
     /// the run's first call, a conversation's start (a follow-up's history
     /// may hold tool calls, which some providers refuse without tools), a
-    /// run with tools, a step left after it to use them, and a prompt that
-    /// names no file of the workspace (a model that must read a file first
-    /// drafts nothing of use: it refuses, or guesses).
-    pub(super) async fn drafting(&self) -> bool {
+    /// run with tools, and a step left after it to use them.
+    pub(super) fn drafting(&self) -> bool {
         self.config.draft_first
             && self.steps == 0
             && self.config.history.is_empty()
             && !self.harness.tools.definitions().is_empty()
             && self.config.limits.max_steps.get() > 1
-            && !self.prompt_names_a_file().await
     }
 
-    /// Whether the run's prompt names a file of its workspace, as far as
-    /// its tools show the workspace's files.
-    async fn prompt_names_a_file(&self) -> bool {
+    /// The prompt a draft is sent: the run's, followed by the text of the
+    /// workspace files it names (as the run's file tools show them, at most
+    /// [`MAX_SHOWN_CHARS`] in all), since a draft cannot read them: shown
+    /// the file, a small model writes its fix whole in a code block, as it
+    /// writes code in one shot; not shown, it refuses or guesses. `None`
+    /// when the prompt names no such file. Never stored: the transcript
+    /// keeps the prompt as the client gave it.
+    pub(super) async fn draft_prompt(&self) -> Option<String> {
         let tools = self.harness.tools;
-        let Some(lister) = tools.file_reader().or_else(|| tools.whole_file_writer()) else {
-            return false;
-        };
+        let lister = tools.file_reader().or_else(|| tools.whole_file_writer())?;
         let Some(Message::User { content: prompt }) = self.messages.first().map(|m| &**m) else {
-            return false;
+            return None;
         };
-        let files = notes::text_file_paths(&**lister).await;
-        !unread::named_files(prompt, &files).is_empty()
+        let files = lister.text_files().await;
+        let paths: Vec<String> = files.iter().map(|(path, _)| path.clone()).collect();
+        let named = unread::named_files(prompt, &paths);
+        let mut shown = String::new();
+        for (path, text) in files
+            .iter()
+            .filter(|(path, _)| named.contains(&path.as_str()))
+        {
+            let fence = "`".repeat(longest_backtick_run(text).max(2) + 1);
+            let block = format!(
+                "\n{path}\n{fence}\n{}\n{fence}\n",
+                text.trim_end_matches('\n')
+            );
+            if shown.len() + block.len() > MAX_SHOWN_CHARS {
+                continue;
+            }
+            shown.push_str(&block);
+        }
+        (!shown.is_empty())
+            .then(|| format!("{prompt}\n\nThe files it names, as they are now:\n{shown}"))
     }
 
     /// The instructions of a model call: a draft is not sent the server's
@@ -61,6 +79,14 @@ impl Run<'_, '_> {
         }
         self.config.instructions.as_deref()
     }
+}
+
+/// The most text of named files a draft is shown, in bytes.
+const MAX_SHOWN_CHARS: usize = 24_000;
+
+/// The longest run of backticks in `text`: a fence around it must be longer.
+fn longest_backtick_run(text: &str) -> usize {
+    text.split(|c| c != '`').map(str::len).max().unwrap_or(0)
 }
 
 /// Where the model's view of `messages` may start, past the prompt: after
