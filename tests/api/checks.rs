@@ -16,14 +16,14 @@ fn check_preset() -> CommandPreset {
     toml::from_str(preset).unwrap()
 }
 
-/// A server drafting first, taking code blocks as files and questioning
-/// unchecked answers (as the real-model task set's does), with the check
+/// A server taking code blocks as files and questioning unchecked answers
+/// (as the real-model task set's does, drafting first or not), with the check
 /// preset `test`, and the profile `oa` on a provider answering `replies`.
-async fn spawn_checked(replies: Vec<Value>) -> (TestApp, Seen) {
+async fn spawn_checked(replies: Vec<Value>, draft_first: bool) -> (TestApp, Seen) {
     let (address, seen) = scripted_openai(replies).await;
     let app = spawn_with(move |config| {
         config.commands.insert("test".into(), check_preset());
-        config.runs.draft_first = true;
+        config.runs.draft_first = draft_first;
         config.runs.write_code_blocks = true;
         config.runs.check_answers = true;
         config
@@ -53,7 +53,7 @@ fn exit_code(message: &Value) -> Value {
 #[tokio::test]
 async fn a_code_block_answer_that_passes_the_check_ends_the_run() {
     let draft = "Here it is:\n\nmain.py\n```python\nprint('ok')\n```";
-    let (app, seen) = spawn_checked(vec![text(draft)]).await;
+    let (app, seen) = spawn_checked(vec![text(draft)], true).await;
     let run = app.run_to_end(request()).await;
     assert_eq!(run["status"], "completed", "{run}");
     assert_eq!(run["answer"], draft);
@@ -78,11 +78,14 @@ async fn a_failing_check_is_shown_to_the_model_and_runs_again_after_its_fix() {
     let edit = json!({"role": "assistant", "content": null, "tool_calls": [{"id": "e1",
         "type": "function", "function": {"name": "edit_file", "arguments":
         "{\"path\": \"main.py\", \"old_text\": \"nope\", \"new_text\": \"ok\"}"}}]});
-    let (app, seen) = spawn_checked(vec![
-        text("main.py\n```python\nprint('nope')\n```"),
-        edit,
-        text("Fixed; the check passes."),
-    ])
+    let (app, seen) = spawn_checked(
+        vec![
+            text("main.py\n```python\nprint('nope')\n```"),
+            edit,
+            text("Fixed; the check passes."),
+        ],
+        false,
+    )
     .await;
     let run = app.run_to_end(request()).await;
     assert_eq!(run["status"], "completed", "{run}");
@@ -91,8 +94,8 @@ async fn a_failing_check_is_shown_to_the_model_and_runs_again_after_its_fix() {
 
     let requests = seen.lock().unwrap().clone();
     assert_eq!(requests.len(), 3);
-    // The model is sent the failed check with its tools, without having
-    // asked for it.
+    // The model is sent the failed check of the code it answered with,
+    // with its tools, without having asked for it.
     let sent = requests[1]["messages"].as_array().unwrap();
     let check = sent.last().unwrap();
     assert_eq!(check["role"], "tool", "{check}");
@@ -121,6 +124,52 @@ async fn a_failing_check_is_shown_to_the_model_and_runs_again_after_its_fix() {
     );
     assert_eq!(messages[8]["content"], "Fixed; the check passes.");
     assert_eq!(app.workspace_file(&run, "main.py").await, "print('ok')\n");
+}
+
+#[tokio::test]
+async fn a_draft_whose_check_fails_is_redrafted_with_the_file_and_the_failure() {
+    let (app, seen) = spawn_checked(
+        vec![
+            text("main.py\n```python\nprint('nope')\n```"),
+            text("main.py\n```python\nprint('ok')\n```"),
+        ],
+        true,
+    )
+    .await;
+    let run = app.run_to_end(request()).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["steps"], 2, "{run}");
+    assert_eq!(run["answer"], "main.py\n```python\nprint('ok')\n```");
+    assert_eq!(app.workspace_file(&run, "main.py").await, "print('ok')\n");
+
+    let requests = seen.lock().unwrap().clone();
+    assert_eq!(requests.len(), 2);
+    // The redraft, without tools, is one message: the prompt, the file as
+    // the draft left it, and what its check printed.
+    assert!(requests[1].get("tools").is_none(), "{}", requests[1]);
+    let sent: Vec<&Value> = requests[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|message| message["role"] != "system")
+        .collect();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    let text = sent[0]["content"].as_str().unwrap();
+    assert!(
+        text.starts_with(
+            "make the program print ok\n\nYour answer was saved as:\n\nmain.py\n```\n\
+             print('nope')\n```\n\nThe check of it failed:\n```\nexit code 1\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("Answer with the whole fixed file in one code block."),
+        "{text}"
+    );
+    // The transcript has both answers, and no trace of the redraft's text.
+    let messages = app.messages(run["id"].as_str().unwrap()).await;
+    assert_eq!(messages.len(), 7, "{messages:?}");
+    assert_eq!(messages[0]["content"], "make the program print ok");
 }
 
 #[tokio::test]

@@ -121,35 +121,42 @@ impl Run<'_, '_> {
     }
 }
 
-/// The answer of the step `assistant` (whose results end `messages`), if it
-/// is a checked answer: the response made no call of its own (its calls are
-/// code blocks taken as files, and the checks after them), and every check
-/// passed. The model answered with code, which was written and passes: the
-/// run ends with that answer, as one given after a passing check would.
-pub(super) fn checked_answer(assistant: &Message, messages: &[Arc<Message>]) -> Option<String> {
-    let Message::Assistant {
-        content,
-        tool_calls: calls,
-    } = assistant
-    else {
-        return None;
-    };
+/// Whether `message` is a block answer: a response that made no call of
+/// its own, its calls code blocks taken as files and the checks after
+/// them (at least one of each).
+pub(super) fn is_block_answer(message: &Message) -> bool {
+    let calls = message.tool_calls();
     let added = |prefix: &str| calls.iter().filter(|c| c.id.starts_with(prefix)).count();
-    let checks = added(CHECK_ID);
-    if checks == 0 || added(CODE_BLOCK_ID) + checks != calls.len() {
-        return None;
-    }
-    let passed = messages
-        .iter()
-        .rev()
-        .take(calls.len())
-        .all(|message| match &**message {
+    let (blocks, checks) = (added(CODE_BLOCK_ID), added(CHECK_ID));
+    blocks > 0 && checks > 0 && blocks + checks == calls.len()
+}
+
+/// Whether every check of `assistant` passed, by `results`, the tool
+/// messages that follow it.
+pub(super) fn checks_passed(assistant: &Message, results: &[&Message]) -> bool {
+    results.len() == assistant.tool_calls().len()
+        && results.iter().all(|message| match message {
             Message::Tool {
                 call_id,
                 content,
                 is_error,
             } => !call_id.starts_with(CHECK_ID) || (!is_error && review::passed(content)),
             _ => false,
-        });
-    passed.then(|| content.clone())
+        })
+}
+
+/// The answer of the step `assistant` (whose results end `messages`), if it
+/// is a checked answer: a block answer ([`is_block_answer`]) whose checks
+/// all passed. The model answered with code, which was written and passes:
+/// the run ends with that answer, as one given after a passing check would.
+pub(super) fn checked_answer(assistant: &Message, messages: &[Arc<Message>]) -> Option<String> {
+    let Message::Assistant { content, .. } = assistant else {
+        return None;
+    };
+    let count = assistant.tool_calls().len();
+    let results: Vec<&Message> = messages[messages.len().saturating_sub(count)..]
+        .iter()
+        .map(|message| &**message)
+        .collect();
+    (is_block_answer(assistant) && checks_passed(assistant, &results)).then(|| content.clone())
 }

@@ -12,7 +12,10 @@
 
 use std::sync::Arc;
 
-use super::Run;
+use serde_json::Value;
+
+use super::{Run, added};
+use crate::harness::render::tool_result_for_model;
 use crate::harness::{Message, unread};
 
 /// The note that follows a draft that changed nothing, as a user message of
@@ -23,50 +26,123 @@ changed nothing. Now do the task with your tools, then answer.";
 
 impl Run<'_, '_> {
     /// Whether the model call about to be made is a draft: `draft_first`,
-    /// the run's first call, a conversation's start (a follow-up's history
-    /// may hold tool calls, which some providers refuse without tools), a
-    /// run with tools, and a step left after it to use them.
+    /// a conversation's start (a follow-up's history may hold tool calls,
+    /// which some providers refuse without tools), a run with tools, and a
+    /// step left after it to use them; and either the run's first call, or
+    /// a redraft: the last step was a draft's code written as files whose
+    /// check failed, and the run has drafted fewer than [`MAX_DRAFTS`]
+    /// times.
     pub(super) fn drafting(&self) -> bool {
         self.config.draft_first
-            && self.steps == 0
             && self.config.history.is_empty()
             && !self.harness.tools.definitions().is_empty()
-            && self.config.limits.max_steps.get() > 1
+            && self.steps + 1 < self.config.limits.max_steps.get()
+            && (self.steps == 0 || self.failed_draft().is_some())
     }
 
-    /// The prompt a draft is sent: the run's, followed by the text of the
-    /// workspace files it names (as the run's file tools show them, at most
-    /// [`MAX_SHOWN_CHARS`] in all), since a draft cannot read them: shown
-    /// the file, a small model writes its fix whole in a code block, as it
-    /// writes code in one shot; not shown, it refuses or guesses. `None`
-    /// when the prompt names no such file. Never stored: the transcript
-    /// keeps the prompt as the client gave it.
+    /// The last step, if it is a draft whose code became files and whose
+    /// check failed, and another draft is allowed: the draft's message and
+    /// the results of its calls, in order.
+    fn failed_draft(&self) -> Option<(&Message, Vec<&Message>)> {
+        if self.drafts() >= MAX_DRAFTS {
+            return None;
+        }
+        let results = self
+            .messages
+            .iter()
+            .rev()
+            .take_while(|message| matches!(***message, Message::Tool { .. }))
+            .count();
+        let at = self.messages.len().checked_sub(results + 1)?;
+        let draft = &*self.messages[at];
+        let results: Vec<&Message> = self.messages[at + 1..].iter().map(|m| &**m).collect();
+        (added::is_block_answer(draft) && !added::checks_passed(draft, &results))
+            .then_some((draft, results))
+    }
+
+    /// How many drafts the run made: its first call's, and its block
+    /// answers after it.
+    fn drafts(&self) -> usize {
+        let block_answers = self
+            .messages
+            .iter()
+            .skip(2)
+            .filter(|message| added::is_block_answer(message))
+            .count();
+        1 + block_answers
+    }
+
+    /// The prompt a draft is sent. The first: the run's, followed by the
+    /// text of the workspace files it names (as the run's file tools show
+    /// them, at most [`MAX_SHOWN_CHARS`] in all), since a draft cannot read
+    /// them: shown the file, a small model writes its fix whole in a code
+    /// block, as it writes code in one shot; not shown, it refuses or
+    /// guesses. A redraft: the same, then the files the failed draft
+    /// wrote, and what its check printed. `None` for a first draft whose
+    /// prompt names no file (it is sent as it is). Never stored: the
+    /// transcript keeps the prompt as the client gave it.
     pub(super) async fn draft_prompt(&self) -> Option<String> {
         let tools = self.harness.tools;
         let lister = tools.file_reader().or_else(|| tools.whole_file_writer())?;
         let Some(Message::User { content: prompt }) = self.messages.first().map(|m| &**m) else {
             return None;
         };
+        let failed = if self.steps == 0 {
+            None
+        } else {
+            self.failed_draft()
+        };
+        let written: Vec<&str> = failed.as_ref().map_or_else(Vec::new, |(draft, _)| {
+            draft
+                .tool_calls()
+                .iter()
+                .filter_map(|call| call.arguments.get("path").and_then(Value::as_str))
+                .collect()
+        });
         let files = lister.text_files().await;
         let paths: Vec<String> = files.iter().map(|(path, _)| path.clone()).collect();
         let named = unread::named_files(prompt, &paths);
         let mut shown = String::new();
-        for (path, text) in files
-            .iter()
-            .filter(|(path, _)| named.contains(&path.as_str()))
-        {
-            let fence = "`".repeat(longest_backtick_run(text).max(2) + 1);
-            let block = format!(
-                "\n{path}\n{fence}\n{}\n{fence}\n",
-                text.trim_end_matches('\n')
-            );
-            if shown.len() + block.len() > MAX_SHOWN_CHARS {
-                continue;
+        for (path, text) in &files {
+            if named.contains(&path.as_str()) && !written.contains(&path.as_str()) {
+                show(&mut shown, path, text);
             }
-            shown.push_str(&block);
         }
-        (!shown.is_empty())
-            .then(|| format!("{prompt}\n\nThe files it names, as they are now:\n{shown}"))
+        let mut text = prompt.clone();
+        if !shown.is_empty() {
+            text.push_str("\n\nThe files it names, as they are now:\n");
+            text.push_str(&shown);
+            shown.clear();
+        }
+        let Some((_, results)) = failed else {
+            return (text.len() > prompt.len()).then_some(text);
+        };
+        for (path, content) in &files {
+            if written.contains(&path.as_str()) {
+                show(&mut shown, path, content);
+            }
+        }
+        let output: Vec<String> = results
+            .iter()
+            .filter_map(|result| match result {
+                Message::Tool {
+                    call_id,
+                    content,
+                    is_error,
+                } if call_id.starts_with(added::CHECK_ID) => {
+                    Some(tool_result_for_model(content, *is_error).into_owned())
+                }
+                _ => None,
+            })
+            .collect();
+        let output = output.join("\n");
+        let fence = "`".repeat(longest_backtick_run(&output).max(2) + 1);
+        text.push_str(&format!(
+            "\n\nYour answer was saved as:\n{shown}\nThe check of it failed:\n{fence}\n{}\n{fence}\n\n\
+             Answer with the whole fixed file in one code block.",
+            output.trim_end()
+        ));
+        Some(text)
     }
 
     /// The instructions of a model call: a draft is not sent the server's
@@ -81,8 +157,25 @@ impl Run<'_, '_> {
     }
 }
 
+/// Drafts at most in a run: its first call's, and redrafts after a draft
+/// whose check failed.
+const MAX_DRAFTS: usize = 3;
+
 /// The most text of named files a draft is shown, in bytes.
 const MAX_SHOWN_CHARS: usize = 24_000;
+
+/// Adds the file `path` with its `text` to `shown`, in a fenced block after
+/// its path, if the whole stays within [`MAX_SHOWN_CHARS`].
+fn show(shown: &mut String, path: &str, text: &str) {
+    let fence = "`".repeat(longest_backtick_run(text).max(2) + 1);
+    let block = format!(
+        "\n{path}\n{fence}\n{}\n{fence}\n",
+        text.trim_end_matches('\n')
+    );
+    if shown.len() + block.len() <= MAX_SHOWN_CHARS {
+        shown.push_str(&block);
+    }
+}
 
 /// The longest run of backticks in `text`: a fence around it must be longer.
 fn longest_backtick_run(text: &str) -> usize {
