@@ -163,7 +163,7 @@ async fn a_draft_whose_check_fails_is_redrafted_with_the_file_and_the_failure() 
         "{text}"
     );
     assert!(
-        text.ends_with("Answer with the whole fixed file in one code block."),
+        text.ends_with("Answer with the whole fixed main.py in one code block."),
         "{text}"
     );
     // The transcript has both answers, and no trace of the redraft's text.

@@ -77,8 +77,9 @@ impl Run<'_, '_> {
     /// them, at most [`MAX_SHOWN_CHARS`] in all), since a draft cannot read
     /// them: shown the file, a small model writes its fix whole in a code
     /// block, as it writes code in one shot; not shown, it refuses or
-    /// guesses. A redraft: the same, then the files the failed draft
-    /// wrote, and what its check printed. `None` for a first draft whose
+    /// guesses. A redraft: the prompt, the files the failed draft wrote as
+    /// they are now, and what its check printed (the files the prompt names
+    /// left out: a small model shown a test file echoes it). `None` for a first draft whose
     /// prompt names no file (it is sent as it is). Never stored: the
     /// transcript keeps the prompt as the client gave it.
     pub(super) async fn draft_prompt(&self) -> Option<String> {
@@ -103,19 +104,19 @@ impl Run<'_, '_> {
         let paths: Vec<String> = files.iter().map(|(path, _)| path.clone()).collect();
         let named = unread::named_files(prompt, &paths);
         let mut shown = String::new();
-        for (path, text) in &files {
-            if named.contains(&path.as_str()) && !written.contains(&path.as_str()) {
-                show(&mut shown, path, text);
-            }
-        }
         let mut text = prompt.clone();
-        if !shown.is_empty() {
+        let Some((_, results)) = failed else {
+            for (path, content) in &files {
+                if named.contains(&path.as_str()) {
+                    show(&mut shown, path, content);
+                }
+            }
+            if shown.is_empty() {
+                return None;
+            }
             text.push_str("\n\nThe files it names, as they are now:\n");
             text.push_str(&shown);
-            shown.clear();
-        }
-        let Some((_, results)) = failed else {
-            return (text.len() > prompt.len()).then_some(text);
+            return Some(text);
         };
         for (path, content) in &files {
             if written.contains(&path.as_str()) {
@@ -137,9 +138,10 @@ impl Run<'_, '_> {
             .collect();
         let output = output.join("\n");
         let fence = "`".repeat(longest_backtick_run(&output).max(2) + 1);
+        let files = written.join(", ");
         text.push_str(&format!(
             "\n\nYour answer was saved as:\n{shown}\nThe check of it failed:\n{fence}\n{}\n{fence}\n\n\
-             Answer with the whole fixed file in one code block.",
+             Answer with the whole fixed {files} in one code block.",
             output.trim_end()
         ));
         Some(text)
