@@ -9,6 +9,11 @@
 //! of what the model sees next: the run goes on as if it had not drafted,
 //! rather than with the model's answer from without its tools (a refusal
 //! to read a file it could not see) leading it.
+//!
+//! A draft is shown the files its prompt names, and a draft whose code
+//! failed its check (a preset with `check = true`) is drafted again, shown
+//! that code and the check's output, a few times before the tools take
+//! over: a small model fixes code better in one shot than through calls.
 
 use std::sync::Arc;
 
@@ -79,9 +84,9 @@ impl Run<'_, '_> {
     /// block, as it writes code in one shot; not shown, it refuses or
     /// guesses. A redraft: the prompt, the files the failed draft wrote as
     /// they are now, and what its check printed (the files the prompt names
-    /// left out: a small model shown a test file echoes it). `None` for a first draft whose
-    /// prompt names no file (it is sent as it is). Never stored: the
-    /// transcript keeps the prompt as the client gave it.
+    /// left out: a small model shown a test file echoes it). `None` for a
+    /// first draft whose prompt names no file (it is sent as it is). Never
+    /// stored: the transcript keeps the prompt as the client gave it.
     pub(super) async fn draft_prompt(&self) -> Option<String> {
         let tools = self.harness.tools;
         let lister = tools.file_reader().or_else(|| tools.whole_file_writer())?;
