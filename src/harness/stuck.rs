@@ -41,7 +41,7 @@ pub fn is_stuck(messages: &[Arc<Message>]) -> bool {
 /// Where the step that `messages` end with starts: its assistant message
 /// with tool calls, followed by nothing but tool results. `None` when they
 /// end otherwise (with an answer, a prompt, or nothing).
-fn step_start(messages: &[Arc<Message>]) -> Option<usize> {
+pub(crate) fn step_start(messages: &[Arc<Message>]) -> Option<usize> {
     let results = messages
         .iter()
         .rev()

@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use super::{Run, added};
 use crate::harness::render::tool_result_for_model;
-use crate::harness::{Message, unread};
+use crate::harness::{Message, stuck, unread};
 
 /// The note that follows a draft that changed nothing, as a user message of
 /// the server: the draft stays in the transcript, and the model goes on
@@ -49,19 +49,13 @@ impl Run<'_, '_> {
     /// check failed, and another draft is allowed: the draft's message and
     /// the results of its calls, in order.
     fn failed_draft(&self) -> Option<(&Message, Vec<&Message>)> {
-        if self.drafts() >= MAX_DRAFTS {
-            return None;
-        }
-        let results = self
-            .messages
-            .iter()
-            .rev()
-            .take_while(|message| matches!(***message, Message::Tool { .. }))
-            .count();
-        let at = self.messages.len().checked_sub(results + 1)?;
+        let at = stuck::step_start(&self.messages)?;
         let draft = &*self.messages[at];
         let results: Vec<&Message> = self.messages[at + 1..].iter().map(|m| &**m).collect();
-        (added::is_block_answer(draft) && !added::checks_passed(draft, &results))
+        // The transcript is counted last, once the step is a failed draft.
+        (added::is_block_answer(draft)
+            && !added::checks_passed(draft, &results)
+            && self.drafts() < MAX_DRAFTS)
             .then_some((draft, results))
     }
 
