@@ -173,6 +173,30 @@ async fn a_draft_whose_check_fails_is_redrafted_with_the_file_and_the_failure() 
 }
 
 #[tokio::test]
+async fn a_run_drafts_three_times_at_most_then_goes_on_with_its_tools() {
+    let block = |word: &str| text(&format!("main.py\n```python\nprint('{word}')\n```"));
+    let (app, seen) = spawn_checked(
+        vec![
+            block("one"),
+            block("two"),
+            block("three"),
+            text("It still fails."),
+            text("It still fails."),
+        ],
+        true,
+    )
+    .await;
+    let run = app.run_to_end(request()).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    let requests = seen.lock().unwrap().clone();
+    assert!(requests.len() >= 4, "{}", requests.len());
+    for draft in &requests[..3] {
+        assert!(draft.get("tools").is_none(), "{draft}");
+    }
+    assert!(requests[3]["tools"].is_array(), "{}", requests[3]);
+}
+
+#[tokio::test]
 async fn no_check_is_added_after_a_step_that_checks_itself_changes_nothing_or_has_no_room() {
     let app = spawn_with(|config| {
         config.commands.insert("test".into(), check_preset());
