@@ -5,6 +5,7 @@
 
 mod helpers;
 
+mod blocks;
 mod browsers;
 mod cancel;
 mod checks;
