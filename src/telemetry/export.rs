@@ -10,6 +10,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync
 use std::time::{Duration, Instant};
 
 use opentelemetry::Context;
+use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
 use prometheus_client::metrics::counter::Counter;
@@ -27,6 +28,9 @@ const MAX_REST: Duration = Duration::from_secs(30);
 
 enum Message {
     Span(Box<SpanData>),
+    /// The provider's resource (`service.name`), for the exporter to send
+    /// with every batch.
+    Resource(Box<Resource>),
     /// Export what is queued, then say so.
     Flush(SyncSender<()>),
 }
@@ -71,37 +75,11 @@ where
             None
         }
     };
-    // After a failed export the collector is left alone for a while
-    // (doubling up to [`MAX_REST`]): what comes meanwhile is dropped
-    // without the work of encoding and sending it.
-    let mut rest = MIN_REST;
-    let mut resting_until: Option<Instant> = None;
-    let mut send = |batch: &mut Vec<SpanData>| {
-        if batch.is_empty() {
-            return;
-        }
-        let spans = std::mem::take(batch);
-        let count = spans.len() as u64;
-        let Some(exporter) = &exporter else {
-            dropped.inc_by(count);
-            return;
-        };
-        if resting_until.is_some_and(|until| Instant::now() < until) {
-            dropped.inc_by(count);
-            return;
-        }
-        match futures_executor::block_on(exporter.export(spans)) {
-            Ok(()) => {
-                rest = MIN_REST;
-                resting_until = None;
-            }
-            Err(error) => {
-                dropped.inc_by(count);
-                tracing::debug!(%error, spans = count, "exporting spans failed; they are dropped");
-                resting_until = Some(Instant::now() + rest);
-                rest = (rest * 2).min(MAX_REST);
-            }
-        }
+    let mut sender = Sender {
+        exporter,
+        dropped,
+        rest: MIN_REST,
+        resting_until: None,
     };
     let mut batch = Vec::with_capacity(BATCH);
     let mut due: Option<Instant> = None;
@@ -115,25 +93,75 @@ where
                 batch.push(*span);
                 due.get_or_insert_with(|| Instant::now() + DELAY);
                 if batch.len() >= BATCH {
-                    send(&mut batch);
+                    sender.send(&mut batch);
                     due = None;
                 }
             }
+            Ok(Message::Resource(resource)) => {
+                if let Some(exporter) = &mut sender.exporter {
+                    exporter.set_resource(&resource);
+                }
+            }
             Ok(Message::Flush(done)) => {
-                send(&mut batch);
+                sender.send(&mut batch);
                 due = None;
                 let _ = done.send(());
             }
             Err(RecvTimeoutError::Timeout) => {
-                send(&mut batch);
+                sender.send(&mut batch);
                 due = None;
             }
             Err(RecvTimeoutError::Disconnected) => {
-                send(&mut batch);
-                if let Some(exporter) = &exporter {
+                sender.send(&mut batch);
+                if let Some(exporter) = &sender.exporter {
                     let _ = exporter.shutdown();
                 }
                 return;
+            }
+        }
+    }
+}
+
+/// The export thread's exporter, and how long the collector is left alone.
+struct Sender<'a, E> {
+    exporter: Option<E>,
+    dropped: &'a Counter,
+    /// After a failed export the collector is left alone for a while
+    /// (doubling up to [`MAX_REST`]): what comes meanwhile is dropped
+    /// without the work of encoding and sending it.
+    rest: Duration,
+    resting_until: Option<Instant>,
+}
+
+impl<E: SpanExporter> Sender<'_, E> {
+    /// Exports `batch` (emptying it), or counts it dropped.
+    fn send(&mut self, batch: &mut Vec<SpanData>) {
+        if batch.is_empty() {
+            return;
+        }
+        let spans = std::mem::take(batch);
+        let count = spans.len() as u64;
+        let Some(exporter) = &self.exporter else {
+            self.dropped.inc_by(count);
+            return;
+        };
+        if self
+            .resting_until
+            .is_some_and(|until| Instant::now() < until)
+        {
+            self.dropped.inc_by(count);
+            return;
+        }
+        match futures_executor::block_on(exporter.export(spans)) {
+            Ok(()) => {
+                self.rest = MIN_REST;
+                self.resting_until = None;
+            }
+            Err(error) => {
+                self.dropped.inc_by(count);
+                tracing::debug!(%error, spans = count, "exporting spans failed; they are dropped");
+                self.resting_until = Some(Instant::now() + self.rest);
+                self.rest = (self.rest * 2).min(MAX_REST);
             }
         }
     }
@@ -159,6 +187,16 @@ impl SpanProcessor for Batcher {
         flushed
             .recv_timeout(Duration::from_secs(10))
             .map_err(|_| OTelSdkError::Timeout(Duration::from_secs(10)))
+    }
+
+    /// Hands the provider's resource to the exporter (queued before any
+    /// span: the provider sets it as it is built). Without it every span
+    /// would reach the collector with an empty resource, no `service.name`.
+    fn set_resource(&mut self, resource: &Resource) {
+        let message = Message::Resource(Box::new(resource.clone()));
+        if self.queue.try_send(message).is_err() {
+            tracing::warn!("the span exporter was not given the service's resource");
+        }
     }
 
     /// Exports what is queued; the thread ends when the processor is

@@ -27,6 +27,7 @@ mod mcp;
 mod metrics;
 mod openapi;
 mod operations;
+mod otlp;
 mod pauses;
 mod postgres;
 mod providers;
