@@ -28,8 +28,12 @@ const CONNECTION_DRAIN: Duration = Duration::from_secs(5);
 pub enum StartError {
     #[error("{0}")]
     Config(String),
-    #[error("cannot open the database: {0}")]
-    Store(#[from] crate::store::StoreError),
+    /// The database, its URL's password and query redacted.
+    #[error("cannot open the database {database}: {source}")]
+    Store {
+        database: String,
+        source: crate::store::StoreError,
+    },
     #[error("cannot bind {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -52,25 +56,64 @@ pub struct Application {
     grace: Duration,
 }
 
+/// What a configuration makes before anything is created: its model
+/// profiles, MCP servers and webhooks.
+struct Checked {
+    profiles: ModelProfiles,
+    mcp: McpServers,
+    webhooks: crate::runner::webhooks::Webhooks,
+}
+
+/// Every check `serve` makes of `config` before it creates, opens or binds
+/// anything: its model profiles (each key's variable set), the default
+/// model, the MCP servers, the webhooks, the database URL, and whether the
+/// sandbox can hold its presets and keeps its storage out of their reach.
+/// What only the attempt can tell (the database answering, the address
+/// free) is left to `serve`. `agent-runner config` runs it.
+pub fn check(config: &Config) -> Result<(), StartError> {
+    preflight(config).map(drop)
+}
+
+fn preflight(config: &Config) -> Result<Checked, StartError> {
+    let profiles = ModelProfiles::new(config.models.clone(), &process_env)
+        .map_err(|e| StartError::Config(e.to_string()))?;
+    if !profiles.contains(&config.runs.default_model) {
+        return Err(StartError::Config(format!(
+            "runs.default_model: no model profile is named {:?}",
+            config.runs.default_model
+        )));
+    }
+    let mcp = McpServers::new(&config.mcp, &process_env).map_err(StartError::Config)?;
+    let webhooks =
+        crate::runner::webhooks::Webhooks::new(&config.webhooks, |name| std::env::var(name).ok())
+            .map_err(StartError::Config)?;
+    Store::check_url(&config.storage.database_url)
+        .map_err(|error| StartError::Config(format!("storage.database_url: {error}")))?;
+    check_sandbox(config, &Sandbox::probe(&config.sandbox))?;
+    Ok(Checked {
+        profiles,
+        mcp,
+        webhooks,
+    })
+}
+
 impl Application {
-    /// Opens storage (recovering what a previous process left), binds the
-    /// listener and builds the router. Nothing is served until
+    /// Checks the configuration (see [`check`]); binds the listener; opens
+    /// storage (recovering what a previous process left); builds the
+    /// router. Nothing is made on disk before the configuration is known to
+    /// be good, and the workspaces directory only once the database is
+    /// open. Nothing is served until
     /// [`run_until_stopped`](Self::run_until_stopped).
     pub async fn build(config: Config) -> Result<Self, StartError> {
-        let profiles = ModelProfiles::new(config.models.clone(), &process_env)
-            .map_err(|e| StartError::Config(e.to_string()))?;
-        if !profiles.contains(&config.runs.default_model) {
-            return Err(StartError::Config(format!(
-                "runs.default_model: no model profile is named {:?}",
-                config.runs.default_model
-            )));
-        }
-        let mcp = McpServers::new(&config.mcp, &process_env).map_err(StartError::Config)?;
-        let workspaces = &config.storage.workspaces_dir;
-        std::fs::create_dir_all(workspaces).map_err(|source| StartError::Workspaces {
-            path: workspaces.display().to_string(),
-            source,
-        })?;
+        let Checked {
+            profiles,
+            mcp,
+            webhooks,
+        } = preflight(&config)?;
+        let addr = config.server.bind;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| StartError::Bind { addr, source })?;
         // Detecting the sandbox probes the kernel and writes cgroup files,
         // and sweeping what a dead server left waits for its processes to
         // die: blocking work, kept off the async workers.
@@ -89,7 +132,19 @@ impl Application {
             Duration::from_millis(config.runs.lease_ms),
             Duration::from_millis(config.storage.statement_timeout_ms),
         )
-        .await?;
+        .await
+        .map_err(|source| StartError::Store {
+            database: crate::config::redact_url(&config.storage.database_url),
+            source,
+        })?;
+        let workspaces = &config.storage.workspaces_dir;
+        if let Err(source) = std::fs::create_dir_all(workspaces) {
+            store.close().await;
+            return Err(StartError::Workspaces {
+                path: workspaces.display().to_string(),
+                source,
+            });
+        }
         if !recovered.interrupted.is_empty() || !recovered.queued.is_empty() {
             tracing::info!(
                 interrupted = recovered.interrupted.len(),
@@ -98,10 +153,6 @@ impl Application {
             );
         }
         let metrics = Arc::new(Metrics::default());
-        let webhooks = crate::runner::webhooks::Webhooks::new(&config.webhooks, |name| {
-            std::env::var(name).ok()
-        })
-        .map_err(StartError::Config)?;
         // Which run starts next: here, or shared with the other replicas
         // of a PostgreSQL database.
         let (max_concurrent, max_queued) = (config.runs.max_concurrent, config.runs.max_queued);
@@ -142,10 +193,6 @@ impl Application {
         );
         runner.resume(recovered.queued);
         runner.keep(config.retention);
-        let addr = config.server.bind;
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|source| StartError::Bind { addr, source })?;
         runner.join().await;
         let state = AppState::new(api::Services {
             runner: runner.clone(),
@@ -268,10 +315,17 @@ impl Application {
 const WRITER_DEATH_LINGER: Duration = Duration::from_secs(1);
 
 /// Detects the command sandbox and refuses to start where it would not
-/// hold: presets with an enforcing sandbox the kernel cannot apply, or
-/// storage that commands could read.
+/// hold (see [`check_sandbox`]).
 fn prepare_sandbox(config: &Config) -> Result<Sandbox, StartError> {
     let sandbox = Sandbox::detect(&config.sandbox);
+    check_sandbox(config, &sandbox)?;
+    tracing::info!(presets = config.commands.len(), "{}", sandbox.describe());
+    Ok(sandbox)
+}
+
+/// Refuses a sandbox that would not hold: presets with an enforcing sandbox
+/// the kernel cannot apply, or storage that commands could read.
+fn check_sandbox(config: &Config, sandbox: &Sandbox) -> Result<(), StartError> {
     let stdio_servers = config.mcp.values().any(|server| server.command.is_some());
     if (!config.commands.is_empty() || stdio_servers)
         && let Some(missing) = sandbox.missing()
@@ -312,9 +366,7 @@ fn prepare_sandbox(config: &Config) -> Result<Sandbox, StartError> {
                 ),
             &protected,
         )
-        .map_err(StartError::Sandbox)?;
-    tracing::info!(presets = config.commands.len(), "{}", sandbox.describe());
-    Ok(sandbox)
+        .map_err(StartError::Sandbox)
 }
 
 /// Descriptors kept from connections: the database's (a few per pooled

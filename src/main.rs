@@ -53,8 +53,11 @@ fn command() -> Command {
         .subcommand(
             Command::new("config")
                 .about(
-                    "Prints the effective configuration (the file, the environment's \
-                     overrides and every default; secrets redacted) as TOML, and exits",
+                    "Checks the configuration as `serve` does before it starts (model \
+                     profiles and their keys, the default model, MCP servers, webhooks, the \
+                     database URL, the sandbox), then prints it (the file, the environment's \
+                     overrides and every default; secrets redacted) as TOML and exits; \
+                     exits 2 saying why when `serve` would refuse it",
                 )
                 .arg(config_arg()),
         )
@@ -83,19 +86,7 @@ fn main() -> ExitCode {
     };
     match matches.subcommand() {
         Some(("serve", serve)) => serve_command(serve),
-        Some(("config", config)) => match load(config) {
-            Ok(config) => match agent_runner::config::effective(&config) {
-                Ok(text) => {
-                    print!("{text}");
-                    ExitCode::SUCCESS
-                }
-                Err(error) => {
-                    eprintln!("agent-runner: {error}");
-                    ExitCode::FAILURE
-                }
-            },
-            Err(code) => code,
-        },
+        Some(("config", config)) => config_command(config),
         Some(("hash-token", _)) => hash_token(),
         _ => ExitCode::from(2),
     }
@@ -124,6 +115,29 @@ fn load(matches: &ArgMatches) -> Result<Config, ExitCode> {
         eprintln!("agent-runner: {error}");
         ExitCode::from(2)
     })
+}
+
+/// Prints the effective configuration once every check `serve` makes
+/// before it starts passes; exits 2 (saying why) when one does not.
+fn config_command(matches: &ArgMatches) -> ExitCode {
+    let config = match load(matches) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    if let Err(error) = agent_runner::app::check(&config) {
+        eprintln!("agent-runner: {error}");
+        return ExitCode::from(2);
+    }
+    match agent_runner::config::effective(&config) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("agent-runner: {error}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn hash_token() -> ExitCode {

@@ -18,7 +18,7 @@ pub(crate) use check::check_sandbox_settings;
 pub use check::is_valid_env_name;
 pub use ended::{RetentionConfig, WebhooksConfig};
 use print::redacted;
-pub use print::{REDACTED, effective, redacted_values};
+pub use print::{REDACTED, effective, redact_url, redacted_values};
 pub use tenants::{
     DEFAULT_TENANT_TABLE, Resolved as ResolvedTenantLimits, TenantLimits, TenantPolicy,
 };

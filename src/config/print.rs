@@ -25,7 +25,7 @@ pub fn effective(config: &Config) -> Result<String, ConfigError> {
 
 /// `url` with the password of its user part and its query replaced (a
 /// query may carry a password, `?password=`, or a key).
-fn redact_url(url: &str) -> String {
+pub fn redact_url(url: &str) -> String {
     let (url, query) = match url.split_once('?') {
         Some((url, _)) => (url, format!("?{REDACTED}")),
         None => (url, String::new()),

@@ -10,6 +10,7 @@ use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{AnyConnection, AnyPool, ConnectOptions, Connection, Executor};
 
+use super::lock::DatabaseLock;
 use super::{StoreError, cluster, writer};
 
 /// Connections of the read pool.
@@ -45,18 +46,25 @@ impl Engine {
 }
 
 /// The writer's connection and the read pool of a SQLite file (created, with
-/// its directory, if missing). `deadline`: how long a reader may be waited
+/// its directory, if missing), and the lock this server holds it by (none
+/// for an in-memory database). `deadline`: how long a reader may be waited
 /// for (its statements are bounded by the store, see [`super::Store`]).
 pub(super) async fn open_sqlite(
     url: &str,
     deadline: Duration,
-) -> Result<(AnyConnection, AnyPool), StoreError> {
+) -> Result<(AnyConnection, AnyPool, Option<DatabaseLock>), StoreError> {
     let options = SqliteConnectOptions::from_str(url)?.create_if_missing(true);
     if let Some(dir) = options.get_filename().parent()
         && !dir.as_os_str().is_empty()
     {
         std::fs::create_dir_all(dir).map_err(|e| StoreError::Database(e.into()))?;
     }
+    // Taken before the file is opened: a second server touches nothing of
+    // the first one's.
+    let lock = match super::Store::database_file(url) {
+        Some(file) => Some(DatabaseLock::take(&file)?),
+        None => None,
+    };
     // Through sqlx's `Any` driver, which takes a URL: the settings a URL
     // cannot carry are set on each connection.
     let any = |options: &SqliteConnectOptions| {
@@ -98,7 +106,7 @@ pub(super) async fn open_sqlite(
         // Not creating: a URL's mode would then be `rwc`, not `ro`.
         .connect_with(any(&options.create_if_missing(false).read_only(true))?)
         .await?;
-    Ok((connection, read))
+    Ok((connection, read, lock))
 }
 
 /// The writer's connection and the read pool of a PostgreSQL database (which

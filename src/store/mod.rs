@@ -18,6 +18,7 @@
 pub mod cluster;
 mod connect;
 pub mod live;
+mod lock;
 pub mod outbox;
 mod reads;
 mod recover;
@@ -40,6 +41,8 @@ use crate::run::{ActionAnswer, ModelSpec, Run, RunSpec, RunStatus, Tenant};
 pub use connect::Engine;
 use connect::{STREAM_KEY, open_postgres, open_sqlite, server_key};
 pub use live::{Channels, Closing, LiveEvent, StatusChange};
+use lock::DatabaseLock;
+pub use lock::lock_path;
 pub use outbox::{Delivery, Unreadable};
 pub use recover::{Recovered, ResumeReason};
 use recover::{interrupt, recover, rest};
@@ -73,6 +76,21 @@ pub enum StoreError {
     /// A new run continues one that was removed (purged) meanwhile.
     #[error("the run it continues was removed")]
     PreviousGone,
+    /// Another server holds the SQLite file (see [`lock`]).
+    #[error(
+        "{database} is in use by another agent-runner server ({}, holding {lock}): one \
+         SQLite file serves one server at a time; stop that server, or give this one a \
+         database of its own (replicas share PostgreSQL)",
+        pid.map_or_else(|| "pid unknown".to_owned(), |pid| format!("pid {pid}"))
+    )]
+    InUse {
+        database: String,
+        lock: String,
+        pid: Option<u32>,
+    },
+    /// The lock file beside a SQLite file cannot be made or locked.
+    #[error("cannot lock the database through {path}: {error}")]
+    Lock { path: String, error: String },
 }
 
 /// A stored event, as served on the event stream.
@@ -153,6 +171,8 @@ pub struct Store {
     channels: Arc<Channels>,
     /// On PostgreSQL: this replica among the database's.
     cluster: Option<Arc<cluster::Cluster>>,
+    /// On a SQLite file: this server's hold on it, let go at close.
+    lock: Option<DatabaseLock>,
 }
 
 impl Store {
@@ -164,6 +184,20 @@ impl Store {
         let options = SqliteConnectOptions::from_str(url).ok()?;
         let file = options.get_filename();
         (file.as_os_str() != ":memory:").then(|| file.to_owned())
+    }
+
+    /// Whether `url` is a database URL the store can open (its scheme, and
+    /// what its engine reads of it), without opening anything.
+    pub fn check_url(url: &str) -> Result<(), String> {
+        match Engine::of_url(url) {
+            Some(Engine::Sqlite) => SqliteConnectOptions::from_str(url)
+                .map(drop)
+                .map_err(|error| error.to_string()),
+            Some(Engine::Postgres) => sqlx::postgres::PgConnectOptions::from_str(url)
+                .map(drop)
+                .map_err(|error| error.to_string()),
+            None => Err("not a sqlite: or postgres: URL".to_owned()),
+        }
     }
 
     /// Opens the database at `url` (a SQLite file, created if needed, or a
@@ -201,7 +235,7 @@ impl Store {
         let channels = Arc::new(Channels::default());
         let (store, recovered) = match Engine::of_url(url) {
             Some(Engine::Sqlite) => {
-                let (mut connection, read) = open_sqlite(url, deadline).await?;
+                let (mut connection, read, lock) = open_sqlite(url, deadline).await?;
                 let recovered = recover(&mut connection, Utc::now()).await?;
                 let stream_key = server_key(&mut connection, STREAM_KEY).await?;
                 // No deadline for the writer: SQLite's waits for its lock are
@@ -223,6 +257,7 @@ impl Store {
                     writer,
                     channels,
                     cluster: None,
+                    lock,
                 };
                 (store, recovered)
             }
@@ -247,6 +282,7 @@ impl Store {
                     writer,
                     channels,
                     cluster: Some(cluster),
+                    lock: None,
                 };
                 (store, Recovered::default())
             }
@@ -285,6 +321,9 @@ impl Store {
             cluster.leave().await;
         }
         self.read.close().await;
+        if let Some(lock) = &self.lock {
+            lock.release();
+        }
     }
 
     /// Whether the database answers, within a second (or the statement

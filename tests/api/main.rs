@@ -42,6 +42,7 @@ mod scenarios;
 mod secrets;
 mod sse;
 mod stalls;
+mod startup;
 mod statuses;
 mod storage;
 mod tenants;

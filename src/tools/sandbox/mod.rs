@@ -161,9 +161,35 @@ impl Sandbox {
         Self::with_containment(config, Containment::detect())
     }
 
+    /// What `config` asks of the kernel, found without changing anything
+    /// (no cgroup made, no namespace tried): enough to say what an
+    /// enforcing sandbox lacks and what it lets commands read, as
+    /// `agent-runner config` does before anything is created. Its commands
+    /// would run in process groups only: it is for checking, not spawning.
+    pub fn probe(config: &SandboxConfig) -> Self {
+        Self::assemble(
+            config,
+            Containment::process_group_only(),
+            Err("not probed".into()),
+        )
+    }
+
     /// Under `config`, with the given containment (tests choose process
     /// groups only).
     pub fn with_containment(config: &SandboxConfig, containment: Containment) -> Self {
+        let layout = if config.mode == SandboxMode::Enforce {
+            mounts::available()
+        } else {
+            Err("the sandbox is off".into())
+        };
+        Self::assemble(config, containment, layout)
+    }
+
+    fn assemble(
+        config: &SandboxConfig,
+        containment: Containment,
+        layout: Result<mounts::Namespaces, String>,
+    ) -> Self {
         let no_network = if network::supported() {
             match network::no_network_filters() {
                 Ok(filters) => Some(filters.into()),
@@ -194,11 +220,7 @@ impl Sandbox {
                 uid: config.uid,
                 gid: config.gid,
             }),
-            layout: if config.mode == SandboxMode::Enforce {
-                mounts::available()
-            } else {
-                Err("the sandbox is off".into())
-            },
+            layout,
         }
     }
 
