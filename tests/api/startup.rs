@@ -63,14 +63,17 @@ fn entries(dir: &Path) -> Vec<String> {
 #[tokio::test]
 async fn a_second_server_on_the_same_sqlite_file_refuses_to_start_naming_the_first() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut first, address) = start_binary(&dir);
+    // A SQLite file, whichever engine the suite runs on.
+    let sqlite = format!("sqlite://{}/runs.db", dir.path().display());
+    let on_sqlite = [("AGENT_RUNNER_STORAGE__DATABASE_URL", sqlite.as_str())];
+    let (mut first, address) = start_binary_with(&dir, &on_sqlite);
     let server = Remote::new(address);
     let run = server
         .post_json("/v1/runs?wait=true", &serde_json::json!({"prompt": "hi"}))
         .await;
     assert_eq!(run["status"], "completed", "{run}");
 
-    let mut second = binary_command(&dir, &[]);
+    let mut second = binary_command(&dir, &on_sqlite);
     second.stderr(Stdio::piped());
     let second = exited(second);
     assert_eq!(second.status.code(), Some(1), "{second:?}");
@@ -91,7 +94,7 @@ async fn a_second_server_on_the_same_sqlite_file_refuses_to_start_naming_the_fir
 
     // Once it is gone, the file is another server's to open.
     assert!(terminate(&mut first).success());
-    let (_again, address) = start_binary(&dir);
+    let (_again, address) = start_binary_with(&dir, &on_sqlite);
     let again = Remote::new(address);
     assert_eq!(
         again.get_json(&format!("/v1/runs/{id}")).await["status"],
