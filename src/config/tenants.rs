@@ -111,6 +111,13 @@ impl TenantPolicy {
         self.named.get(tenant).copied().unwrap_or(self.default)
     }
 
+    /// Whether any tenant has a token quota.
+    pub fn has_quotas(&self) -> bool {
+        std::iter::once(&self.default)
+            .chain(self.named.values())
+            .any(|limits| limits.max_tokens_per_day.is_some())
+    }
+
     /// Whether any tenant has a rate limit or a token quota (checked at
     /// each admission: a server without any does no such work).
     pub fn has_rates_or_quotas(&self) -> bool {

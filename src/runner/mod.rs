@@ -328,7 +328,7 @@ impl Runner {
         let Unfinished {
             run, tenant, model, ..
         } = queued;
-        match self.scheduler.enqueue(place) {
+        match self.scheduler.enqueue(place, origin == Origin::Start) {
             Queued::Here(turn) => {
                 let spec = RunSpec::of_run(&run, model);
                 self.start(run, tenant, spec, Entry::Turn(turn), origin, false);

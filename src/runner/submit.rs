@@ -174,7 +174,7 @@ impl Runner {
         metrics.run_created(&tenant.0);
         let entry = match admission {
             Admission::Now(slot) => Entry::Slot(slot),
-            Admission::Queue(place) => match self.scheduler.enqueue(place) {
+            Admission::Queue(place) => match self.scheduler.enqueue(place, true) {
                 Queued::Here(turn) => Entry::Turn(turn),
                 // Followed from storage, as it executes wherever it is
                 // claimed.

@@ -23,6 +23,12 @@ use crate::run::{ModelSpec, RunSpec, format_time};
 use crate::scheduler::Hold;
 use crate::store::{Closing, Pause, StoredPause, StoredRecovery, Transition, Transitioned};
 
+/// The first wait before a run's stored state is read again, after a read
+/// failed; it doubles up to [`READ_RETRY_MAX`] (the queue's, on
+/// PostgreSQL, see [`crate::store::cluster::READ_RETRY_FIRST`]).
+const READ_RETRY_FIRST: Duration = Duration::from_millis(500);
+const READ_RETRY_MAX: Duration = Duration::from_secs(30);
+
 /// Where a run's transcript starts.
 enum Begin {
     /// An answered pause, as stored.
@@ -57,23 +63,8 @@ pub(super) struct RunTask {
 impl RunTask {
     pub(super) async fn execute(self, entry: Entry) {
         let shared = Arc::clone(&self.runner.services);
-        // Where its transcript starts: a paused run's checkpoint, or the
-        // transcript a continued run inherited (stored as its first messages
-        // when it was accepted).
-        let store = &shared.store;
-        let id = self.live.id;
-        let begin = match (self.origin, self.spec.previous_run_id) {
-            (Origin::Answered, _) => store.paused(id).await.map(Begin::Resume),
-            (Origin::Recovered, _) => store.recovery(id).await.map(Begin::Recover),
-            (Origin::Start, Some(_)) => store.transcript(id).await.map(Begin::Continue),
-            (Origin::Start, None) => Ok(Begin::Continue(Vec::new())),
-        };
-        let begin = match begin {
-            Ok(begin) => begin,
-            Err(error) => {
-                tracing::error!(%error, "the run's stored transcript could not be read; it stays queued");
-                return self.leave_queued().await;
-            }
+        let Some(begin) = self.read_begin(&entry).await else {
+            return;
         };
         let (messages, last_sequence) = match &begin {
             Begin::Resume(stored) => (stored.messages.len(), stored.last_sequence),
@@ -309,14 +300,104 @@ impl RunTask {
         }
     }
 
+    /// Where its transcript starts: a paused run's checkpoint, where its
+    /// stopped process left it, or the transcript a continued run inherited
+    /// (stored as its first messages when it was accepted). A read that
+    /// fails (the database's failure) is tried again, with a wait that
+    /// doubles, and never holds up the runs behind it: on PostgreSQL a run
+    /// claimed here is set aside in the queue for that wait (see
+    /// [`crate::scheduler::Scheduler::set_aside`]), elsewhere its task
+    /// waits, holding its place in the queue. `None` when the task is done
+    /// with the run (set aside, or stopped meanwhile).
+    async fn read_begin(&self, entry: &Entry) -> Option<Begin> {
+        let store = &self.runner.services.store;
+        let id = self.live.id;
+        let mut wait = READ_RETRY_FIRST;
+        loop {
+            let read = match (self.origin, self.spec.previous_run_id) {
+                (Origin::Answered, _) => store.paused(id).await.map(Begin::Resume),
+                (Origin::Recovered, _) => store.recovery(id).await.map(Begin::Recover),
+                (Origin::Start, Some(_)) => store.transcript(id).await.map(Begin::Continue),
+                (Origin::Start, None) => Ok(Begin::Continue(Vec::new())),
+            };
+            let error = match read {
+                Ok(begin) => return Some(begin),
+                Err(error) => error,
+            };
+            if matches!(entry, Entry::Slot(_)) && self.runner.scheduler.set_aside(id).await {
+                tracing::warn!(%error, "the run's stored state could not be read; set aside in the queue");
+                self.forget(Closing::GivenUp);
+                return None;
+            }
+            tracing::warn!(
+                %error,
+                retry_in_ms = wait.as_millis() as u64,
+                "the run's stored state could not be read; trying again"
+            );
+            let stop = &self.live.stop;
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = stop.stopped() => {
+                    if matches!(stop.reason(), Some(StopReason::Interrupted(_) | StopReason::HandOver)) {
+                        self.leave_queued().await;
+                    } else {
+                        self.cancel_unread(entry).await;
+                    }
+                    return None;
+                }
+            }
+            wait = (wait * 2).min(READ_RETRY_MAX);
+        }
+    }
+
+    /// Ends `aborted` a run whose client cancelled it while its stored
+    /// state could not be read: one waiting for its turn is `queued` in
+    /// storage, and ends as a queued run's cancel ends it; one in a slot
+    /// was admitted to it, so it has not started and has no event yet.
+    async fn cancel_unread(&self, entry: &Entry) {
+        tracing::info!("cancelled while its stored state could not be read");
+        match entry {
+            Entry::Turn(_) => {
+                let cancel = Transition::Cancel {
+                    run_id: self.live.id,
+                    at: Utc::now(),
+                };
+                match self.runner.services.store.writer().transition(cancel).await {
+                    Ok(Transitioned::Ended { .. }) => {
+                        self.runner.services.metrics.finished(Outcome::Aborted);
+                    }
+                    Ok(_) => {}
+                    Err(error) => tracing::error!(%error, "the run's cancel could not be stored"),
+                }
+                self.forget(Closing::GivenUp);
+            }
+            Entry::Slot(_) => {
+                let shared = &self.runner.services;
+                let observer = observer::RunObserver::new(
+                    Arc::clone(&self.live),
+                    shared.store.clone(),
+                    Arc::clone(&shared.metrics),
+                    0,
+                    0,
+                );
+                observer.end_without_harness(Outcome::Aborted, None);
+                self.ended(&observer).await;
+            }
+        }
+    }
+
+    /// The run is no longer live here: its channel closed `how`.
+    fn forget(&self, how: Closing) {
+        self.runner.services.store.live().close(self.live.id, how);
+        self.runner.runs.forget(&self.live);
+    }
+
     /// Lets go of a run that never started, leaving it `queued` in storage.
     /// On PostgreSQL, one stored `running` here already (claimed, or
     /// inserted running) is given back to the queue, for any replica.
     async fn leave_queued(&self) {
         self.runner.scheduler.release(self.live.id).await;
-        let store = &self.runner.services.store;
-        store.live().close(self.live.id, Closing::GivenUp);
-        self.runner.runs.forget(&self.live);
+        self.forget(Closing::GivenUp);
     }
 
     /// Builds the run's model and tools and runs the harness, from where

@@ -7,11 +7,17 @@
 //! A waiter of no tenant (the claim loop of replicas, which learns the
 //! run's tenant only from what it claims) takes its turn like a tenant
 //! without a limit.
+//!
+//! A tenant may be held out until a time (its token quota is spent until
+//! its window frees, see [`super::slots::Turn`]): its waiters are passed
+//! over as a tenant at its limit is, and the gate hands slots out again
+//! once the time has come.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use crate::sync::lock;
 
@@ -35,6 +41,8 @@ struct State {
     waiters: HashMap<Who, VecDeque<oneshot::Sender<Permit>>>,
     /// Slots held, by whom.
     held: HashMap<Who, usize>,
+    /// Tenants passed over until a time.
+    held_out: HashMap<Who, Instant>,
 }
 
 /// A slot taken from the gate; given back when dropped.
@@ -63,6 +71,7 @@ impl Gate {
                 rotation: VecDeque::new(),
                 waiters: HashMap::new(),
                 held: HashMap::new(),
+                held_out: HashMap::new(),
             }),
             limits,
         })
@@ -78,6 +87,16 @@ impl Gate {
 
     /// A slot once it is `who`'s turn; `None` once the gate is closed.
     pub(super) async fn acquire(self: &Arc<Self>, who: Who) -> Option<Permit> {
+        self.wait(who, false).await
+    }
+
+    /// [`Gate::acquire`], first among `who`'s waiters: for a waiter that
+    /// had its turn and gave it back (its tenant was held out).
+    pub(super) async fn acquire_first(self: &Arc<Self>, who: Who) -> Option<Permit> {
+        self.wait(who, true).await
+    }
+
+    async fn wait(self: &Arc<Self>, who: Who, first: bool) -> Option<Permit> {
         let receiver = {
             let mut state = lock(&self.state);
             if state.closed {
@@ -88,14 +107,38 @@ impl Gate {
             }
             let (sender, receiver) = oneshot::channel();
             let queue = state.waiters.entry(who.clone()).or_default();
-            let first = queue.is_empty();
-            queue.push_back(sender);
+            let alone = queue.is_empty();
             if first {
+                queue.push_front(sender);
+            } else {
+                queue.push_back(sender);
+            }
+            if alone {
                 state.rotation.push_back(who);
             }
             receiver
         };
         receiver.await.ok()
+    }
+
+    /// Passes `who`'s waiters over until `until`; then hands out free
+    /// slots again, theirs among them.
+    pub(super) fn hold_out(self: &Arc<Self>, who: &Who, until: Instant) {
+        lock(&self.state).held_out.insert(who.clone(), until);
+        let gate = Arc::clone(self);
+        let who = who.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(until).await;
+            let mut state = lock(&gate.state);
+            if state
+                .held_out
+                .get(&who)
+                .is_some_and(|held| *held <= Instant::now())
+            {
+                state.held_out.remove(&who);
+            }
+            gate.dispatch(&mut state);
+        });
     }
 
     /// Hands out no more slots; those waiting get none.
@@ -126,6 +169,13 @@ impl Gate {
     }
 
     fn under_limit(&self, state: &State, who: &Who) -> bool {
+        if state
+            .held_out
+            .get(who)
+            .is_some_and(|until| Instant::now() < *until)
+        {
+            return false;
+        }
         match who {
             Some(tenant) => state.held.get(who).copied().unwrap_or(0) < (self.limits)(tenant),
             None => true,
@@ -277,6 +327,39 @@ mod tests {
         assert_eq!(gate.held(&tenant("a")), 1);
         drop(second);
         assert_eq!(gate.held(&tenant("a")), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_tenant_held_out_is_passed_over_until_its_time_then_served_first_in_line() {
+        let gate = gate(1, usize::MAX);
+        let first = gate.try_acquire(&tenant("a")).expect("a free slot");
+        let a_late = wait(&gate, tenant("a")).await;
+        // a's run had its turn and gave it back: first in a's line again.
+        gate.hold_out(
+            &tenant("a"),
+            Instant::now() + std::time::Duration::from_secs(60),
+        );
+        let a_again = {
+            let gate = Arc::clone(&gate);
+            let task = tokio::spawn(async move { gate.acquire_first(tenant("a")).await });
+            tokio::task::yield_now().await;
+            task
+        };
+        let b = wait(&gate, tenant("b")).await;
+        drop(first);
+        let b_slot = b.await.unwrap().expect("b passes a, held out");
+        assert!(!a_again.is_finished() && !a_late.is_finished());
+        drop(b_slot);
+        tokio::task::yield_now().await;
+        assert!(!a_again.is_finished(), "a is held out for a minute");
+        tokio::time::sleep(std::time::Duration::from_secs(61)).await;
+        let slot = a_again
+            .await
+            .unwrap()
+            .expect("a's first run, once its time came");
+        assert!(!a_late.is_finished());
+        drop(slot);
+        assert!(a_late.await.unwrap().is_some());
     }
 
     #[tokio::test]

@@ -30,7 +30,7 @@ use crate::config::TenantPolicy;
 use crate::harness::Outcome;
 use crate::metrics::Metrics;
 use crate::run::Tenant;
-use crate::store::cluster::{Claimed, Cluster, Membership, Notice};
+use crate::store::cluster::{ClaimLimits, Claimed, Cluster, Membership, Notice};
 use crate::store::{Store, StoreError, Transition, Transitioned};
 
 /// Longest a claimer with a free slot waits before it looks for queued runs
@@ -134,8 +134,9 @@ impl Scheduler for Leased {
         self.shared.slots.place(&tenant.0).0
     }
 
-    /// Stored queued: whichever replica has a slot first claims it.
-    fn enqueue(&self, place: Place) -> Queued {
+    /// Stored queued: whichever replica has a slot first claims it (the
+    /// claim holds a run that has not started to its tenant's quota).
+    fn enqueue(&self, place: Place, _fresh: bool) -> Queued {
         drop(place);
         self.shared.claims.notify_one();
         Queued::Elsewhere
@@ -144,6 +145,16 @@ impl Scheduler for Leased {
     async fn release(&self, run_id: Uuid) {
         if let Err(error) = self.shared.cluster.release(run_id).await {
             tracing::warn!(%run_id, %error, "the run could not be given back to the queue");
+        }
+    }
+
+    async fn set_aside(&self, run_id: Uuid) -> bool {
+        match self.shared.cluster.set_aside(run_id).await {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::warn!(%run_id, %error, "the run could not be set aside in the queue");
+                false
+            }
         }
     }
 
@@ -392,8 +403,20 @@ async fn claim(shared: Arc<Shared>, host: Arc<dyn Host>, membership: Arc<Members
         }
         shared.claiming.store(true, Ordering::Release);
         let policy = shared.limits.policy();
-        let limit = |tenant: &str| policy.set_max_concurrent(tenant);
-        let claimed = shared.cluster.claim(&membership, Utc::now(), &limit).await;
+        let quotas = shared.limits.any_quota();
+        if quotas {
+            // The tokens of runs that just ended here are counted.
+            shared.store.writer().barrier().await;
+        }
+        let limits = ClaimLimits {
+            concurrency: &|tenant| policy.set_max_concurrent(tenant),
+            quota: &|tenant| {
+                quotas
+                    .then(|| policy.of(tenant).max_tokens_per_day)
+                    .flatten()
+            },
+        };
+        let claimed = shared.cluster.claim(&membership, Utc::now(), &limits).await;
         shared.claiming.store(false, Ordering::Release);
         match claimed {
             Ok(Some(claimed)) => {

@@ -2,7 +2,9 @@
 //! run is admitted: `runs_per_minute` as a token bucket a minute deep,
 //! `max_tokens_per_day` as the tokens of the tenant's runs created in the
 //! last 24 hours. Running runs are never stopped by either: only new runs
-//! and follow-ups are refused.
+//! and follow-ups are refused, and a queued run that has not started
+//! waits at its turn while its tenant's quota is spent (see
+//! [`super::Turn::wait`]; on PostgreSQL, the claim).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -70,11 +72,7 @@ impl Limits {
     /// Refuses a run of `tenant` whose runs of the last 24 hours used its
     /// `max_tokens_per_day`.
     pub async fn check_quota(&self, tenant: &Tenant) -> Result<(), Refused> {
-        let Some(quota) = self
-            .any
-            .then(|| self.policy.of(&tenant.0).max_tokens_per_day)
-            .flatten()
-        else {
+        let Some(quota) = self.quota(tenant) else {
             return Ok(());
         };
         let since = Utc::now() - QUOTA_WINDOW;
@@ -101,6 +99,28 @@ impl Limits {
             spent: spent.tokens,
             quota,
         })
+    }
+
+    /// [`Limits::check_quota`] for a queued run whose turn came: after
+    /// everything this process handed its writer is stored, so that the
+    /// tokens of the run whose end freed the slot are counted.
+    pub async fn check_quota_at_turn(&self, tenant: &Tenant) -> Result<(), Refused> {
+        if self.quota(tenant).is_none() {
+            return Ok(());
+        }
+        self.store.writer().barrier().await;
+        self.check_quota(tenant).await
+    }
+
+    /// Whether any tenant has a token quota.
+    pub fn any_quota(&self) -> bool {
+        self.any && self.policy.has_quotas()
+    }
+
+    fn quota(&self, tenant: &Tenant) -> Option<u64> {
+        self.any
+            .then(|| self.policy.of(&tenant.0).max_tokens_per_day)
+            .flatten()
     }
 
     /// Takes a run creation from `tenant`'s bucket (`runs_per_minute`), the

@@ -1,6 +1,7 @@
 //! The scheduler of one process alone (SQLite): queued runs wait here, each
 //! for its turn at a slot: tenants in turn, first come first served within
-//! a tenant, each within its `[tenants]` limits.
+//! a tenant, each within its `[tenants]` limits, a run that has not started
+//! within its tenant's token quota too.
 
 use std::sync::Arc;
 
@@ -21,7 +22,7 @@ pub struct Local {
     metrics: Arc<Metrics>,
     slots: Slots,
     max_queued: usize,
-    limits: Limits,
+    limits: Arc<Limits>,
 }
 
 impl Local {
@@ -38,7 +39,7 @@ impl Local {
             Arc::new(move |tenant: &str| tenants.of(tenant).max_concurrent)
         };
         Self {
-            limits: Limits::new(Arc::clone(&tenants), store.clone(), None),
+            limits: Arc::new(Limits::new(Arc::clone(&tenants), store.clone(), None)),
             store,
             metrics,
             slots: Slots::new(max_concurrent, limits, Holding::alone()),
@@ -72,13 +73,21 @@ impl Scheduler for Local {
         self.slots.place(&tenant.0).0
     }
 
-    fn enqueue(&self, place: Place) -> Queued {
-        Queued::Here(self.slots.turn(place))
+    /// Its task waits here for its turn; a run that has not started is
+    /// held to its tenant's quota when its turn comes.
+    fn enqueue(&self, place: Place, fresh: bool) -> Queued {
+        let quota = fresh.then(|| Arc::clone(&self.limits));
+        Queued::Here(self.slots.turn(place, quota))
     }
 
     /// Nothing to give back: a run this process does not execute waits in
     /// storage for its next start.
     async fn release(&self, _run_id: Uuid) {}
+
+    /// The queue is this process's: the run's task waits and reads again.
+    async fn set_aside(&self, _run_id: Uuid) -> bool {
+        false
+    }
 
     /// Here a run that is not live is paused (or has ended): a paused one
     /// ends `aborted`.

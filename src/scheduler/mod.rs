@@ -118,12 +118,22 @@ pub trait Scheduler: Send + Sync {
     fn readmit(&self, tenant: &Tenant) -> Place;
 
     /// Hands the scheduler a run stored `queued` (after its place was
-    /// given).
-    fn enqueue(&self, place: Place) -> Queued;
+    /// given). `fresh`: it has not started, so that it waits while its
+    /// tenant's token quota is spent; a run in the middle (resumed, or its
+    /// pause answered) never does: a quota never breaks a run.
+    fn enqueue(&self, place: Place, fresh: bool) -> Queued;
 
     /// Gives back to the queue a run stored as held here that will not
     /// execute (the server stopped before it started).
     async fn release(&self, run_id: Uuid);
+
+    /// Gives back to the queue a run held here whose stored state could
+    /// not be read (a failure of the database's), to be claimed again
+    /// after a wait that grows with each such failure, by any replica:
+    /// `true` when it did. `false` where the queue is this process's own
+    /// (SQLite), or the run could not be given back: its task then waits
+    /// and reads again itself.
+    async fn set_aside(&self, run_id: Uuid) -> bool;
 
     /// A client's cancel of a run that is not live here.
     async fn cancel_elsewhere(&self, run_id: Uuid) -> Result<Cancelled, StoreError>;

@@ -11,7 +11,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 
-use super::gate::{Gate, Limits, Permit, Who};
+use super::Refused;
+use super::gate::{Gate, Limits as Concurrency, Permit, Who};
+use super::limits::Limits;
+use crate::run::Tenant;
 use crate::sync::lock;
 
 /// Who holds the runs executing in a process's slots, as their rows store
@@ -102,7 +105,7 @@ struct Tally {
 impl Slots {
     /// `max_concurrent` slots, each tenant's share of them within
     /// `limits`.
-    pub(super) fn new(max_concurrent: usize, limits: Limits, holding: Holding) -> Self {
+    pub(super) fn new(max_concurrent: usize, limits: Concurrency, holding: Holding) -> Self {
         Self {
             gate: Gate::new(max_concurrent, limits),
             tally: Arc::default(),
@@ -142,11 +145,14 @@ impl Slots {
         }
     }
 
-    pub(super) fn turn(&self, place: Place) -> Turn {
+    /// The turn of the run at `place`; with `quota`, held to its tenant's
+    /// token quota when its turn comes (see [`Turn::wait`]).
+    pub(super) fn turn(&self, place: Place, quota: Option<Arc<Limits>>) -> Turn {
         Turn {
             place,
             gate: Arc::clone(&self.gate),
             holding: self.holding(),
+            quota,
         }
     }
 
@@ -259,21 +265,60 @@ pub struct Turn {
     place: Place,
     gate: Arc<Gate>,
     holding: Holding,
+    /// The limits whose token quota its tenant is held to when its turn
+    /// comes: a run that has not started (a quota keeps new work waiting,
+    /// and never breaks a run in the middle).
+    quota: Option<Arc<Limits>>,
 }
 
 impl Turn {
     /// Resolves to a slot once it is the run's turn (its tenant's, and its
     /// own within its tenant's); `None` once the queue is closed. Dropping
     /// it gives up the place.
+    ///
+    /// Held to its tenant's quota, a run whose tenant spent it gives its
+    /// turn back: the tenant is passed over until its window frees (its
+    /// other runs wait with it, the other tenants' go on), and the run
+    /// waits first in its tenant's line.
     pub async fn wait(self) -> Option<Slot> {
         let who: Who = Some(Arc::clone(&self.place.tenant));
-        let permit = self.gate.acquire(who).await?;
-        Some(Slot {
-            _permit: permit,
-            tally: Arc::clone(&self.place.tally),
-            hold: self.holding.hold(),
-            executing: false,
-        })
+        let mut again = false;
+        loop {
+            let permit = if again {
+                self.gate.acquire_first(who.clone()).await?
+            } else {
+                self.gate.acquire(who.clone()).await?
+            };
+            if let Some(limits) = &self.quota {
+                let tenant = Tenant(self.place.tenant.to_string());
+                match limits.check_quota_at_turn(&tenant).await {
+                    Ok(()) => {}
+                    Err(Refused::QuotaExceeded { retry_after, .. }) => {
+                        tracing::info!(
+                            tenant = %tenant.0,
+                            retry_after_s = retry_after.as_secs(),
+                            "the tenant's token quota is spent: its queued runs wait"
+                        );
+                        self.gate
+                            .hold_out(&who, tokio::time::Instant::now() + retry_after);
+                        drop(permit);
+                        again = true;
+                        continue;
+                    }
+                    // The quota cannot be read (the database's failure):
+                    // the run was admitted under it, and starts.
+                    Err(error) => {
+                        tracing::warn!(%error, "the tenant's quota could not be checked");
+                    }
+                }
+            }
+            return Some(Slot {
+                _permit: permit,
+                tally: Arc::clone(&self.place.tally),
+                hold: self.holding.hold(),
+                executing: false,
+            });
+        }
     }
 }
 
@@ -281,7 +326,7 @@ impl Turn {
 mod tests {
     use super::*;
 
-    fn unlimited() -> Limits {
+    fn unlimited() -> Concurrency {
         Arc::new(|_: &str| usize::MAX)
     }
 
@@ -292,7 +337,7 @@ mod tests {
         first.executing();
         assert_eq!(slots.executing(), 1);
         assert!(slots.try_slot("t").is_none());
-        let turn = slots.turn(slots.place("t").0);
+        let turn = slots.turn(slots.place("t").0, None);
         assert_eq!(slots.waiting(), 1);
         let waiting = tokio::spawn(turn.wait());
         drop(first);
@@ -302,14 +347,14 @@ mod tests {
         drop(second);
         // A turn dropped while waiting gives its place back.
         let _held = slots.try_slot("t").unwrap();
-        let turn = slots.turn(slots.place("t").0);
+        let turn = slots.turn(slots.place("t").0, None);
         let waiting = tokio::spawn(turn.wait());
         tokio::task::yield_now().await;
         waiting.abort();
         let _ = waiting.await;
         assert_eq!(slots.waiting(), 0);
         slots.close();
-        let turn = slots.turn(slots.place("t").0);
+        let turn = slots.turn(slots.place("t").0, None);
         assert!(turn.wait().await.is_none(), "a closed queue gives no turn");
     }
 

@@ -36,7 +36,14 @@ pub(super) const SELECT_RUN_FOR_UPDATE_LOCKED: &str = select_runs!("WHERE id = $
 pub(super) const SELECT_LIVE_RUNS: &str = select_runs!("WHERE status = $1 ORDER BY id");
 /// A tenant's oldest queued run not being claimed, locked (PostgreSQL).
 pub(super) const SELECT_NEXT_QUEUED_OF_TENANT: &str = select_runs!(
-    "WHERE tenant = $1 AND status = 'queued' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED"
+    "WHERE tenant = $1 AND status = 'queued' AND (not_before IS NULL OR not_before <= $2) \
+     ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED"
+);
+/// The same, of its runs that started before (PostgreSQL): what a tenant
+/// whose quota is spent may still go on with.
+pub(super) const SELECT_NEXT_STARTED_QUEUED_OF_TENANT: &str = select_runs!(
+    "WHERE tenant = $1 AND status = 'queued' AND (not_before IS NULL OR not_before <= $2) \
+     AND started_at IS NOT NULL ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED"
 );
 /// A running run owned by a replica, locked (PostgreSQL).
 pub(super) const SELECT_OWNED_RUNNING: &str =

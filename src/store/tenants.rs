@@ -120,7 +120,7 @@ impl Store {
 }
 
 /// The smallest run id created at `at` or later, as stored.
-fn first_id_at(at: DateTime<Utc>) -> String {
+pub(super) fn first_id_at(at: DateTime<Utc>) -> String {
     let millis = u64::try_from(at.timestamp_millis()).unwrap_or(0);
     uuid::Builder::from_unix_timestamp_millis(millis, &[0; 10])
         .into_uuid()

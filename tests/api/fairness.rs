@@ -19,12 +19,13 @@ pub(crate) fn token(tenant: &str) -> TokenConfig {
 /// A server with tenants `a`, `b` and `c`, `max_concurrent` slots, and
 /// `[tenants.a]` as given.
 pub(crate) async fn spawn_tenants(max_concurrent: usize, a: TenantLimits) -> TestApp {
-    spawn_with(move |config| {
-        config.auth.tokens = vec![token("a"), token("b"), token("c")];
-        config.runs.max_concurrent = max_concurrent;
-        config.tenants.insert("a".into(), a);
-    })
-    .await
+    spawn_with(move |config| with_tenants(config, max_concurrent, a)).await
+}
+
+fn with_tenants(config: &mut agent_runner::config::Config, max_concurrent: usize, a: TenantLimits) {
+    config.auth.tokens = vec![token("a"), token("b"), token("c")];
+    config.runs.max_concurrent = max_concurrent;
+    config.tenants.insert("a".into(), a);
 }
 
 /// A run that takes `delay_ms` of the model's time, then answers.
@@ -121,4 +122,68 @@ async fn a_tenants_own_limits_hold_while_another_runs_at_full_width() {
     assert!(cancel.status.is_success(), "{}", cancel.text);
     let second = app.wait_terminal(second["id"].as_str().unwrap()).await;
     assert_eq!(second["status"], "completed", "{second}");
+}
+
+/// Runs `statement` on the database at `url` (a SQLite file, or the
+/// tests' PostgreSQL), binding `run`.
+async fn on_database(url: &str, statement: &str, run: &str) {
+    use sqlx::Connection;
+    sqlx::any::install_default_drivers();
+    let mut connection = sqlx::AnyConnection::connect(url).await.unwrap();
+    sqlx::query(statement)
+        .bind(run)
+        .execute(&mut connection)
+        .await
+        .unwrap();
+    connection.close().await.unwrap();
+}
+
+/// A queued run whose stored transcript cannot be read (the database's
+/// failure, here a message made unreadable while no server ran) neither
+/// holds up the runs behind it nor is given up: it is tried again with a
+/// growing wait, and starts once it can be read.
+#[tokio::test]
+async fn a_run_that_cannot_be_read_waits_without_holding_up_the_queue() {
+    let mut app = spawn_tenants(1, TenantLimits::default()).await;
+    let earlier = create_as(&mut app, "a", slow(0)).await;
+    let earlier = app.wait_terminal(earlier["id"].as_str().unwrap()).await;
+    // The one slot is held while a follow-up of it and a run behind that
+    // are queued; then the server stops, and they stay queued.
+    let holder = create_as(&mut app, "b", slow(60_000)).await;
+    let holder = holder["id"].as_str().unwrap().to_owned();
+    let follow_up = json!({"prompt": "more", "tools": [], "previous_run_id": earlier["id"],
+                           "model": {"scripted": [{"content": "followed up"}]}});
+    let unreadable = create_as(&mut app, "a", follow_up).await;
+    let unreadable = unreadable["id"].as_str().unwrap().to_owned();
+    let behind = create_as(&mut app, "a", slow(0)).await;
+    assert_eq!(behind["status"], "queued", "{behind}");
+    let dir = app.stop().await;
+    let database = database_url(dir.path());
+    on_database(
+        &database,
+        "UPDATE messages SET body = 'not json: ' || body WHERE run_id = $1 AND position = 0",
+        &unreadable,
+    )
+    .await;
+    let mut config = test_config(&dir);
+    with_tenants(&mut config, 1, TenantLimits::default());
+    let mut app = spawn_in(dir, config).await;
+    app.token = Some("token-b".into());
+    let cancelled = app.delete(&format!("/v1/runs/{holder}")).await;
+    assert!(cancelled.status.is_success(), "{}", cancelled.text);
+    app.token = Some("token-a".into());
+    let behind = app.wait_terminal(behind["id"].as_str().unwrap()).await;
+    assert_eq!(behind["status"], "completed", "{behind}");
+    let waiting = app.get(&format!("/v1/runs/{unreadable}")).await;
+    assert_eq!(waiting.body["status"], "queued", "{}", waiting.text);
+    // Readable again: it starts at its next try.
+    on_database(
+        &database,
+        "UPDATE messages SET body = substr(body, 11) WHERE run_id = $1 AND position = 0",
+        &unreadable,
+    )
+    .await;
+    let done = app.wait_terminal(&unreadable).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["answer"], "followed up");
 }

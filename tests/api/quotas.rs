@@ -119,6 +119,66 @@ async fn a_token_quota_refuses_new_runs_and_follow_ups_but_not_a_run_under_way()
     .await;
 }
 
+/// A run that answers at once, its one step spending `tokens`.
+fn spending(tokens: u64) -> Value {
+    json!({"prompt": "spend", "tools": [],
+           "model": {"scripted": [{"content": "done",
+                                   "usage": {"input_tokens": tokens - 10, "output_tokens": 10}}]}})
+}
+
+/// Runs admitted while their tenant's quota had room wait in the queue once
+/// it is spent: the quota is checked when a run is taken from the queue to
+/// start, not only when it is admitted. The tenant's other runs wait with
+/// them; another tenant's go on past them.
+#[tokio::test]
+async fn queued_runs_wait_once_their_tenants_quota_is_spent() {
+    let limits = TenantLimits {
+        max_tokens_per_day: Some(1000),
+        ..TenantLimits::default()
+    };
+    let mut app = spawn_tenants(1, limits).await;
+    // b holds the one slot while a's six runs are admitted (a has spent
+    // nothing yet), each to spend 600 tokens.
+    let holder = create_as(&mut app, "b", slow(60_000)).await;
+    assert_eq!(holder["status"], "running", "{holder}");
+    let mut queued = Vec::new();
+    for _ in 0..6 {
+        let run = create_as(&mut app, "a", spending(600)).await;
+        assert_eq!(run["status"], "queued", "{run}");
+        queued.push(run["id"].as_str().unwrap().to_owned());
+    }
+    app.token = Some("token-b".into());
+    let cancelled = app
+        .delete(&format!("/v1/runs/{}", holder["id"].as_str().unwrap()))
+        .await;
+    assert!(cancelled.status.is_success(), "{}", cancelled.text);
+    // a's first run (0 spent before it) and second (600) start; after them
+    // a has spent 1200 of its 1000.
+    app.token = Some("token-a".into());
+    for id in &queued[..2] {
+        assert_eq!(app.wait_terminal(id).await["status"], "completed");
+    }
+    // b's runs go past a's: were a's third run to start when its turn came,
+    // it would have ended before b's second did.
+    app.token = Some("token-b".into());
+    for _ in 0..2 {
+        let run = app.run_to_end(slow(0)).await;
+        assert_eq!(run["status"], "completed", "{run}");
+    }
+    app.token = Some("token-a".into());
+    for id in &queued[2..] {
+        let run = app.get(&format!("/v1/runs/{id}")).await;
+        assert_eq!(run.body["status"], "queued", "{}", run.text);
+    }
+    let tenant = app.get("/v1/tenant").await;
+    assert_eq!(tenant.body["tokens_last_24h"], 1200, "{}", tenant.text);
+    assert_eq!(tenant.body["queued"], 4, "{}", tenant.text);
+    // A waiting run can still be cancelled.
+    let cancelled = app.delete(&format!("/v1/runs/{}", queued[5])).await;
+    assert!(cancelled.status.is_success(), "{}", cancelled.text);
+    assert_eq!(app.wait_terminal(&queued[5]).await["status"], "aborted");
+}
+
 /// A replica of tenants `a` (at most one run executing, three runs a
 /// minute) and `b`, one slot of its own, on the shared data directory:
 /// the real binary, with the tenants' tables in a config file.

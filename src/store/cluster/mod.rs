@@ -51,9 +51,16 @@ use uuid::Uuid;
 mod notify;
 mod tenants;
 
+/// How long a run whose stored state could not be read waits in the queue
+/// before a claim takes it again, after its first such failure; it doubles
+/// with each failure in a row, up to [`READ_RETRY_MAX`].
+pub const READ_RETRY_FIRST: std::time::Duration = std::time::Duration::from_secs(1);
+/// The longest such wait.
+pub const READ_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(60);
+
 pub use notify::{CANCEL, EVENTS, Notice, QUEUED, STATUSES};
 pub(super) use notify::{notify, notify_events, notify_statuses};
-pub use tenants::ConcurrencyLimit;
+pub use tenants::ClaimLimits;
 
 use super::rows;
 use super::{Channels, ResumeReason, StatusChange, StoreError, Unfinished};
@@ -280,8 +287,8 @@ impl Cluster {
             .collect())
     }
 
-    /// Takes the next queued run for `membership` (the oldest of the
-    /// tenant served least recently, within its `limit`: see
+    /// Takes the next queued run for `membership` (the oldest due of the
+    /// tenant served least recently, within its `limits`: see
     /// [`tenants::next_queued`]): marks it `running`, owned by it, started
     /// at `at` (a resumed run keeps its first start). `None` when no run
     /// waits (or every waiting one is being claimed, or is its tenant's
@@ -291,7 +298,7 @@ impl Cluster {
         &self,
         membership: &Membership,
         at: DateTime<Utc>,
-        limit: ConcurrencyLimit<'_>,
+        limits: &ClaimLimits<'_>,
     ) -> Result<Option<Claimed>, StoreError> {
         let mut tx = self.pool.begin().await?;
         if !hold(&mut tx, membership).await? {
@@ -300,7 +307,7 @@ impl Cluster {
         // The unreadable runs it failed on the way, then the one it claimed.
         let mut changes = Vec::new();
         loop {
-            let Some(row) = tenants::next_queued(&mut tx, limit).await? else {
+            let Some(row) = tenants::next_queued(&mut tx, limits, &format_time(&at)).await? else {
                 if !changes.is_empty() {
                     self.commit_statuses(tx, changes, &membership.id).await?;
                 }
@@ -361,19 +368,45 @@ impl Cluster {
     /// Gives back a run claimed (or inserted running) here that will not
     /// execute here after all: it is queued again, for any replica.
     pub async fn release(&self, run_id: Uuid) -> Result<(), StoreError> {
+        self.requeue(
+            run_id,
+            "UPDATE runs SET status = 'queued', owner = NULL \
+             WHERE id = $1 AND owner = $2 AND status = 'running' RETURNING tenant",
+        )
+        .await
+    }
+
+    /// Gives back a run claimed here whose stored state could not be read
+    /// (the database failed the read): queued again, but passed by every
+    /// claim for a while, so that the runs behind it go on; the wait
+    /// doubles with each such failure in a row, from [`READ_RETRY_FIRST`]
+    /// up to [`READ_RETRY_MAX`].
+    pub async fn set_aside(&self, run_id: Uuid) -> Result<(), StoreError> {
+        let first = READ_RETRY_FIRST.as_secs_f64();
+        let max = READ_RETRY_MAX.as_secs_f64();
+        let statement = format!(
+            "UPDATE runs SET status = 'queued', owner = NULL, failed_reads = failed_reads + 1, \
+             not_before = to_char((clock_timestamp() + LEAST({first} * power(2, failed_reads), \
+             {max}) * interval '1 second') AT TIME ZONE 'UTC', \
+             'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') \
+             WHERE id = $1 AND owner = $2 AND status = 'running' RETURNING tenant"
+        );
+        self.requeue(run_id, &statement).await
+    }
+
+    /// Queues again the run `statement` (binding the run and this replica)
+    /// gives back, and tells the others.
+    async fn requeue(&self, run_id: Uuid, statement: &str) -> Result<(), StoreError> {
         let membership = self.membership();
         let mut tx = self.pool.begin().await?;
         if !hold(&mut tx, &membership).await? {
             return Err(StoreError::Fenced);
         }
-        let released: Option<String> = sqlx::query_scalar(
-            "UPDATE runs SET status = 'queued', owner = NULL \
-             WHERE id = $1 AND owner = $2 AND status = 'running' RETURNING tenant",
-        )
-        .bind(run_id.to_string())
-        .bind(&*membership.id)
-        .fetch_optional(&mut *tx)
-        .await?;
+        let released: Option<String> = sqlx::query_scalar(statement)
+            .bind(run_id.to_string())
+            .bind(&*membership.id)
+            .fetch_optional(&mut *tx)
+            .await?;
         let Some(tenant) = released else {
             tx.commit().await?;
             return Ok(());

@@ -10,27 +10,45 @@ use sqlx::any::AnyRow;
 use super::Cluster;
 use crate::store::{StoreError, rows};
 
-/// A tenant's concurrency limit for the whole database, if it has one.
-pub type ConcurrencyLimit<'a> = &'a (dyn Fn(&str) -> Option<usize> + Sync);
+/// What a claim holds each tenant to across the database.
+pub struct ClaimLimits<'a> {
+    /// A tenant's concurrency limit, if it has one.
+    pub concurrency: &'a (dyn Fn(&str) -> Option<usize> + Sync),
+    /// A tenant's `max_tokens_per_day`, if it has one: while its runs of
+    /// the last 24 hours used it, its runs that have not started wait.
+    pub quota: &'a (dyn Fn(&str) -> Option<u64> + Sync),
+}
 
-/// The oldest queued run of the tenant served least recently that has runs
-/// waiting and a slot left under its limit, locked for the claim. A
-/// limited tenant's turn row is locked while its running runs are counted,
-/// so that two replicas never both take its last slot.
+/// The window of a token quota.
+const QUOTA_WINDOW: chrono::Duration = chrono::Duration::hours(24);
+
+/// The oldest queued run, due now, of the tenant served least recently
+/// that has runs waiting and a slot left under its limit, locked for the
+/// claim; of a tenant whose token quota is spent, only a run that started
+/// before (resumed, or its pause answered). A limited tenant's turn row is
+/// locked while its running runs are counted, so that two replicas never
+/// both take its last slot.
 pub(super) async fn next_queued(
     tx: &mut AnyConnection,
-    limit: ConcurrencyLimit<'_>,
+    limits: &ClaimLimits<'_>,
+    now: &str,
 ) -> Result<Option<AnyRow>, sqlx::Error> {
     let tenants: Vec<String> = sqlx::query_scalar(
         "SELECT waiting.tenant FROM (SELECT tenant, MIN(id) AS first FROM runs \
-         WHERE status = 'queued' GROUP BY tenant) AS waiting \
+         WHERE status = 'queued' AND (not_before IS NULL OR not_before <= $1) \
+         GROUP BY tenant) AS waiting \
          LEFT JOIN tenant_turns AS turns ON turns.tenant = waiting.tenant \
          ORDER BY turns.served NULLS FIRST, waiting.first",
     )
+    .bind(now)
     .fetch_all(&mut *tx)
     .await?;
     for tenant in tenants {
-        if let Some(max) = limit(&tenant) {
+        let fresh_may_start = match (limits.quota)(&tenant) {
+            Some(quota) => tokens_of_window(tx, &tenant).await? < quota,
+            None => true,
+        };
+        if let Some(max) = (limits.concurrency)(&tenant) {
             sqlx::query(
                 "INSERT INTO tenant_turns (tenant) VALUES ($1) ON CONFLICT (tenant) DO NOTHING",
             )
@@ -51,8 +69,14 @@ pub(super) async fn next_queued(
                 continue;
             }
         }
-        let row = sqlx::query(rows::SELECT_NEXT_QUEUED_OF_TENANT)
+        let next = if fresh_may_start {
+            rows::SELECT_NEXT_QUEUED_OF_TENANT
+        } else {
+            rows::SELECT_NEXT_STARTED_QUEUED_OF_TENANT
+        };
+        let row = sqlx::query(next)
             .bind(&tenant)
+            .bind(now)
             .fetch_optional(&mut *tx)
             .await?;
         if row.is_some() {
@@ -60,6 +84,21 @@ pub(super) async fn next_queued(
         }
     }
     Ok(None)
+}
+
+/// The input and output tokens of `tenant`'s runs created in the last 24
+/// hours (as [`crate::store::Store::tenant_use`] counts them).
+async fn tokens_of_window(tx: &mut AnyConnection, tenant: &str) -> Result<u64, sqlx::Error> {
+    let since = crate::store::tenants::first_id_at(chrono::Utc::now() - QUOTA_WINDOW);
+    let tokens: i64 = sqlx::query_scalar(
+        "SELECT CAST(COALESCE(SUM(input_tokens + output_tokens), 0) AS BIGINT) \
+         FROM runs WHERE tenant = $1 AND id >= $2",
+    )
+    .bind(tenant)
+    .bind(since)
+    .fetch_one(&mut *tx)
+    .await?;
+    Ok(u64::try_from(tokens).unwrap_or(0))
 }
 
 /// Records that `tenant` was just served: its turn goes to the back.
