@@ -13,6 +13,10 @@ pub enum CliError {
     /// The server refused the request or could not be reached (exit 1).
     #[error("{0}")]
     Refused(String),
+    /// Standard output was closed by its reader (exit 0, quietly: see
+    /// [`super::out`]).
+    #[error("standard output was closed")]
+    ClosedPipe,
 }
 
 impl CliError {
@@ -20,6 +24,7 @@ impl CliError {
         match self {
             Self::Usage(_) => 2,
             Self::Refused(_) => 1,
+            Self::ClosedPipe => 0,
         }
     }
 }

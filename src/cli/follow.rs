@@ -2,11 +2,10 @@
 //! streamed (or whole, for a model that does not stream), each tool call on
 //! a line of its own, a pause with what it waits for, and the end.
 
-use std::io::Write;
-
 use serde_json::Value;
 
 use super::client::{ApiClient, CliError};
+use super::out::{out, outln};
 use crate::models::http::SseParser;
 
 /// How often a dropped stream is resumed before the client gives up.
@@ -29,6 +28,8 @@ pub async fn print_stream(
         if let Some(current) = response.take() {
             match read(current, &mut cursor, &mut printer, json).await {
                 Ok(Some(status)) => return Ok(Some(status)),
+                // Nobody reads any more: nothing to resume for.
+                Err(CliError::ClosedPipe) => return Err(CliError::ClosedPipe),
                 Ok(None) | Err(_) if resumes < RESUMES && cursor.run_id.is_some() => {}
                 Ok(None) => {
                     return Err(CliError::Refused(
@@ -96,9 +97,9 @@ async fn read(
                 cursor.run_id = data["run_id"].as_str().map(str::to_owned);
             }
             if json {
-                println!("{data}");
+                outln!("{data}")?;
             } else {
-                printer.print(&data);
+                printer.print(&data)?;
             }
             if data["type"] == "run_end" {
                 cursor.status = data["status"].as_str().map(str::to_owned);
@@ -120,62 +121,61 @@ struct Printer {
 }
 
 impl Printer {
-    fn print(&mut self, event: &Value) {
+    fn print(&mut self, event: &Value) -> Result<(), CliError> {
         let text = |key: &str| event[key].as_str().unwrap_or_default();
         match text("type") {
-            "run_start" => println!("run {}", text("run_id")),
+            "run_start" => outln!("run {}", text("run_id"))?,
             "model_delta" => {
-                print!("{}", text("text"));
-                let _ = std::io::stdout().flush();
+                out!("{}", text("text"))?;
                 self.text.push_str(text("text"));
                 self.streamed = true;
             }
             "model_start" => {
-                self.end_line();
+                self.end_line()?;
                 self.text.clear();
             }
             "model_error" => {
-                self.end_line();
-                println!("model error: {}", text("error"));
+                self.end_line()?;
+                outln!("model error: {}", text("error"))?;
             }
-            "message" => self.message(&event["message"]),
+            "message" => self.message(&event["message"])?,
             "tool_end" => {
                 let outcome = if event["is_error"] == true {
                     "failed"
                 } else {
                     "done"
                 };
-                println!("  <- {} {outcome}", text("name"));
+                outln!("  <- {} {outcome}", text("name"))?;
             }
             "actions_required" => {
-                self.end_line();
-                println!("paused: waiting for a decision on");
+                self.end_line()?;
+                outln!("paused: waiting for a decision on")?;
                 for action in event["actions"].as_array().into_iter().flatten() {
-                    println!(
+                    outln!(
                         "  {} {} {}({})",
                         action["call_id"].as_str().unwrap_or("-"),
                         action["kind"].as_str().unwrap_or("-"),
                         action["name"].as_str().unwrap_or("-"),
                         action["arguments"]
-                    );
+                    )?;
                 }
                 let actions = event["actions"].as_array().into_iter().flatten();
                 let kinds: Vec<&str> = actions.filter_map(|a| a["kind"].as_str()).collect();
                 if kinds.contains(&"approval") {
-                    println!(
+                    outln!(
                         "  approvals: agent-runner runs approve|deny {}",
                         text("run_id")
-                    );
+                    )?;
                 }
                 if kinds.contains(&"client_tool") {
-                    println!(
+                    outln!(
                         "  client tools: POST /v1/runs/{}/actions with their output",
                         text("run_id")
-                    );
+                    )?;
                 }
             }
             "run_end" => {
-                self.end_line();
+                self.end_line()?;
                 let count = |key: &str, one: &str, many: &str| {
                     let n = event[key].as_u64().unwrap_or(0);
                     format!("{n} {}", if n == 1 { one } else { many })
@@ -189,43 +189,46 @@ impl Printer {
                 if let Some(error) = event["error"].as_str() {
                     line.push_str(&format!(": {error}"));
                 }
-                println!("{line}");
+                outln!("{line}")?;
             }
             _ => {}
         }
+        Ok(())
     }
 
     /// An assistant's message: its text (unless it streamed), then a line
     /// per tool call it asks for.
-    fn message(&mut self, message: &Value) {
+    fn message(&mut self, message: &Value) -> Result<(), CliError> {
         if message["role"] != "assistant" {
-            return;
+            return Ok(());
         }
         let content = message["content"].as_str().unwrap_or_default();
         if self.streamed {
             // What the deltas printed, and whatever they missed.
             match content.strip_prefix(self.text.as_str()) {
-                Some(rest) => print!("{rest}"),
-                None => print!("\n{content}"),
+                Some(rest) => out!("{rest}")?,
+                None => out!("\n{content}")?,
             }
-            self.end_line();
+            self.end_line()?;
         } else if !content.is_empty() {
-            println!("{content}");
+            outln!("{content}")?;
         }
         self.text.clear();
         for call in message["tool_calls"].as_array().into_iter().flatten() {
-            println!(
+            outln!(
                 "  -> {}({})",
                 call["name"].as_str().unwrap_or("-"),
                 call["arguments"]
-            );
+            )?;
         }
+        Ok(())
     }
 
-    fn end_line(&mut self) {
+    fn end_line(&mut self) -> Result<(), CliError> {
         if self.streamed {
-            println!();
+            outln!()?;
             self.streamed = false;
         }
+        Ok(())
     }
 }

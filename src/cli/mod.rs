@@ -3,14 +3,17 @@
 //!
 //! - this module: the commands, their arguments and their exit codes;
 //! - [`client`]: the API over HTTP;
-//! - [`follow`]: a run's event stream, printed as it comes.
+//! - [`follow`]: a run's event stream, printed as it comes;
+//! - [`out`]: standard output, where a closed pipe ends the client quietly.
 //!
 //! Exit codes: 0 when the command did what it was asked (for `run
-//! --follow`: the run completed), 1 when the server refused it or the run
-//! ended otherwise, 2 for a command line that makes no sense.
+//! --follow`: the run completed), or when whoever read its output stopped
+//! reading (a closed pipe); 1 when the server refused it or the run ended
+//! otherwise; 2 for a command line that makes no sense.
 
 mod client;
 mod follow;
+mod out;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -19,6 +22,7 @@ use clap::{Arg, ArgAction, ArgMatches, Command};
 use serde_json::{Value, json};
 
 use client::{ApiClient, CliError};
+use out::outln;
 
 /// The server when neither `--server` nor `AGENT_RUNNER_URL` names one.
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:8080";
@@ -57,6 +61,8 @@ pub fn main(args: Vec<String>) -> ExitCode {
     };
     match runtime.block_on(dispatch(&matches)) {
         Ok(code) => code,
+        // Whoever read the output has what it wanted.
+        Err(CliError::ClosedPipe) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("agent-runner: {error}");
             ExitCode::from(error.exit_code())
@@ -198,24 +204,24 @@ async fn dispatch(matches: &ArgMatches) -> Result<ExitCode, CliError> {
                     query.push(("limit", limit.to_string()));
                 }
                 let page = client.get("/v1/runs", &query).await?;
-                print_list(&page, json);
+                print_list(&page, json)?;
                 Ok(ExitCode::SUCCESS)
             }
             Some(("show", show)) => {
                 let run = client.get(&run_path(show, ""), &[]).await?;
-                print_run(&run, json);
+                print_run(&run, json)?;
                 Ok(ExitCode::SUCCESS)
             }
             Some(("messages", messages)) => {
                 let list = client.get(&run_path(messages, "/messages"), &[]).await?;
-                print_messages(&list, json);
+                print_messages(&list, json)?;
                 Ok(ExitCode::SUCCESS)
             }
             // As `POST .../cancel`: repeatable, a run that has ended is
             // shown as it ended.
             Some(("cancel", cancel)) => {
                 let run = client.post_empty(&run_path(cancel, "/cancel")).await?;
-                print_run(&run, json);
+                print_run(&run, json)?;
                 Ok(ExitCode::SUCCESS)
             }
             Some((decision @ ("approve" | "deny"), answer)) => {
@@ -266,7 +272,7 @@ async fn create(client: &ApiClient, run: &ArgMatches, json: bool) -> Result<Exit
         });
     }
     let created = client.post("/v1/runs", &request).await?;
-    print_run(&created, json);
+    print_run(&created, json)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -366,76 +372,77 @@ async fn decide(
     let answered = client
         .post(&run_path(answer, "/actions"), &json!({"actions": actions}))
         .await?;
-    print_run(&answered, json);
+    print_run(&answered, json)?;
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_run(run: &Value, json: bool) {
+fn print_run(run: &Value, json: bool) -> Result<(), CliError> {
     if json {
-        println!("{run}");
-        return;
+        return outln!("{run}");
     }
     let text = |key: &str| run[key].as_str().unwrap_or("-").to_owned();
-    println!("{}  {}", text("id"), text("status"));
-    println!("  prompt      {}", one_line(&text("prompt"), 100));
-    println!(
+    outln!("{}  {}", text("id"), text("status"))?;
+    outln!("  prompt      {}", one_line(&text("prompt"), 100))?;
+    outln!(
         "  steps       {}   tool calls {}",
-        run["steps"], run["tool_calls"]
-    );
-    println!("  created     {}", text("created_at"));
+        run["steps"],
+        run["tool_calls"]
+    )?;
+    outln!("  created     {}", text("created_at"))?;
     if let Some(finished) = run["finished_at"].as_str() {
-        println!("  finished    {finished}");
+        outln!("  finished    {finished}")?;
     }
     if let Some(answer) = run["answer"].as_str() {
-        println!("  answer      {}", one_line(answer, 200));
+        outln!("  answer      {}", one_line(answer, 200))?;
     }
     if let Some(error) = run["error"].as_str() {
-        println!("  error       {}", one_line(error, 200));
+        outln!("  error       {}", one_line(error, 200))?;
     }
     for action in run["pending_actions"].as_array().into_iter().flatten() {
-        println!(
+        outln!(
             "  pending     {} {} {} {}",
             action["call_id"].as_str().unwrap_or("-"),
             action["kind"].as_str().unwrap_or("-"),
             action["name"].as_str().unwrap_or("-"),
             action["arguments"]
-        );
+        )?;
     }
+    Ok(())
 }
 
-fn print_list(page: &Value, json: bool) {
+fn print_list(page: &Value, json: bool) -> Result<(), CliError> {
     if json {
-        println!("{page}");
-        return;
+        return outln!("{page}");
     }
     for run in page["runs"].as_array().into_iter().flatten() {
-        println!(
+        outln!(
             "{}  {:<15}  {}  {}",
             run["id"].as_str().unwrap_or("-"),
             run["status"].as_str().unwrap_or("-"),
             run["created_at"].as_str().unwrap_or("-"),
             one_line(run["prompt"].as_str().unwrap_or(""), 60)
-        );
+        )?;
     }
+    Ok(())
 }
 
-fn print_messages(list: &Value, json: bool) {
+fn print_messages(list: &Value, json: bool) -> Result<(), CliError> {
     if json {
-        println!("{list}");
-        return;
+        return outln!("{list}");
     }
     for message in list["messages"].as_array().into_iter().flatten() {
         let role = message["role"].as_str().unwrap_or("-");
         let content = message["content"].as_str().unwrap_or("");
-        println!("[{role}] {content}");
+        outln!("[{role}] {content}")?;
         for call in message["tool_calls"].as_array().into_iter().flatten() {
-            println!(
+            outln!(
                 "  -> {}({})",
                 call["name"].as_str().unwrap_or("-"),
                 call["arguments"]
-            );
+            )?;
         }
     }
+    Ok(())
 }
 
 /// `text` on one line, cut to `max` characters.

@@ -317,3 +317,46 @@ async fn a_new_user_is_told_what_the_client_does_and_where_the_server_is() {
         "{run}"
     );
 }
+
+/// Runs the client with `args` against `server` with its standard output
+/// closed by its reader before it writes (as `| head -1` closes it once it
+/// has its line): whatever it writes meets a closed pipe.
+async fn client_into_closed_pipe(server: &str, args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_agent-runner"));
+    command
+        .args(args)
+        .env("AGENT_RUNNER_URL", server)
+        .env_remove("AGENT_RUNNER_TOKEN")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    tokio::task::spawn_blocking(move || {
+        let mut child = command.spawn().unwrap();
+        drop(child.stdout.take());
+        child.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+/// `agent-runner runs list | head -1` and `agent-runner --json run hi
+/// --follow | head -3`: once the reader has what it wanted, the client
+/// stops quietly (exit 0, nothing on stderr), without a panic.
+#[tokio::test]
+async fn a_reader_that_stops_reading_ends_the_client_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, address) = start_binary(&dir);
+    for _ in 0..3 {
+        let created = client(&address, None, &["run", "hi"]).await;
+        assert!(created.status.success(), "{created:?}");
+    }
+    for args in [
+        &["runs", "list"][..],
+        &["--json", "runs", "list"],
+        &["--json", "run", "hi", "--follow"],
+        &["run", "hi", "--follow"],
+    ] {
+        let closed = client_into_closed_pipe(&address, args).await;
+        assert_eq!(closed.status.code(), Some(0), "{args:?}: {closed:?}");
+        assert_eq!(stderr(&closed), "", "{args:?}");
+    }
+}
