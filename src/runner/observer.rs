@@ -10,7 +10,7 @@ use chrono::{SecondsFormat, Utc};
 use uuid::Uuid;
 
 use super::LiveRun;
-use crate::harness::{Event, EventKind, Observer, ObserverError, Outcome, Totals};
+use crate::harness::{Event, EventKind, Message, Observer, ObserverError, Outcome, Totals};
 use crate::metrics::Metrics;
 use crate::run::{Run, format_time};
 use crate::store::writer::Pause;
@@ -45,6 +45,10 @@ pub(super) struct RunObserver {
     /// Totals told just before the event that records them (see
     /// [`Observer::on_progress`]), stored with it.
     totals: Mutex<Option<Totals>>,
+    /// An answer's `message` (an assistant message without tool calls),
+    /// held until the event after it, to be stored with it (see
+    /// [`NewEvent::first`]).
+    answer: Mutex<Option<NewEvent>>,
     /// Whether the run's `run_end` waits for [`RunObserver::release_end`].
     holding_end: AtomicBool,
     /// The held `run_end`, and its outcome.
@@ -83,6 +87,7 @@ impl RunObserver {
             ended: OnceLock::new(),
             pausing: Mutex::new(None),
             totals: Mutex::new(None),
+            answer: Mutex::new(None),
             holding_end: AtomicBool::new(false),
             held_end: Mutex::new(None),
             spans: None,
@@ -304,7 +309,12 @@ impl Observer for RunObserver {
             finish,
             pause: None,
             progress: lock(&self.totals).take(),
+            first: lock(&self.answer).take().map(Box::new),
         };
+        if is_answer(&event.kind) {
+            *lock(&self.answer) = Some(new);
+            return Ok(());
+        }
         if let Some(outcome) = outcome
             && self.holding_end.load(Ordering::Acquire)
         {
@@ -360,6 +370,14 @@ impl Observer for RunObserver {
             );
         }
     }
+}
+
+/// Whether `kind` appends an answer: an assistant message without tool
+/// calls, which the harness follows at once with a note questioning it or
+/// with the run's end.
+fn is_answer(kind: &EventKind) -> bool {
+    matches!(kind, EventKind::Message { message, .. }
+        if matches!(&**message, Message::Assistant { .. }) && message.tool_calls().is_empty())
 }
 
 /// `text` with every NUL replaced by U+FFFD.

@@ -15,13 +15,21 @@ use crate::helpers::{
 
 /// The real binary on SQLite in `dir`, with `config` as its config file.
 fn start(dir: &tempfile::TempDir, config: &str) -> (ServerProcess, Remote) {
+    start_with(dir, config, &[])
+}
+
+/// [`start`], with more variables in the server's environment.
+fn start_with(
+    dir: &tempfile::TempDir,
+    config: &str,
+    variables: &[(&str, &str)],
+) -> (ServerProcess, Remote) {
     let file = dir.path().join("durable.toml");
     std::fs::write(&file, config).unwrap();
     let database = format!("sqlite://{}/runs.db", dir.path().display());
-    let mut command = binary_command(
-        dir,
-        &[("AGENT_RUNNER_STORAGE__DATABASE_URL", database.as_str())],
-    );
+    let mut settings = vec![("AGENT_RUNNER_STORAGE__DATABASE_URL", database.as_str())];
+    settings.extend_from_slice(variables);
+    let mut command = binary_command(dir, &settings);
     command.arg("--config").arg(&file);
     command.stderr(std::process::Stdio::null());
     let (child, address) = spawn_listening(command);
@@ -222,6 +230,70 @@ async fn killed_in_a_command(idempotent: bool) -> (Value, Vec<Value>, String) {
     let written = std::fs::read_to_string(&log).unwrap();
     kill(&mut child);
     (done, transcript, written)
+}
+
+/// An answer the harness questions is stored with the note that follows
+/// it, never alone: a crash right after the answer is stored (the debug
+/// build's hook stops the server dead after the event that holds the
+/// answer's text) leaves a run that goes on from the note, not one that
+/// ends `completed` with the answer its harness rejected.
+#[tokio::test]
+async fn an_answer_and_the_note_questioning_it_are_stored_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = "[runs]\ncheck_answers = true\n";
+    let (mut child, server) = start_with(
+        &dir,
+        config,
+        &[("AGENT_RUNNER_TEST_CRASH_AFTER_MESSAGE", "from memory")],
+    );
+    let run = server
+        .post_json(
+            "/v1/runs",
+            &json!({
+                "prompt": "What does notes.md say?",
+                "workspace": {"files": {"notes.md": "hi\n"}},
+                "model": {"scripted": [
+                    {"content": "It says hello, from memory."},
+                    {"content": "", "tool_calls": [call("r1", "read_file", json!({"path": "notes.md"}))]},
+                    {"content": "It says hi."}
+                ]}
+            }),
+        )
+        .await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    let stopped = child.wait().unwrap();
+    assert!(
+        !stopped.success(),
+        "the hook stops the server dead: {stopped:?}"
+    );
+    let (_child, server) = start(&dir, config);
+    let done = server.wait_status(&id, "completed").await;
+    assert_eq!(done["answer"], "It says hi.", "{done}");
+    let messages = messages(&server, &id).await;
+    let roles: Vec<&str> = messages
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            "user",
+            "assistant",
+            "user",
+            "assistant",
+            "tool",
+            "assistant"
+        ],
+        "{messages:?}"
+    );
+    assert!(
+        messages[2]["content"]
+            .as_str()
+            .unwrap()
+            .contains("notes.md"),
+        "the note: {messages:?}"
+    );
+    assert_gap_free(&events(&server, &id).await);
 }
 
 #[tokio::test]

@@ -66,3 +66,26 @@ pub(super) fn panic_if_asked(batch: &[Op]) {
         panic!("the writer was asked to panic (AGENT_RUNNER_TEST_WRITER_PANIC_ON)");
     }
 }
+
+/// A test hook, in debug builds only (never in a release build): the
+/// process stops dead (as a SIGKILL stops it: nothing more is written)
+/// right after it commits the event whose message holds the value of
+/// `AGENT_RUNNER_TEST_CRASH_AFTER_MESSAGE`, with nothing sent after that
+/// event in the same transaction. So tests can see what a restart finds
+/// when a crash falls between two writes. The length of the batch to
+/// commit before the crash, if the hook is asked for in `batch`.
+#[cfg(debug_assertions)]
+pub(super) fn crash_point<'a>(batch: impl IntoIterator<Item = &'a Op>) -> Option<usize> {
+    static MARKER: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let marker = MARKER
+        .get_or_init(|| std::env::var("AGENT_RUNNER_TEST_CRASH_AFTER_MESSAGE").ok())
+        .as_deref()?;
+    batch
+        .into_iter()
+        .position(|op| {
+            matches!(op, Op::Event(event) if event.all().any(|event| {
+                event.message.as_ref().is_some_and(|(_, json)| json.contains(marker))
+            }))
+        })
+        .map(|at| at + 1)
+}

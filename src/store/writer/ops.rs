@@ -44,6 +44,22 @@ pub struct NewEvent {
     /// The run's totals as of this event (a step's `model_end`, a tool
     /// result's `message`), written with it: what it resumes from.
     pub progress: Option<Totals>,
+    /// The run's event just before this one, stored in the same
+    /// transaction (and published first): an answer the harness followed
+    /// with a note or with the run's end, which must not be stored without
+    /// what followed it (a run resumed after a crash would otherwise end
+    /// with an answer its harness had questioned).
+    pub first: Option<Box<NewEvent>>,
+}
+
+impl NewEvent {
+    /// This event and the one stored with it, in order.
+    pub(super) fn all(&self) -> impl Iterator<Item = &NewEvent> {
+        self.first
+            .as_deref()
+            .into_iter()
+            .chain(std::iter::once(self))
+    }
 }
 
 /// A run pausing for a decision, written with its `actions_required` event
@@ -175,7 +191,10 @@ pub(super) fn finish(op: Op, stored: bool, channels: &Channels) {
                 Err(StoreError::Refused("the write was given up".into()))
             });
         }
-        Op::Event(event) => {
+        Op::Event(mut event) => {
+            if let Some(first) = event.first.take() {
+                finish(Op::Event(*first), stored, channels);
+            }
             if stored {
                 channels.publish(
                     event.run_id,
@@ -210,6 +229,12 @@ pub(super) fn finish(op: Op, stored: bool, channels: &Channels) {
 /// Applies a committed operation to its live run's copy in `channels`: the
 /// one place that copy changes, so that it is what storage holds.
 fn apply(op: &Op, channels: &Channels) {
+    if let Op::Event(NewEvent {
+        first: Some(first), ..
+    }) = op
+    {
+        apply_event(first, channels);
+    }
     match op {
         Op::Started {
             run_id, started_at, ..
@@ -222,21 +247,32 @@ fn apply(op: &Op, channels: &Channels) {
         Op::Tools { run_id, names, .. } => {
             channels.apply(*run_id, |run| run.tools.clone_from(names));
         }
-        Op::Event(NewEvent {
+        Op::Event(event) => apply_event(event, channels),
+        // A paused run's copy goes with its channel: it goes live again
+        // from what storage holds.
+        _ => {}
+    }
+}
+
+/// Applies a committed event (not the one stored before it) to its live
+/// run's copy.
+fn apply_event(event: &NewEvent, channels: &Channels) {
+    match event {
+        NewEvent {
             run_id,
             progress: Some(totals),
             finish: None,
             ..
-        }) => channels.apply(*run_id, |run| {
+        } => channels.apply(*run_id, |run| {
             run.steps = totals.steps;
             run.tool_calls = totals.tool_calls;
             run.usage = totals.usage;
         }),
-        Op::Event(NewEvent {
+        NewEvent {
             run_id,
             finish: Some(finish),
             ..
-        }) => channels.apply(*run_id, |run| {
+        } => channels.apply(*run_id, |run| {
             run.status = RunStatus::Ended(finish.status);
             run.answer.clone_from(&finish.answer);
             run.error.clone_from(&finish.error);
@@ -247,8 +283,6 @@ fn apply(op: &Op, channels: &Channels) {
                 .ok()
                 .map(|at| at.to_utc());
         }),
-        // A paused run's copy goes with its channel: it goes live again
-        // from what storage holds.
         _ => {}
     }
 }

@@ -215,15 +215,16 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
     // The last totals of each run in the batch.
     let mut progress: Vec<(String, &crate::harness::Totals)> = Vec::new();
     for op in ops.iter().rev() {
-        if let Op::Event(super::ops::NewEvent {
-            run_id,
-            progress: Some(totals),
-            ..
-        }) = op
-        {
-            let run_id = run_id.to_string();
-            if !progress.iter().any(|(seen, _)| *seen == run_id) {
-                progress.push((run_id, totals));
+        let Op::Event(outer) = op else {
+            continue;
+        };
+        let newest_first: Vec<_> = outer.all().collect();
+        for event in newest_first.into_iter().rev() {
+            if let Some(totals) = &event.progress {
+                let run_id = event.run_id.to_string();
+                if !progress.iter().any(|(seen, _)| *seen == run_id) {
+                    progress.push((run_id, totals));
+                }
             }
         }
     }
@@ -236,18 +237,20 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
                 ..
             } => tools.push((run_id.to_string(), list.as_str())),
             Op::Started { run_id, at, .. } => started.push((run_id.to_string(), at.as_str())),
-            Op::Event(event) => {
-                let run_id = event.run_id.to_string();
-                if let Some((position, message)) = &event.message {
-                    messages.push((run_id.clone(), *position, &**message));
+            Op::Event(outer) => {
+                for event in outer.all() {
+                    let run_id = event.run_id.to_string();
+                    if let Some((position, message)) = &event.message {
+                        messages.push((run_id.clone(), *position, &**message));
+                    }
+                    if let Some(finish) = &event.finish {
+                        finishes.push((run_id.clone(), &**finish));
+                    }
+                    if let Some(pause) = &event.pause {
+                        pauses.push((run_id.clone(), &**pause));
+                    }
+                    events.push((run_id, saturate(event.sequence), event.kind, &*event.body));
                 }
-                if let Some(finish) = &event.finish {
-                    finishes.push((run_id.clone(), &**finish));
-                }
-                if let Some(pause) = &event.pause {
-                    pauses.push((run_id.clone(), &**pause));
-                }
-                events.push((run_id, saturate(event.sequence), event.kind, &*event.body));
             }
             Op::Delivery { id, next_at, .. } => match next_at {
                 Some(next_at) => retried.push((id.as_str(), next_at.as_str())),

@@ -122,6 +122,10 @@ impl Task {
                 .take(MAX_BATCH)
                 .position(|op| is_transition(op) != front)
                 .unwrap_or_else(|| pending.len().min(MAX_BATCH));
+            #[cfg(debug_assertions)]
+            let crash = super::death::crash_point(pending.range(..take));
+            #[cfg(debug_assertions)]
+            let take = crash.unwrap_or(take);
             let batch: Vec<Op> = pending.drain(..take).collect();
             #[cfg(debug_assertions)]
             super::death::panic_if_asked(&batch);
@@ -130,6 +134,13 @@ impl Task {
                 .operations
                 .fetch_add(batch.len() as u64, Ordering::Relaxed);
             let (held, refused) = self.commit(batch).await;
+            #[cfg(debug_assertions)]
+            if crash.is_some() && held.is_empty() {
+                tracing::error!(
+                    "stopping dead after the marked event (AGENT_RUNNER_TEST_CRASH_AFTER_MESSAGE)"
+                );
+                std::process::abort();
+            }
             if refused {
                 self.health.refused(!held.is_empty());
                 self.reopen_if_lost().await;

@@ -443,6 +443,7 @@ mod tests {
             message: None,
             finish: None,
             progress: None,
+            first: None,
             pause: Some(Box::new(Pause {
                 tenant: tenant.0.clone(),
                 at: format_time(&Utc::now()),
