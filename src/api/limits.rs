@@ -4,9 +4,8 @@
 //! a body that may never come), and a query parameter the route does not
 //! take or one given twice (400 `invalid_query`).
 
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{MatchedPath, Request};
 use axum::http::header;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
@@ -21,13 +20,14 @@ pub const MAX_HEADER_BYTES: usize = 64 * 1024;
 /// Most header lines accepted.
 pub const MAX_HEADER_COUNT: usize = 100;
 
-pub async fn check(State(state): State<AppState>, request: Request, next: Next) -> Response {
+/// The refusal of `request` by these limits, if it is refused.
+pub fn refusal(state: &AppState, request: &Request) -> Option<Response> {
     let target = request
         .uri()
         .path_and_query()
         .map_or(0, |target| target.as_str().len());
     if target > MAX_URI_BYTES {
-        return ApiError::UriTooLong(MAX_URI_BYTES).into_response();
+        return Some(ApiError::UriTooLong(MAX_URI_BYTES).into_response());
     }
     let headers = request.headers();
     let bytes: usize = headers
@@ -35,11 +35,13 @@ pub async fn check(State(state): State<AppState>, request: Request, next: Next) 
         .map(|(name, value)| name.as_str().len() + value.len() + 4)
         .sum();
     if headers.len() > MAX_HEADER_COUNT || bytes > MAX_HEADER_BYTES {
-        return ApiError::HeadersTooLarge {
-            count: MAX_HEADER_COUNT,
-            bytes: MAX_HEADER_BYTES,
-        }
-        .into_response();
+        return Some(
+            ApiError::HeadersTooLarge {
+                count: MAX_HEADER_COUNT,
+                bytes: MAX_HEADER_BYTES,
+            }
+            .into_response(),
+        );
     }
     let announced = headers
         .get(header::CONTENT_LENGTH)
@@ -53,12 +55,9 @@ pub async fn check(State(state): State<AppState>, request: Request, next: Next) 
             header::CONNECTION,
             header::HeaderValue::from_static("close"),
         );
-        return response;
+        return Some(response);
     }
-    if let Err(error) = check_query(&request) {
-        return error.into_response();
-    }
-    next.run(request).await
+    check_query(request).err().map(IntoResponse::into_response)
 }
 
 fn check_query(request: &Request) -> Result<(), ApiError> {

@@ -24,9 +24,10 @@ pub mod unread;
 use axum::Router;
 use axum::body::to_bytes;
 use axum::extract::DefaultBodyLimit;
+use axum::extract::Request;
 use axum::extract::State;
 use axum::http::{Method, Uri, header};
-use axum::middleware::{from_fn, from_fn_with_state, map_response_with_state};
+use axum::middleware::{Next, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 
 use error::ApiError;
@@ -50,10 +51,7 @@ pub fn router(state: AppState) -> Router {
         .fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(state.max_body_bytes))
-        .layer(map_response_with_state(state.clone(), json_errors))
-        .layer(from_fn_with_state(state.clone(), limits::check))
-        .layer(from_fn_with_state(state.clone(), access::observe))
-        .layer(from_fn(unread::close_unread))
+        .layer(from_fn_with_state(state.clone(), every_request))
         .with_state(state);
     // Outermost: a preflight is answered before anything asks it for a
     // token or a route.
@@ -99,9 +97,28 @@ async fn method_not_allowed(method: Method) -> ApiError {
     ApiError::MethodNotAllowed(method.to_string())
 }
 
+/// What every request goes through, around its route, in one layer (each
+/// layer of a router is cloned for every request, with all the layers
+/// inside it): the access log and metrics around the rest ([`access`]); a
+/// body tracked, so that an answer given before it was read closes the
+/// connection ([`unread`]); the HTTP layer's own limits ([`limits`]); and
+/// an error answer that is not JSON rewritten into the JSON error shape
+/// ([`json_errors`]).
+async fn every_request(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let access = access::Access::begin(&state, &request);
+    let (request, read) = unread::track(request);
+    let response = match limits::refusal(&state, &request) {
+        Some(refused) => refused,
+        None => json_errors(&state, next.run(request).await).await,
+    };
+    let response = unread::close_unread(response, read);
+    access.end(&state, &response);
+    response
+}
+
 /// The net under every extractor: an error response that is not JSON (one of
 /// axum's own rejections) is rewritten into the JSON error shape.
-async fn json_errors(State(state): State<AppState>, response: Response) -> Response {
+async fn json_errors(state: &AppState, response: Response) -> Response {
     let status = response.status();
     if !(status.is_client_error() || status.is_server_error()) {
         return response;

@@ -37,6 +37,19 @@ pub async fn create(
     headers: HeaderMap,
     ApiJson(body): ApiJson<Value>,
 ) -> Result<Response, ApiError> {
+    // On the heap: the routing and middleware layers each move the
+    // handler's future, and this one holds a run's whole spec across its
+    // awaits (several KiB copied per request, per layer, otherwise).
+    Box::pin(create_run(state, tenant, query, headers, body)).await
+}
+
+async fn create_run(
+    state: AppState,
+    tenant: Tenant,
+    query: HashMap<String, String>,
+    headers: HeaderMap,
+    body: Value,
+) -> Result<Response, ApiError> {
     // With `stream`, `wait` changes nothing: the stream ends with the run.
     let stream = flag(&query, "stream")?;
     let wait = flag(&query, "wait")? && !stream;
@@ -50,7 +63,7 @@ pub async fn create(
         mcp: state.runner.mcp(),
         default_model: &state.default_model,
         webhooks: state.runner.webhooks(),
-        default_instructions: state.default_instructions.as_deref(),
+        default_instructions: state.default_instructions.as_ref(),
     })?;
     // The caller's trace (W3C Trace Context); one that is not valid is
     // ignored, as the standard asks, and the run has a trace of its own.

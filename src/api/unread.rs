@@ -15,15 +15,15 @@ use std::task::{Context, Poll};
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::Request;
 use axum::http::{HeaderValue, Version, header};
-use axum::middleware::Next;
 use axum::response::Response;
 use http_body::{Frame, SizeHint};
 
-/// The middleware: tracks whether the body is read to its end, and closes
-/// the connection of an answer given before that.
-pub async fn close_unread(request: Request, next: Next) -> Response {
+/// `request` with its body tracked, and the flag that tells whether it
+/// was read to its end; none when there is nothing to track (an HTTP/2
+/// request, or one with no body left).
+pub fn track(request: Request) -> (Request, Option<Arc<AtomicBool>>) {
     if request.version() >= Version::HTTP_2 || request.body().is_end_stream() {
-        return next.run(request).await;
+        return (request, None);
     }
     let read = Arc::new(AtomicBool::new(false));
     let tracked = read.clone();
@@ -33,8 +33,13 @@ pub async fn close_unread(request: Request, next: Next) -> Response {
             read: tracked,
         })
     });
-    let mut response = next.run(request).await;
-    if !read.load(Ordering::Acquire) {
+    (request, Some(read))
+}
+
+/// `response`, saying `Connection: close` when the body `read` tracks was
+/// not read to its end.
+pub fn close_unread(mut response: Response, read: Option<Arc<AtomicBool>>) -> Response {
+    if read.is_some_and(|read| !read.load(Ordering::Acquire)) {
         response
             .headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
