@@ -31,6 +31,10 @@ pub(super) struct RunObserver {
     /// Its model's metrics label: the profile, or the provider of an
     /// inline model (a run's model never changes).
     profile: String,
+    /// What its tool calls are counted under (see [`tool_label`]).
+    labels: ToolLabels,
+    /// Whether it has a webhook (its ends and pauses go to the outbox).
+    webhook: bool,
     store: Store,
     metrics: Arc<Metrics>,
     /// Transcript messages recorded so far: the next message's position.
@@ -67,18 +71,28 @@ impl RunObserver {
         messages: u32,
         last_sequence: u64,
     ) -> Self {
-        let profile = store
+        // What never changes of the run, read once.
+        let (profile, webhook, labels) = store
             .live()
             .read(live.id, |run| {
-                run.model
+                let profile = run
+                    .model
                     .profile
                     .clone()
-                    .unwrap_or_else(|| run.model.provider.clone())
+                    .unwrap_or_else(|| run.model.provider.clone());
+                let client = run.client_tools.iter().map(|tool| tool.name.clone());
+                let labels = ToolLabels {
+                    tools: run.tools.clone(),
+                    client: client.collect(),
+                };
+                (profile, run.webhook.is_some(), labels)
             })
             .unwrap_or_default();
         Self {
             live,
             tools: OnceLock::new(),
+            labels,
+            webhook,
             profile,
             store,
             metrics,
@@ -237,11 +251,9 @@ impl RunObserver {
                 // built-in tool by name, an MCP tool by its server, a
                 // client's tool as `client`, anything else a model names
                 // as `unknown`.
-                let label = self
-                    .read(|run| tool_label(run, self.tools.get().unwrap_or(&run.tools), name))
-                    .unwrap_or_else(|| "unknown".into());
-                let tool = label.as_str();
-                metrics.tool_call(tool, *is_error, *duration_ms);
+                let tools = self.tools.get().unwrap_or(&self.labels.tools);
+                let label = tool_label(tools, &self.labels.client, name);
+                metrics.tool_call(&label, *is_error, *duration_ms);
             }
             _ => {}
         }
@@ -291,6 +303,7 @@ impl Observer for RunObserver {
                     tool_calls: *tool_calls,
                     usage: *usage,
                     finished_at: format_time(&event.timestamp),
+                    webhook: self.webhook,
                 }));
             }
             _ => {}
@@ -387,10 +400,18 @@ fn storable_text(text: &str) -> String {
 
 /// The event's JSON. A `message` event reuses the JSON the harness made of
 /// its message rather than serialising the message again.
-/// The metrics label of a call of tool `name` in `run`.
-fn tool_label(run: &Run, tools: &[String], name: &str) -> String {
+/// A run's tools and client tools, by name: what [`tool_label`] needs.
+#[derive(Debug, Default)]
+struct ToolLabels {
+    tools: Vec<String>,
+    client: Vec<String>,
+}
+
+/// The metrics label of a call of tool `name` of a run that may call
+/// `tools` and has the client tools `client`.
+fn tool_label(tools: &[String], client: &[String], name: &str) -> String {
     if !tools.iter().any(|tool| tool == name) {
-        let client = run.client_tools.iter().any(|tool| tool.name == name);
+        let client = client.iter().any(|tool| tool == name);
         return if client { "client" } else { "unknown" }.into();
     }
     match name

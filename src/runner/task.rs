@@ -260,6 +260,7 @@ impl RunTask {
             pending,
             running_ms: u64::try_from(checkpoint.elapsed.as_millis()).unwrap_or(u64::MAX),
             action_deadline: format_time(&deadline),
+            webhook: self.spec.webhook.is_some(),
         });
         if !handed {
             shared.store.live().close(self.live.id, Closing::GivenUp);

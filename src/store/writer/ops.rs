@@ -25,6 +25,10 @@ pub struct Finish {
     pub tool_calls: u32,
     pub usage: UsageTotals,
     pub finished_at: String,
+    /// Whether the run has a webhook: its end is then a delivery of the
+    /// outbox, written with it (a run without one costs the outbox
+    /// nothing).
+    pub webhook: bool,
 }
 
 /// One event of a run, ready to store: its JSON made once, shared by the row
@@ -80,6 +84,8 @@ pub struct Pause {
     pub running_ms: u64,
     /// When the pause ends `timeout` unless answered (RFC 3339).
     pub action_deadline: String,
+    /// Whether the run has a webhook (see [`Finish::webhook`]).
+    pub webhook: bool,
 }
 
 pub(super) enum Op {

@@ -24,7 +24,7 @@ pub(crate) struct RunRow {
     approval: String,
     client_tools: String,
     mcp_servers: String,
-    instructions: Option<String>,
+    instructions: Option<std::sync::Arc<str>>,
     thread_id: String,
     previous_run_id: Option<String>,
     model_spec: String,
@@ -209,25 +209,11 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
     let mut finishes = Vec::new();
     let mut pauses = Vec::new();
     let mut tools = Vec::new();
+    // Runs that end or pause in the batch.
+    let mut settled = Vec::new();
     // Webhooks' deliveries delivered (or given up), and tried again later.
     let mut delivered = Vec::new();
     let mut retried = Vec::new();
-    // The last totals of each run in the batch.
-    let mut progress: Vec<(String, &crate::harness::Totals)> = Vec::new();
-    for op in ops.iter().rev() {
-        let Op::Event(outer) = op else {
-            continue;
-        };
-        let newest_first: Vec<_> = outer.all().collect();
-        for event in newest_first.into_iter().rev() {
-            if let Some(totals) = &event.progress {
-                let run_id = event.run_id.to_string();
-                if !progress.iter().any(|(seen, _)| *seen == run_id) {
-                    progress.push((run_id, totals));
-                }
-            }
-        }
-    }
     for op in ops {
         match op {
             Op::InsertRun(row, _) => runs.push(&**row),
@@ -245,9 +231,11 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
                     }
                     if let Some(finish) = &event.finish {
                         finishes.push((run_id.clone(), &**finish));
+                        settled.push(event.run_id);
                     }
                     if let Some(pause) = &event.pause {
                         pauses.push((run_id.clone(), &**pause));
+                        settled.push(event.run_id);
                     }
                     events.push((run_id, saturate(event.sequence), event.kind, &*event.body));
                 }
@@ -258,6 +246,23 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
             },
             // Committed alone (see `Task::commit`).
             Op::Transition(..) | Op::Close(_) | Op::Barrier(_) => {}
+        }
+    }
+    // The last totals of each run in the batch, but for runs that end or
+    // pause in it: their end or pause stores their totals.
+    let mut progress: Vec<(uuid::Uuid, &crate::harness::Totals)> = Vec::new();
+    for op in ops.iter().rev() {
+        let Op::Event(outer) = op else {
+            continue;
+        };
+        let totals = std::iter::once(outer)
+            .chain(outer.first.as_deref())
+            .find_map(|event| event.progress.as_ref());
+        if let Some(totals) = totals
+            && !progress.iter().any(|(seen, _)| *seen == outer.run_id)
+            && !settled.contains(&outer.run_id)
+        {
+            progress.push((outer.run_id, totals));
         }
     }
     for chunk in chunks(&runs) {
@@ -398,7 +403,7 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
         let mut query = sqlx::query(&sql);
         for (run_id, totals) in chunk {
             query = query
-                .bind(run_id.as_str())
+                .bind(run_id.to_string())
                 .bind(i64::from(totals.steps))
                 .bind(i64::from(totals.tool_calls))
                 .bind(saturate(totals.usage.input_tokens))
@@ -466,14 +471,18 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
     }
     // The webhooks of the ends and pauses, in the transaction that stores
     // them: a delivery is never lost, nor made for a change not stored.
+    let posted = |event: &super::ops::NewEvent| {
+        event.finish.as_ref().is_some_and(|finish| finish.webhook)
+            || event.pause.as_ref().is_some_and(|pause| pause.webhook)
+    };
     let ends: Vec<_> = ops
         .iter()
-        .filter(
-            |op| matches!(op, Op::Event(event) if event.finish.is_some() || event.pause.is_some()),
-        )
+        .filter(|op| matches!(op, Op::Event(event) if posted(event)))
         .filter_map(Op::status_change)
         .collect();
-    outbox::enqueue(connection, &ends).await?;
+    if !ends.is_empty() {
+        outbox::enqueue(connection, &ends).await?;
+    }
     outbox::settle(connection, &delivered, &retried).await?;
     Ok(())
 }

@@ -453,6 +453,7 @@ mod tests {
                 pending: serde_json::to_string(&pending).unwrap(),
                 running_ms: 5,
                 action_deadline: format_time(&(Utc::now() + deadline)),
+                webhook: false,
             })),
         });
         run.id
