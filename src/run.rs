@@ -3,6 +3,7 @@
 //! store, and free of all three.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize, Serializer};
@@ -196,8 +197,9 @@ pub struct RunSpec {
     pub approval: ApprovalSpec,
     /// Tools the client executes.
     pub client_tools: Vec<ToolDefinition>,
-    /// The system prompt (the request's, else its profile's).
-    pub instructions: Option<String>,
+    /// The system prompt (the request's, else its profile's, else the
+    /// server's default): shared, not copied, by the run's copies.
+    pub instructions: Option<Arc<str>>,
     /// The run this one continues: its transcript and workspace.
     pub previous_run_id: Option<Uuid>,
     /// The MCP servers whose tools it uses.
@@ -320,7 +322,7 @@ pub struct Run {
     pub client_tools: Vec<ToolDefinition>,
     #[serde(default)]
     pub mcp_servers: Vec<String>,
-    pub instructions: Option<String>,
+    pub instructions: Option<Arc<str>>,
     /// The first run of its conversation: its own id unless it continues
     /// another.
     pub thread_id: Uuid,
@@ -383,7 +385,9 @@ impl Run {
             created_at,
             started_at: None,
             finished_at: None,
-            trace_id: spec.trace.trace_id.to_string(),
+            // As its Display writes it (32 lowercase hex digits), without
+            // the formatting machinery.
+            trace_id: hex::encode(spec.trace.trace_id.to_bytes()),
             parent_span_id: spec.trace.parent_span_id.map(|id| id.to_string()),
             trace_sampled: spec.trace.sampled,
         }

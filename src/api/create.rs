@@ -164,7 +164,7 @@ pub struct Ceilings<'a> {
     pub default_model: &'a str,
     pub webhooks: &'a crate::runner::webhooks::Webhooks,
     /// For a run with built-in tools and no instructions (none: none).
-    pub default_instructions: Option<&'a str>,
+    pub default_instructions: Option<&'a std::sync::Arc<str>>,
 }
 
 impl CreateRunRequest {
@@ -344,13 +344,13 @@ impl CreateRunRequest {
                     given.len()
                 ));
             }
-            instructions = (!given.is_empty()).then_some(given);
+            instructions = (!given.is_empty()).then(|| given.into());
         } else if instructions.is_none()
             && tools
                 .iter()
                 .any(|tool| BUILTIN_TOOL_NAMES.contains(&tool.as_str()))
         {
-            instructions = server.default_instructions.map(str::to_owned);
+            instructions = server.default_instructions.cloned();
         }
         let previous_run_id = self
             .previous_run_id
@@ -408,13 +408,13 @@ fn is_mcp_tool(name: &str, servers: &[String]) -> bool {
         && name.len() <= MAX_TOOL_NAME_BYTES
 }
 
-fn profile_instructions(server: &Ceilings<'_>, name: &str) -> Option<String> {
+fn profile_instructions(server: &Ceilings<'_>, name: &str) -> Option<std::sync::Arc<str>> {
     server
         .profiles
         .get(name)
         .and_then(|profile| profile.instructions())
         .filter(|instructions| !instructions.is_empty())
-        .map(str::to_owned)
+        .map(std::sync::Arc::from)
 }
 
 /// The client's tools: named by the tool-name rule, clashing with no other

@@ -70,6 +70,31 @@ impl Message {
     }
 }
 
+/// Characters of `text` written as a JSON string, its quotes and escapes
+/// included, as serde_json writes it (`"` and `\\` escaped with a backslash,
+/// as are `\n`, `\r`, `\t`, backspace and form feed; any other control
+/// character as `\u00XX`; everything else as it is), counted without
+/// writing it.
+pub fn json_string_chars(text: &str) -> usize {
+    // Whole-slice counts, which the compiler turns into vector code: this
+    // runs on every instruction text and tool result.
+    let bytes = text.as_bytes();
+    let continuations = bytes.iter().filter(|&&b| (b as i8) < -0x40).count();
+    let escaped = bytes
+        .iter()
+        .filter(|&&b| b < 0x20 || b == b'"' || b == b'\\')
+        .count();
+    let mut chars = 2 + bytes.len() - continuations + escaped;
+    if escaped > 0 {
+        // A control character without a short escape is `\u00XX`.
+        chars += 4 * bytes
+            .iter()
+            .filter(|&&b| b < 0x20 && !matches!(b, b'\n' | b'\r' | b'\t' | 0x08 | 0x0c))
+            .count();
+    }
+    chars
+}
+
 /// Counts the characters of UTF-8 output: every byte that is not a continuation
 /// byte starts a character.
 struct CharCounter(usize);
@@ -183,6 +208,20 @@ mod tests {
             serde_json::to_value(Message::tool("1", "\"Hello\"", false)).unwrap(),
             json!({"role": "tool", "call_id": "1", "content": "\"Hello\"", "is_error": false})
         );
+    }
+
+    #[test]
+    fn a_strings_json_characters_are_counted_as_serde_json_writes_them() {
+        for text in [
+            "",
+            "plain",
+            "héllo wörld ✓ 🎉",
+            "line\nbreak \"quoted\" back\\slash \t\r\u{8}\u{c}",
+            "\u{0}\u{1}\u{1f}\u{7f}\u{80}\u{2028}",
+        ] {
+            let json = serde_json::to_string(text).unwrap();
+            assert_eq!(json_string_chars(text), json.chars().count(), "{json}");
+        }
     }
 
     #[test]

@@ -373,9 +373,11 @@ impl Runner {
             inserted_running,
             origin,
         };
+        // Boxed once: spawning moves the task's future through several
+        // wrappers, and it is large (the harness's loop is in it).
         self.lifecycle
             .tasks
-            .spawn(task.execute(entry).instrument(span));
+            .spawn(Box::pin(task.execute(entry)).instrument(span));
         events
     }
 

@@ -3,7 +3,7 @@
 //! through. A run is registered when it goes live and let go once its end
 //! (or its pause) is stored.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 

@@ -156,28 +156,44 @@ impl Gate {
     }
 
     fn takes_now(&self, state: &mut State, who: &Who) -> bool {
-        let waiting = state
-            .waiters
-            .get(who)
-            .is_some_and(|queue| !queue.is_empty());
+        // The maps are looked into only when they hold anything: a server
+        // whose slots are free, with no tenant limited, hashes nothing.
+        let waiting = !state.waiters.is_empty()
+            && state
+                .waiters
+                .get(who)
+                .is_some_and(|queue| !queue.is_empty());
         let ok = !state.closed && state.free > 0 && !waiting && self.under_limit(state, who);
         if ok {
             state.free -= 1;
-            *state.held.entry(who.clone()).or_default() += 1;
+            if self.counts(who) {
+                *state.held.entry(who.clone()).or_default() += 1;
+            }
         }
         ok
     }
 
+    /// Whether the slots `who` holds are counted: a tenant's, when it has
+    /// a limit.
+    fn counts(&self, who: &Who) -> bool {
+        who.as_deref()
+            .is_some_and(|tenant| (self.limits)(tenant) != usize::MAX)
+    }
+
     fn under_limit(&self, state: &State, who: &Who) -> bool {
-        if state
-            .held_out
-            .get(who)
-            .is_some_and(|until| Instant::now() < *until)
+        if !state.held_out.is_empty()
+            && state
+                .held_out
+                .get(who)
+                .is_some_and(|until| Instant::now() < *until)
         {
             return false;
         }
         match who {
-            Some(tenant) => state.held.get(who).copied().unwrap_or(0) < (self.limits)(tenant),
+            Some(tenant) => {
+                let limit = (self.limits)(tenant);
+                limit == usize::MAX || state.held.get(who).copied().unwrap_or(0) < limit
+            }
             None => true,
         }
     }
@@ -193,13 +209,17 @@ impl Gate {
     fn release(self: &Arc<Self>, who: &Who) {
         let mut state = lock(&self.state);
         state.free += 1;
-        if let Some(held) = state.held.get_mut(who) {
+        if !state.held.is_empty()
+            && let Some(held) = state.held.get_mut(who)
+        {
             *held = held.saturating_sub(1);
             if *held == 0 {
                 state.held.remove(who);
             }
         }
-        self.dispatch(&mut state);
+        if !state.rotation.is_empty() {
+            self.dispatch(&mut state);
+        }
     }
 
     /// Hands free slots to waiters, whoever's turn it is first.
@@ -221,13 +241,15 @@ impl Gate {
             };
             let more = !queue.is_empty();
             state.free -= 1;
-            *state.held.entry(who.clone()).or_default() += 1;
+            if self.counts(&who) {
+                *state.held.entry(who.clone()).or_default() += 1;
+            }
             if let Err(mut permit) = sender.send(self.permit(who.clone())) {
                 // Its waiter left: the slot was never handed over.
                 permit.live = false;
                 state.free += 1;
                 if let Some(held) = state.held.get_mut(&who) {
-                    *held -= 1;
+                    *held = held.saturating_sub(1);
                 }
                 if more {
                     state.rotation.push_front(who);
@@ -313,7 +335,9 @@ mod tests {
         );
         let queued_a = wait(&gate, tenant("a")).await;
         let b = gate.try_acquire(&tenant("b")).expect("b passes a's waiter");
-        assert_eq!(gate.held(&tenant("b")), 1);
+        // Only a limited tenant's slots are counted.
+        assert_eq!(gate.held(&tenant("b")), 0);
+        assert_eq!(gate.held(&tenant("a")), 1);
         drop(b);
         assert!(
             !queued_a.is_finished(),

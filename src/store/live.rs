@@ -19,7 +19,7 @@
 //! wakes the webhooks' dispatcher, whose deliveries are stored with them
 //! (see [`super::outbox`]).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -299,8 +299,13 @@ impl Channels {
     /// Resolves once the run's channel closes, to how it closed; `None`
     /// when it is not open.
     pub fn ended(&self, run_id: Uuid) -> Option<impl Future<Output = Closing> + Send + use<>> {
-        let closed = self.closed(run_id)?;
-        Some(async move { closed.await.0 })
+        // Not through `closed`: the run as stored is not wanted, and
+        // cloning it costs a copy of the whole run.
+        let ended = lock(&self.runs).get(&run_id)?.ended.clone();
+        Some(async move {
+            ended.token.cancelled().await;
+            Closing::from_code(ended.how.load(Ordering::Acquire))
+        })
     }
 
     /// Resolves once the run's channel closes, to how it closed and, when

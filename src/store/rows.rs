@@ -101,7 +101,9 @@ pub(super) fn run_from_row(row: &AnyRow) -> Result<Run, StoreError> {
         approval: json(row, "approval")?,
         client_tools: json(row, "client_tools")?,
         mcp_servers: json(row, "mcp_servers")?,
-        instructions: row.get("instructions"),
+        instructions: row
+            .get::<Option<String>, _>("instructions")
+            .map(std::sync::Arc::from),
         thread_id: parse_uuid(&row.get::<String, _>("thread_id"))?,
         previous_run_id: row
             .get::<Option<String>, _>("previous_run_id")

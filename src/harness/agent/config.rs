@@ -65,7 +65,7 @@ pub struct RunConfig {
     pub prompt: String,
     /// The system prompt, sent on every step, counted against the context
     /// budget, never in the transcript.
-    pub instructions: Option<String>,
+    pub instructions: Option<std::sync::Arc<str>>,
     /// Whether `instructions` are the server's default ones, which tell how
     /// to work through the built-in tools: a draft, made without tools, is
     /// not sent them (see [`crate::harness::agent`]'s `draft` note).

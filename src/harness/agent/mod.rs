@@ -31,7 +31,7 @@ use ask::Asked;
 
 use super::context::{ContextError, ContextIndex, Selection};
 use super::events::{Emitter, EventKind, Observer, Outcome, Totals};
-use super::message::{Message, UsageTotals};
+use super::message::{Message, UsageTotals, json_string_chars};
 use super::model::Model;
 use super::pause::{Answer, Answers, Checkpoint, PendingAction};
 use super::registry::ToolRegistry;
@@ -303,8 +303,9 @@ struct Run<'h, 'c> {
     /// Running time before this drive (its earlier drives, before pauses);
     /// after the drive, its running time in all.
     elapsed_before: Duration,
-    /// What the instructions take of the context budget, measured once.
-    instructions_chars: usize,
+    /// What the instructions take of the context budget, measured once,
+    /// when it matters (see [`Run::select_context`]).
+    instructions_chars: std::sync::OnceLock<usize>,
     /// When this drive began.
     began: Instant,
 }
@@ -321,7 +322,7 @@ impl<'h, 'c> Run<'h, 'c> {
             tool_calls: 0,
             usage: UsageTotals::default(),
             elapsed_before: Duration::ZERO,
-            instructions_chars: config.instructions.as_deref().map_or(0, json_string_chars),
+            instructions_chars: std::sync::OnceLock::new(),
             began: Instant::now(),
         }
     }
@@ -372,7 +373,21 @@ impl<'h, 'c> Run<'h, 'c> {
     /// counted in it (the characters of their JSON string).
     fn select_context(&self) -> Result<Selection, ContextError> {
         let limit = self.config.context.max_context_chars.get();
-        let instructions = self.instructions_chars;
+        let text = self.config.instructions.as_deref().unwrap_or_default();
+        // As a JSON string the instructions take at most six characters a
+        // byte (`\u00XX`), and their quotes: when the whole transcript fits
+        // beside that, nothing is left out, and they need not be measured.
+        let at_most = 2 + 6 * text.len();
+        let instructions = if self.index.total() + at_most <= limit {
+            at_most
+        } else {
+            *self.instructions_chars.get_or_init(|| {
+                self.config
+                    .instructions
+                    .as_deref()
+                    .map_or(0, json_string_chars)
+            })
+        };
         self.index
             .select(limit.saturating_sub(instructions))
             .map_err(|error| match error {
@@ -520,11 +535,6 @@ impl Run<'_, '_> {
 fn serialize_result(value: &Value) -> String {
     // Serialising a `Value` cannot fail: its map keys are strings.
     serde_json::to_string(value).unwrap_or_else(|_| "null".to_owned())
-}
-
-/// Characters of `text` as a JSON string, quotes and escapes included.
-fn json_string_chars(text: &str) -> usize {
-    serde_json::to_string(text).map_or(text.len(), |json| json.chars().count())
 }
 
 fn millis(duration: Duration) -> f64 {

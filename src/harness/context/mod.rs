@@ -7,7 +7,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use super::message::Message;
+use super::message::{Message, json_string_chars};
 use super::model::ContextView;
 
 /// Why no valid context could be selected.
@@ -69,9 +69,18 @@ pub fn bound_tool_result(content: &str, limit: usize) -> String {
 /// What the model sees of a tool result masked to fit the context, for a
 /// result of `chars` characters.
 pub fn masked_result(chars: usize) -> String {
-    format!(
-        "[result omitted to fit the context: {chars} characters; call the tool again if you need it]"
-    )
+    format!("{MASKED_BEFORE}{chars}{MASKED_AFTER}")
+}
+
+const MASKED_BEFORE: &str = "[result omitted to fit the context: ";
+const MASKED_AFTER: &str = " characters; call the tool again if you need it]";
+
+/// The length of [`masked_result`]`(chars)`, which is ASCII, without making
+/// it.
+fn masked_result_len(chars: usize) -> usize {
+    MASKED_BEFORE.len()
+        + chars.checked_ilog10().map_or(1, |log| log as usize + 1)
+        + MASKED_AFTER.len()
 }
 
 /// `message` (a tool result) masked: its content replaced by
@@ -133,10 +142,14 @@ impl ContextIndex {
         }
         self.rest += size + 1;
         match (message, self.groups.last_mut()) {
-            (Message::Tool { .. }, Some(group)) => {
+            (Message::Tool { content, .. }, Some(group)) => {
                 group.1 += size;
                 // Only results that masking makes smaller are ever masked.
-                let saved = size.saturating_sub(mask(message).serialized_chars());
+                // The masked message differs in its content alone: what
+                // masking saves is the difference of the two strings (both
+                // measured as JSON; the masked text has nothing to escape).
+                let masked = masked_result_len(content.chars().count()) + 2;
+                let saved = json_string_chars(content).saturating_sub(masked);
                 if saved > 0 {
                     self.results.push((index, saved));
                 }
@@ -159,7 +172,7 @@ impl ContextIndex {
     /// newest of the masked results that fit again are shown whole.
     /// `TooSmall` when what is required does not fit, masked.
     pub fn select(&self, limit: usize) -> Result<Selection, ContextError> {
-        let everything = self.first_size + 2 + self.rest;
+        let everything = self.total();
         if everything <= limit {
             return Ok(Selection {
                 start: self.groups.first().map_or(self.len, |group| group.0),
@@ -218,6 +231,11 @@ impl ContextIndex {
                 .map_or(self.len, |group| group.0),
             masked,
         })
+    }
+
+    /// The characters of the whole transcript as a JSON array.
+    pub fn total(&self) -> usize {
+        self.first_size + 2 + self.rest
     }
 
     /// What masking the tool result at `index` saves.

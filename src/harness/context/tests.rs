@@ -377,3 +377,14 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn the_length_of_a_masked_result_is_known_without_making_it() {
+    for chars in [0, 1, 9, 10, 99, 100, 12_345, usize::MAX] {
+        assert_eq!(
+            super::masked_result_len(chars),
+            masked_result(chars).len(),
+            "{chars}"
+        );
+    }
+}
