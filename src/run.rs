@@ -322,6 +322,7 @@ pub struct Run {
     pub client_tools: Vec<ToolDefinition>,
     #[serde(default)]
     pub mcp_servers: Vec<String>,
+    #[serde(serialize_with = "instructions_json")]
     pub instructions: Option<Arc<str>>,
     /// The first run of its conversation: its own id unless it continues
     /// another.
@@ -385,9 +386,7 @@ impl Run {
             created_at,
             started_at: None,
             finished_at: None,
-            // As its Display writes it (32 lowercase hex digits), without
-            // the formatting machinery.
-            trace_id: hex::encode(spec.trace.trace_id.to_bytes()),
+            trace_id: lower_hex(&spec.trace.trace_id.to_bytes()),
             parent_span_id: spec.trace.parent_span_id.map(|id| id.to_string()),
             trace_sampled: spec.trace.sampled,
         }
@@ -407,6 +406,51 @@ impl Run {
 /// API takes.
 pub fn format_time(time: &DateTime<Utc>) -> String {
     time.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+/// `bytes` as lowercase hex digits (a trace id as its Display writes it,
+/// without the formatting machinery).
+fn lower_hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut hex = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        hex.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        hex.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+    }
+    hex
+}
+
+/// A run's instructions, written as the JSON string they are, made once
+/// per text rather than once per run object: the server's default
+/// instructions (several hundred characters) are one shared text for every
+/// run made here, and escaping them again for every run object was a
+/// visible share of the run path.
+fn instructions_json<S: Serializer>(
+    instructions: &Option<Arc<str>>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::Error;
+    use serde_json::value::RawValue;
+    static LAST: std::sync::Mutex<Option<(Arc<str>, Arc<RawValue>)>> = std::sync::Mutex::new(None);
+    let Some(text) = instructions else {
+        return serializer.serialize_none();
+    };
+    let cached = crate::sync::lock(&LAST)
+        .as_ref()
+        .filter(|(last, _)| Arc::ptr_eq(last, text))
+        .map(|(_, json)| Arc::clone(json));
+    let json = match cached {
+        Some(json) => json,
+        None => {
+            let json = serde_json::to_string(&**text).map_err(S::Error::custom)?;
+            let json: Arc<RawValue> = RawValue::from_string(json)
+                .map_err(S::Error::custom)?
+                .into();
+            *crate::sync::lock(&LAST) = Some((Arc::clone(text), Arc::clone(&json)));
+            json
+        }
+    };
+    serializer.serialize_some(&*json)
 }
 
 fn rfc3339<S: Serializer>(time: &DateTime<Utc>, serializer: S) -> Result<S::Ok, S::Error> {
@@ -464,6 +508,37 @@ impl RunSpec {
 #[cfg(test)]
 mod status_tests {
     use super::*;
+
+    #[test]
+    fn a_trace_id_is_written_as_its_display_writes_it() {
+        let id = opentelemetry::trace::TraceId::from_bytes(*b"\x00\x01\xfe\xff0123456789ab");
+        assert_eq!(lower_hex(&id.to_bytes()), id.to_string());
+    }
+
+    #[test]
+    fn instructions_are_written_as_their_json_string_whatever_the_cache_holds() {
+        let spec = RunSpec::scripted(Vec::new());
+        let mut run = Run::queued(Uuid::now_v7(), &spec, Utc::now());
+        for text in [
+            "Do \"this\"\nthen that.",
+            "Do \"this\"\nthen that.",
+            "other ü\u{1}",
+        ] {
+            run.instructions = Some(Arc::from(text));
+            for _ in 0..2 {
+                let json = serde_json::to_value(&run).unwrap();
+                assert_eq!(json["instructions"], text);
+                let text_json: Value =
+                    serde_json::from_str(&serde_json::to_string(&run).unwrap()).unwrap();
+                assert_eq!(text_json["instructions"], text);
+            }
+        }
+        run.instructions = None;
+        assert_eq!(
+            serde_json::to_value(&run).unwrap()["instructions"],
+            Value::Null
+        );
+    }
 
     #[test]
     fn statuses_round_trip_through_text() {

@@ -46,13 +46,8 @@ pub(super) struct RunObserver {
     /// The run's `actions_required`, held back until the harness has
     /// returned the pause's checkpoint, to be stored with it.
     pausing: Mutex<Option<NewEvent>>,
-    /// Totals told just before the event that records them (see
-    /// [`Observer::on_progress`]), stored with it.
-    totals: Mutex<Option<Totals>>,
-    /// An answer's `message` (an assistant message without tool calls),
-    /// held until the event after it, to be stored with it (see
-    /// [`NewEvent::first`]).
-    answer: Mutex<Option<NewEvent>>,
+    /// What waits for the run's next event, to be stored with it.
+    next: Mutex<ForNext>,
     /// Whether the run's `run_end` waits for [`RunObserver::release_end`].
     holding_end: AtomicBool,
     /// The held `run_end`, and its outcome.
@@ -100,8 +95,7 @@ impl RunObserver {
             last_sequence: AtomicU64::new(last_sequence),
             ended: OnceLock::new(),
             pausing: Mutex::new(None),
-            totals: Mutex::new(None),
-            answer: Mutex::new(None),
+            next: Mutex::new(ForNext::default()),
             holding_end: AtomicBool::new(false),
             held_end: Mutex::new(None),
             spans: None,
@@ -303,13 +297,14 @@ impl Observer for RunObserver {
                     tool_calls: *tool_calls,
                     usage: *usage,
                     finished_at: format_time(&event.timestamp),
+                    finished: event.timestamp,
                     webhook: self.webhook,
                 }));
             }
             _ => {}
         }
         let outcome = finish.as_ref().map(|finish| finish.status);
-        let new = NewEvent {
+        let mut new = NewEvent {
             run_id: self.live.id,
             sequence: event.sequence,
             kind: event.kind.type_name(),
@@ -321,12 +316,17 @@ impl Observer for RunObserver {
             message,
             finish,
             pause: None,
-            progress: lock(&self.totals).take(),
-            first: lock(&self.answer).take().map(Box::new),
+            progress: None,
+            first: None,
         };
-        if is_answer(&event.kind) {
-            *lock(&self.answer) = Some(new);
-            return Ok(());
+        {
+            let mut next = lock(&self.next);
+            new.progress = next.totals.take();
+            new.first = next.answer.take().map(Box::new);
+            if is_answer(&event.kind) {
+                next.answer = Some(new);
+                return Ok(());
+            }
         }
         if let Some(outcome) = outcome
             && self.holding_end.load(Ordering::Acquire)
@@ -353,7 +353,7 @@ impl Observer for RunObserver {
     }
 
     fn on_progress(&self, _run_id: Uuid, totals: &Totals) {
-        *lock(&self.totals) = Some(*totals);
+        lock(&self.next).totals = Some(*totals);
     }
 
     fn on_delta(&self, run_id: Uuid, text: &str) {
@@ -383,6 +383,18 @@ impl Observer for RunObserver {
             );
         }
     }
+}
+
+/// What an observer holds for a run's next event.
+#[derive(Default)]
+struct ForNext {
+    /// Totals told just before the event that records them (see
+    /// [`Observer::on_progress`]), stored with it.
+    totals: Option<Totals>,
+    /// An answer's `message` (an assistant message without tool calls),
+    /// held until the event after it, to be stored with it (see
+    /// [`NewEvent::first`]).
+    answer: Option<NewEvent>,
 }
 
 /// Whether `kind` appends an answer: an assistant message without tool

@@ -24,7 +24,9 @@ pub struct Finish {
     pub steps: u32,
     pub tool_calls: u32,
     pub usage: UsageTotals,
+    /// When it ended, as stored (RFC 3339) and as it is.
     pub finished_at: String,
+    pub finished: chrono::DateTime<chrono::Utc>,
     /// Whether the run has a webhook: its end is then a delivery of the
     /// outbox, written with it (a run without one costs the outbox
     /// nothing).
@@ -285,9 +287,7 @@ fn apply_event(event: &NewEvent, channels: &Channels) {
             run.steps = finish.steps;
             run.tool_calls = finish.tool_calls;
             run.usage = finish.usage;
-            run.finished_at = chrono::DateTime::parse_from_rfc3339(&finish.finished_at)
-                .ok()
-                .map(|at| at.to_utc());
+            run.finished_at = Some(finish.finished);
         }),
         _ => {}
     }
