@@ -208,6 +208,10 @@ impl Application {
                 .map_or(api::events::DEFAULT_KEEP_ALIVE, Duration::from_millis),
             cors_origins: config.server.cors_origins.clone(),
             stream_tokens: api::stream_tokens::StreamTokens::new(*runner.store().stream_key()),
+            allowed_hosts: api::hosts::AllowedHosts::new(
+                config.server.allowed_hosts.as_deref(),
+                config.server.bind,
+            ),
         });
         let connections = ConnectionLimits {
             request_header_timeout: Duration::from_millis(config.server.request_header_timeout_ms),

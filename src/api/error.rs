@@ -49,6 +49,12 @@ pub enum ApiError {
     HeadersTooLarge { count: usize, bytes: usize },
     #[error("{0}")]
     UnsupportedMediaType(String),
+    /// The request names a host this server does not answer for.
+    #[error(
+        "this server does not answer for the host {0:?} ([server] allowed_hosts lists those it \
+         does)"
+    )]
+    MisdirectedRequest(String),
     #[error("too many runs are waiting; retry later")]
     QueueFull,
     /// The tenant's `runs_per_minute` is spent for `retry_after` seconds.
@@ -104,6 +110,7 @@ impl ApiError {
             Self::UriTooLong(_) => C::UriTooLong,
             Self::HeadersTooLarge { .. } => C::HeadersTooLarge,
             Self::UnsupportedMediaType(_) => C::UnsupportedMediaType,
+            Self::MisdirectedRequest(_) => C::MisdirectedRequest,
             Self::QueueFull => C::QueueFull,
             Self::RateLimited { .. } => C::RateLimited,
             Self::QuotaExceeded { .. } => C::QuotaExceeded,
@@ -133,6 +140,7 @@ pub enum ErrorCode {
     PayloadTooLarge,
     UriTooLong,
     UnsupportedMediaType,
+    MisdirectedRequest,
     InvalidRequest,
     QueueFull,
     HeadersTooLarge,
@@ -145,7 +153,7 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 23] = [
+    pub const ALL: [ErrorCode; 24] = [
         Self::InvalidJson,
         Self::InvalidQuery,
         Self::InvalidPath,
@@ -160,6 +168,7 @@ impl ErrorCode {
         Self::PayloadTooLarge,
         Self::UriTooLong,
         Self::UnsupportedMediaType,
+        Self::MisdirectedRequest,
         Self::InvalidRequest,
         Self::QueueFull,
         Self::HeadersTooLarge,
@@ -187,6 +196,7 @@ impl ErrorCode {
             Self::PayloadTooLarge => "payload_too_large",
             Self::UriTooLong => "uri_too_long",
             Self::UnsupportedMediaType => "unsupported_media_type",
+            Self::MisdirectedRequest => "misdirected_request",
             Self::InvalidRequest => "invalid_request",
             Self::QueueFull => "queue_full",
             Self::HeadersTooLarge => "headers_too_large",
@@ -213,6 +223,7 @@ impl ErrorCode {
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UriTooLong => StatusCode::URI_TOO_LONG,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::MisdirectedRequest => StatusCode::MISDIRECTED_REQUEST,
             Self::InvalidRequest => StatusCode::UNPROCESSABLE_ENTITY,
             Self::QueueFull | Self::RateLimited | Self::QuotaExceeded => {
                 StatusCode::TOO_MANY_REQUESTS

@@ -9,6 +9,7 @@ pub mod console;
 pub mod create;
 pub mod error;
 pub mod events;
+pub mod hosts;
 pub mod json;
 pub mod limits;
 pub mod routes;
@@ -100,12 +101,21 @@ async fn method_not_allowed(method: Method) -> ApiError {
 /// What every request goes through, around its route, in one layer (each
 /// layer of a router is cloned for every request, with all the layers
 /// inside it): the access log and metrics around the rest ([`access`]); a
+/// request for a host the server does not answer for refused ([`hosts`]); a
 /// body tracked, so that an answer given before it was read closes the
 /// connection ([`unread`]); the HTTP layer's own limits ([`limits`]); and
 /// an error answer that is not JSON rewritten into the JSON error shape
 /// ([`json_errors`]).
 async fn every_request(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let access = access::Access::begin(&state, &request);
+    // The probes change nothing and tell nothing a rebinding page wants:
+    // they answer whatever `Host` a prober sends (a pod's address).
+    let probe = matches!(request.uri().path(), "/healthz" | "/readyz");
+    if !probe && let Err(host) = state.allowed_hosts.check(&request) {
+        let response = ApiError::MisdirectedRequest(host).into_response();
+        access.end(&state, &response);
+        return response;
+    }
     let (request, read) = unread::track(request);
     let response = match limits::refusal(&state, &request) {
         Some(refused) => refused,

@@ -25,6 +25,8 @@ pub struct Services {
     pub cors_origins: Vec<String>,
     /// What makes and checks the tokens of `?stream_token=`.
     pub stream_tokens: super::stream_tokens::StreamTokens,
+    /// The hosts a request may name (DNS rebinding).
+    pub allowed_hosts: super::hosts::AllowedHosts,
 }
 
 /// A handle to [`Services`]; cheap to clone.

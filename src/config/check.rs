@@ -53,6 +53,11 @@ impl Config {
                  {MAX_STATEMENT_TIMEOUT_MS} (got {statement_timeout})"
             ));
         }
+        for host in server.allowed_hosts.iter().flatten() {
+            if let Err(why) = crate::api::hosts::check_entry(host) {
+                return invalid(format!("server.allowed_hosts: {host:?} {why}"));
+            }
+        }
         for origin in &server.cors_origins {
             if let Err(why) = check_origin(origin) {
                 return invalid(format!("server.cors_origins: {origin:?} {why}"));

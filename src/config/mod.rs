@@ -75,6 +75,11 @@ pub struct ServerConfig {
     /// Origins whose pages may call the API from a browser (CORS), each
     /// `scheme://host[:port]`; default none.
     pub cors_origins: Vec<String>,
+    /// The hosts a request may name in `Host` (`host`, `host:port`, `*`);
+    /// default: the loopback names and addresses when bound to loopback,
+    /// else any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allowed_hosts: Option<Vec<String>>,
 }
 
 impl Default for ServerConfig {
@@ -87,6 +92,7 @@ impl Default for ServerConfig {
             idle_timeout_ms: 60_000,
             max_connections: None,
             cors_origins: Vec::new(),
+            allowed_hosts: None,
         }
     }
 }

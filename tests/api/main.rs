@@ -21,6 +21,7 @@ mod eval;
 mod eventsource;
 mod examples;
 mod fairness;
+mod hostile;
 mod installs;
 mod lifecycle;
 mod mcp;
