@@ -196,3 +196,60 @@ stream = true
     assert!(!everything.contains(KEY), "the key leaked");
     assert!(!everything.contains(&KEY[3..15]), "part of the key leaked");
 }
+
+/// A provider's error that quotes the key where the error is cut (300
+/// characters): the key is taken out before the cut, so not even its start
+/// reaches the run's error, its `model_error` event or the log.
+#[tokio::test]
+async fn a_key_quoted_across_the_cut_of_a_providers_error_leaves_nothing() {
+    async fn refuse() -> impl IntoResponse {
+        let message = format!("{} {KEY} was refused", "x".repeat(280));
+        (
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            axum::Json(json!({"error": {"type": "server_error", "message": message}})),
+        )
+    }
+    let mock = Router::new().route("/v1/chat/completions", post(refuse));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mock_address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, mock).await });
+    let dir = tempfile::tempdir().unwrap();
+    let profile = format!(
+        "{{kind = \"openai\", base_url = \"http://{mock_address}/v1\", model = \"m\", \
+         api_key_env = \"MOCK_PROVIDER_KEY\", max_attempts = 1}}"
+    );
+    let mut command = binary_command(&dir, &[("AGENT_RUNNER_MODELS__MOCK", profile.as_str())]);
+    command
+        .env("MOCK_PROVIDER_KEY", KEY)
+        .env("RUST_LOG", "debug")
+        .stderr(Stdio::piped());
+    let (mut server, address) = spawn_listening(command);
+    let mut logs = server.stderr.take().unwrap();
+    let log_reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = logs.read_to_string(&mut text);
+        text
+    });
+    let remote = Remote::new(address);
+    let run = remote
+        .post_json(
+            "/v1/runs?wait=true",
+            &json!({"prompt": "hi", "model": "mock", "tools": []}),
+        )
+        .await;
+    assert_eq!(run["status"], "model_error", "{run}");
+    let error = run["error"].as_str().unwrap();
+    assert!(
+        error.contains("[reda"),
+        "the key's place is marked: {error}"
+    );
+    let id = run["id"].as_str().unwrap();
+    let (events, _) = read_sse(remote.get(&format!("/v1/runs/{id}/events")).await).await;
+    assert!(terminate(&mut server).success());
+    let mut everything = log_reader.join().unwrap();
+    everything.push_str(&run.to_string());
+    for event in &events {
+        everything.push_str(&event.data.to_string());
+    }
+    assert!(!everything.contains(&KEY[..7]), "the key's start leaked");
+}

@@ -342,7 +342,7 @@ impl HttpClient {
             }
         } else {
             let body = read_body(&mut response).await.unwrap_or_default();
-            self.scrub(&error_detail(&body))
+            error_detail(&body, |text| self.scrub(text))
         };
         ProviderError::Status {
             status,

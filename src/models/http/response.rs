@@ -45,8 +45,10 @@ pub async fn read_json(response: &mut reqwest::Response) -> Result<Value, Provid
 }
 
 /// The useful part of an error body: `error.message` (with `error.type`) in
-/// both providers' shapes, else the start of the text.
-pub fn error_detail(body: &[u8]) -> String {
+/// both providers' shapes, else the start of the text; `scrub`bed (the key
+/// taken out) before it is cut, so that a key across the cut cannot leave
+/// its start behind.
+pub fn error_detail(body: &[u8], scrub: impl Fn(&str) -> String) -> String {
     let detail = match serde_json::from_slice::<Value>(body) {
         Ok(value) => json_error_detail(&value).unwrap_or_else(|| value.to_string()),
         Err(_) => String::from_utf8_lossy(body).trim().to_owned(),
@@ -56,7 +58,7 @@ pub fn error_detail(body: &[u8]) -> String {
     } else {
         detail
     };
-    truncate_chars(&detail, MAX_DETAIL_CHARS)
+    truncate_chars(&scrub(&detail), MAX_DETAIL_CHARS)
 }
 
 /// `error.message` with `error.type` (or `error.code`) before it, from an
@@ -126,24 +128,42 @@ pub fn tool_call_from_text(id: String, name: String, text: &str) -> ToolCall {
 mod tests {
     use super::*;
 
+    fn as_is(text: &str) -> String {
+        text.to_owned()
+    }
+
     #[test]
     fn error_details_come_from_both_providers_shapes() {
         assert_eq!(
-            error_detail(br#"{"error": {"message": "Rate limit reached", "type": "requests", "param": null, "code": "rate_limit_exceeded"}}"#),
+            error_detail(
+                br#"{"error": {"message": "Rate limit reached", "type": "requests", "param": null, "code": "rate_limit_exceeded"}}"#,
+                as_is
+            ),
             "requests: Rate limit reached"
         );
         assert_eq!(
             error_detail(
-                br#"{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}"#
+                br#"{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}"#,
+                as_is
             ),
             "overloaded_error: Overloaded"
         );
-        assert_eq!(error_detail(b"  Bad Gateway\n"), "Bad Gateway");
-        assert_eq!(error_detail(b""), "no details");
+        assert_eq!(error_detail(b"  Bad Gateway\n", as_is), "Bad Gateway");
+        assert_eq!(error_detail(b"", as_is), "no details");
         let long = "x".repeat(1000);
         assert_eq!(
-            error_detail(long.as_bytes()).chars().count(),
+            error_detail(long.as_bytes(), as_is).chars().count(),
             MAX_DETAIL_CHARS + 3
         );
+    }
+
+    #[test]
+    fn a_key_across_the_cut_leaves_nothing_of_itself() {
+        let key = "sk-TOPSECRETKEY0123456789";
+        // The key starts a few characters before the cut.
+        let body = format!("{}{key} and more", "x".repeat(MAX_DETAIL_CHARS - 10));
+        let detail = error_detail(body.as_bytes(), |text| text.replace(key, "[redacted]"));
+        assert!(!detail.contains("sk-TOP"), "{detail}");
+        assert!(detail.contains("[redac"), "{detail}");
     }
 }
