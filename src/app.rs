@@ -208,6 +208,11 @@ impl Application {
                 .map_or(api::events::DEFAULT_KEEP_ALIVE, Duration::from_millis),
             cors_origins: config.server.cors_origins.clone(),
             stream_tokens: api::stream_tokens::StreamTokens::new(*runner.store().stream_key()),
+            metrics_token: config
+                .server
+                .metrics_token
+                .as_ref()
+                .map(|token| api::auth::token_sha256(&token.0)),
             allowed_hosts: api::hosts::AllowedHosts::new(
                 config.server.allowed_hosts.as_deref(),
                 config.server.bind,

@@ -27,6 +27,8 @@ pub struct Services {
     pub stream_tokens: super::stream_tokens::StreamTokens,
     /// The hosts a request may name (DNS rebinding).
     pub allowed_hosts: super::hosts::AllowedHosts,
+    /// The SHA-256 of `[server] metrics_token`, when `/metrics` needs it.
+    pub metrics_token: Option<String>,
 }
 
 /// A handle to [`Services`]; cheap to clone.

@@ -44,9 +44,26 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiErr
     Ok(Json(json!({"status": "ready"})))
 }
 
-pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+/// `GET /metrics`: with `[server] metrics_token`, for its bearer only (it
+/// names tenants and what they use).
+pub async fn metrics(
+    State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
+) -> Result<impl IntoResponse, ApiError> {
+    if let Some(expected) = &state.metrics_token {
+        let given = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.strip_prefix("Bearer "))
+            .map(super::auth::token_sha256)
+            .unwrap_or_default();
+        use subtle::ConstantTimeEq;
+        if !bool::from(given.as_bytes().ct_eq(expected.as_bytes())) {
+            return Err(ApiError::Unauthorized);
+        }
+    }
     let text = state.runner.metrics().render(state.runner.gauges());
-    ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text)
+    Ok(([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text))
 }
 
 /// The configured model profiles: names and kinds, never a key.

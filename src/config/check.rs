@@ -53,6 +53,17 @@ impl Config {
                  {MAX_STATEMENT_TIMEOUT_MS} (got {statement_timeout})"
             ));
         }
+        if let Some(token) = &server.metrics_token
+            && (token.0.is_empty()
+                || token.0 == REDACTED
+                || token.0.chars().any(char::is_whitespace))
+        {
+            return invalid(
+                "server.metrics_token must be a bearer token: not empty, no whitespace \
+                 (and not the redacted placeholder `agent-runner config` prints)"
+                    .into(),
+            );
+        }
         for host in server.allowed_hosts.iter().flatten() {
             if let Err(why) = crate::api::hosts::check_entry(host) {
                 return invalid(format!("server.allowed_hosts: {host:?} {why}"));

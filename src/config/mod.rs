@@ -80,6 +80,27 @@ pub struct ServerConfig {
     /// else any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub allowed_hosts: Option<Vec<String>>,
+    /// When set, `/metrics` answers only `Authorization: Bearer` with it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics_token: Option<SecretText>,
+}
+
+/// A secret of the configuration: shown neither by `Debug` nor by
+/// `agent-runner config`.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct SecretText(pub String);
+
+impl std::fmt::Debug for SecretText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(REDACTED)
+    }
+}
+
+impl Serialize for SecretText {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(REDACTED)
+    }
 }
 
 impl Default for ServerConfig {
@@ -93,6 +114,7 @@ impl Default for ServerConfig {
             max_connections: None,
             cors_origins: Vec::new(),
             allowed_hosts: None,
+            metrics_token: None,
         }
     }
 }

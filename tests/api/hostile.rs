@@ -80,3 +80,35 @@ async fn allowed_hosts_names_the_hosts_and_ports_answered_for() {
         .await;
     assert_eq!(probe.status, 200, "{}", probe.text);
 }
+
+/// `/metrics` names tenants and what they use: with `[server]
+/// metrics_token` it answers only that bearer.
+#[tokio::test]
+async fn metrics_can_require_a_token_of_their_own() {
+    let app = spawn_with(|config| {
+        config.server.metrics_token =
+            Some(agent_runner::config::SecretText("scrape-secret".into()));
+    })
+    .await;
+    for authorization in [None, Some("Bearer wrong"), Some("scrape-secret")] {
+        let mut request = app.request(reqwest::Method::GET, "/metrics");
+        if let Some(value) = authorization {
+            request = request.header("authorization", value);
+        }
+        let refused = app.send(request).await;
+        assert_eq!(refused.status, 401, "{authorization:?}: {}", refused.text);
+        assert_eq!(refused.error_code(), "unauthorized");
+    }
+    let scraped = app
+        .send(
+            app.request(reqwest::Method::GET, "/metrics")
+                .header("authorization", "Bearer scrape-secret"),
+        )
+        .await;
+    assert_eq!(scraped.status, 200);
+    assert!(
+        scraped.text.contains("agent_runner_build_info"),
+        "{}",
+        scraped.text
+    );
+}
