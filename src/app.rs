@@ -84,9 +84,13 @@ fn preflight(config: &Config) -> Result<Checked, StartError> {
         )));
     }
     let mcp = McpServers::new(&config.mcp, &process_env).map_err(StartError::Config)?;
-    let webhooks =
-        crate::runner::webhooks::Webhooks::new(&config.webhooks, |name| std::env::var(name).ok())
-            .map_err(StartError::Config)?;
+    let webhooks = crate::runner::webhooks::Webhooks::new(
+        &config.webhooks,
+        &config.tenants,
+        !config.auth.tokens.is_empty(),
+        |name| std::env::var(name).ok(),
+    )
+    .map_err(StartError::Config)?;
     Store::check_url(&config.storage.database_url)
         .map_err(|error| StartError::Config(format!("storage.database_url: {error}")))?;
     check_sandbox(config, &Sandbox::probe(&config.sandbox))?;

@@ -164,14 +164,8 @@ impl Config {
         }
         let webhooks = &self.webhooks;
         for host in &webhooks.allowed_hosts {
-            if host.is_empty()
-                || host.contains(['/', ':', '@', '?', '#', ' '])
-                || host.bytes().any(|byte| byte.is_ascii_uppercase())
-            {
-                return invalid(format!(
-                    "webhooks.allowed_hosts: {host:?} is not a lower-case host name (no scheme, \
-                     port or path)"
-                ));
+            if let Err(why) = super::webhook_host(host) {
+                return invalid(format!("webhooks.allowed_hosts: {why}"));
             }
         }
         if !webhooks.allowed_hosts.is_empty() && webhooks.secret_env.is_none() {

@@ -7,8 +7,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct WebhooksConfig {
-    /// Hosts a run's `webhook.url` may name (lower case, no port): none,
-    /// no webhooks.
+    /// Hosts a run's `webhook.url` may name, each `host` (any port) or
+    /// `host:port` (that port alone), compared as a URL's parsing writes
+    /// them: none, no webhooks.
     pub allowed_hosts: Vec<String>,
     /// The variable holding the signing secret (`whsec_` and base64, as
     /// Standard Webhooks gives it, or any other text, used as it is).

@@ -85,6 +85,27 @@ pub struct ServerConfig {
     pub metrics_token: Option<SecretText>,
 }
 
+/// An entry of `[webhooks] allowed_hosts` (`host` or `host:port`) as a
+/// URL's parsing writes its host (lower case; `0x7f.1` as `127.0.0.1`), and
+/// the port it pins, if any.
+pub fn webhook_host(entry: &str) -> Result<(String, Option<u16>), String> {
+    let refused = || format!("{entry:?} is not a host or host:port (no scheme, path or user)");
+    if entry.is_empty() || entry.contains(['/', '@', '?', '#', ' ']) {
+        return Err(refused());
+    }
+    let url = reqwest::Url::parse(&format!("http://{entry}/")).map_err(|_| refused())?;
+    let host = url.host_str().ok_or_else(refused)?.to_owned();
+    // Given, even the scheme's own (`port()` leaves that out).
+    let pinned = entry.rsplit_once(':').filter(|(before, port)| {
+        !before.is_empty() && !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit())
+    });
+    let port = match pinned {
+        Some((_, port)) => Some(port.parse::<u16>().map_err(|_| refused())?),
+        None => None,
+    };
+    Ok((host, port))
+}
+
 /// A secret of the configuration: shown neither by `Debug` nor by
 /// `agent-runner config`.
 #[derive(Clone, PartialEq, Eq, Deserialize)]

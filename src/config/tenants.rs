@@ -27,6 +27,10 @@ pub struct TenantLimits {
     /// are refused (429 `quota_exceeded`), running ones go on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_tokens_per_day: Option<u64>,
+    /// The variable holding the key that signs this tenant's webhooks (the
+    /// server's `[webhooks] secret_env` signs the rest's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub webhook_secret_env: Option<String>,
 }
 
 /// The name of the table that holds for tenants without their own.
@@ -136,6 +140,13 @@ pub(super) fn check(tenants: &BTreeMap<String, TenantLimits>) -> Result<(), Stri
         if limits.runs_per_minute == Some(0) {
             return Err(format!(
                 "tenants.{name}.runs_per_minute must be at least 1 (leave it out for no limit)"
+            ));
+        }
+        if let Some(variable) = &limits.webhook_secret_env
+            && !super::check::is_valid_env_name(variable)
+        {
+            return Err(format!(
+                "tenants.{name}.webhook_secret_env: {variable:?} is not a variable's name"
             ));
         }
         if limits.max_tokens_per_day == Some(0) {

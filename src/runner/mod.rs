@@ -531,7 +531,15 @@ mod tests {
                 profiles: Arc::new(ModelProfiles::default()),
                 sandbox: Arc::new(Sandbox::unconfined()),
                 mcp: Arc::default(),
-                webhooks: Arc::new(webhooks::Webhooks::new(&config.webhooks, |_| None).unwrap()),
+                webhooks: Arc::new(
+                    webhooks::Webhooks::new(
+                        &config.webhooks,
+                        &config.tenants,
+                        !config.auth.tokens.is_empty(),
+                        |_| None,
+                    )
+                    .unwrap(),
+                ),
                 telemetry: Arc::new(Telemetry::off()),
             },
         );

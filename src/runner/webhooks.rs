@@ -26,7 +26,7 @@
 //! never logged (it may hold a secret of the receiver's). A server without
 //! webhooks delivers nothing: what its outbox holds waits for one with.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,7 +39,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::Runner;
-use crate::config::WebhooksConfig;
+use crate::config::{TenantLimits, WebhooksConfig};
 use crate::run::{Run, Tenant};
 use crate::store::{Delivery, Store, Unreadable};
 use crate::telemetry::Telemetry;
@@ -67,8 +67,18 @@ const DRAIN: Duration = Duration::from_secs(5);
 
 /// Where and how runs' webhooks are delivered.
 pub struct Webhooks {
+    /// As configured, for messages.
     allowed_hosts: Vec<String>,
+    /// Each entry's host, as a URL's parsing writes it, and its port when
+    /// it pins one.
+    allowed: Vec<(String, Option<u16>)>,
     key: Vec<u8>,
+    /// The keys of tenants with one of their own
+    /// (`[tenants.NAME] webhook_secret_env`).
+    tenant_keys: HashMap<String, Vec<u8>>,
+    /// Whether tenants are named (the server has tokens): the posted body
+    /// names the run's, else it says `null`.
+    named_tenants: bool,
     http: reqwest::Client,
     retry_for: Duration,
     /// Longest wait for one attempt's answer.
@@ -84,21 +94,39 @@ impl std::fmt::Debug for Webhooks {
 }
 
 impl Webhooks {
-    /// From the configuration, the secret read from the variable it names
-    /// (`env`): an error says what is missing.
+    /// From the configuration, the secrets read from the variables it
+    /// names (`env`): `[webhooks] secret_env`, and each tenant's
+    /// `webhook_secret_env`. `named_tenants`: the server has tokens. An
+    /// error says what is missing.
     pub fn new(
         config: &WebhooksConfig,
+        tenants: &BTreeMap<String, TenantLimits>,
+        named_tenants: bool,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, String> {
+        let enabled = !config.allowed_hosts.is_empty();
+        let read = |at: &str, name: &str| {
+            env(name)
+                .filter(|secret| !secret.is_empty())
+                .ok_or_else(|| format!("{at} names {name}, which is not set"))
+                .and_then(|secret| signing_key(&secret))
+        };
         let key = match &config.secret_env {
-            Some(name) if !config.allowed_hosts.is_empty() => {
-                let secret = env(name)
-                    .filter(|secret| !secret.is_empty())
-                    .ok_or_else(|| format!("webhooks.secret_env names {name}, which is not set"))?;
-                signing_key(&secret)?
-            }
+            Some(name) if enabled => read("webhooks.secret_env", name)?,
             _ => Vec::new(),
         };
+        let mut tenant_keys = HashMap::new();
+        for (tenant, limits) in tenants {
+            if let Some(name) = limits.webhook_secret_env.as_deref().filter(|_| enabled) {
+                let at = format!("tenants.{tenant}.webhook_secret_env");
+                tenant_keys.insert(tenant.clone(), read(&at, name)?);
+            }
+        }
+        let allowed = config
+            .allowed_hosts
+            .iter()
+            .map(|entry| crate::config::webhook_host(entry))
+            .collect::<Result<_, _>>()?;
         let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
@@ -108,7 +136,10 @@ impl Webhooks {
             .map_err(|e| format!("cannot make the webhooks' HTTP client: {e}"))?;
         Ok(Self {
             allowed_hosts: config.allowed_hosts.clone(),
+            allowed,
             key,
+            tenant_keys,
+            named_tenants,
             http,
             retry_for: Duration::from_millis(config.retry_for_ms),
             timeout: Duration::from_millis(config.timeout_ms),
@@ -134,19 +165,30 @@ impl Webhooks {
         if !parsed.username().is_empty() || parsed.password().is_some() {
             return Err(format!("{url:?} must not carry credentials"));
         }
+        // As the URL's parsing writes it: `0x7f.1` is 127.0.0.1, and the
+        // port is the scheme's when none is given.
         let host = parsed.host_str().unwrap_or_default();
-        if !self.allowed_hosts.iter().any(|allowed| allowed == host) {
+        let port = parsed.port_or_known_default();
+        let allowed = self.allowed.iter().any(|(allowed, pinned)| {
+            allowed == host && pinned.is_none_or(|pinned| Some(pinned) == port)
+        });
+        if !allowed {
+            let port = port
+                .map(|port| format!(" (port {port})"))
+                .unwrap_or_default();
             return Err(format!(
-                "the host {host:?} is not one of [webhooks] allowed_hosts ({})",
+                "the host {host:?}{port} is not one of [webhooks] allowed_hosts ({})",
                 self.allowed_hosts.join(", ")
             ));
         }
         Ok(())
     }
 
-    /// The `webhook-signature` of a message.
-    pub fn sign(&self, id: &str, timestamp: i64, body: &str) -> String {
-        let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(&self.key) else {
+    /// The `webhook-signature` of a message of `tenant`'s: with its own key
+    /// when it has one, else the server's.
+    pub fn sign(&self, tenant: &str, id: &str, timestamp: i64, body: &str) -> String {
+        let key = self.tenant_keys.get(tenant).unwrap_or(&self.key);
+        let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(key) else {
             return String::new();
         };
         mac.update(format!("{id}.{timestamp}.{body}").as_bytes());
@@ -168,7 +210,7 @@ impl Webhooks {
                 tracing::info!(run_id = %run.id, was = %change.status, now = %run.status, "a run moved on before its webhook was taken; not posted");
                 Attempt::NotPosted
             }
-            Ok(Some(run)) => match self.post(&delivery.id, &run, telemetry).await {
+            Ok(Some(run)) => match self.post(&delivery.id, &tenant, &run, telemetry).await {
                 Ok(()) => {
                     tracing::info!(run_id = %run.id, status = %run.status, attempt, "webhook delivered");
                     Attempt::Taken
@@ -193,13 +235,26 @@ impl Webhooks {
 
     /// One attempt: `Err` says why it was not taken (never with the URL,
     /// which may hold a secret of the receiver's).
-    async fn post(&self, id: &str, run: &Run, telemetry: &Telemetry) -> Result<(), String> {
+    async fn post(
+        &self,
+        id: &str,
+        tenant: &Tenant,
+        run: &Run,
+        telemetry: &Telemetry,
+    ) -> Result<(), String> {
         let Some(webhook) = &run.webhook else {
             return Ok(());
         };
         self.check(&webhook.url)
             .map_err(|why| format!("no longer allowed: {why}"))?;
-        let body = serde_json::to_string(run).map_err(|e| format!("cannot serialise: {e}"))?;
+        // The run object, and whose run it is: a receiver shared by several
+        // tenants tells them apart (and each tenant's key signs its own).
+        let mut body = serde_json::to_value(run).map_err(|e| format!("cannot serialise: {e}"))?;
+        if let Some(object) = body.as_object_mut() {
+            let named = self.named_tenants.then(|| tenant.0.clone());
+            object.insert("tenant".into(), named.into());
+        }
+        let body = body.to_string();
         let timestamp = chrono::Utc::now().timestamp();
         let mut span = telemetry.client_span("POST webhook", &run.trace());
         let mut request = self
@@ -208,7 +263,10 @@ impl Webhooks {
             .header("content-type", "application/json")
             .header("webhook-id", id)
             .header("webhook-timestamp", timestamp.to_string())
-            .header("webhook-signature", self.sign(id, timestamp, &body));
+            .header(
+                "webhook-signature",
+                self.sign(&tenant.0, id, timestamp, &body),
+            );
         if let Some(span) = &span {
             request = request.header("traceparent", span.traceparent());
         }
@@ -436,12 +494,13 @@ mod tests {
             secret_env: Some("S".into()),
             ..WebhooksConfig::default()
         };
-        let webhooks = Webhooks::new(&config, |_| {
+        let webhooks = Webhooks::new(&config, &BTreeMap::new(), false, |_| {
             Some("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into())
         })
         .unwrap();
         assert_eq!(
             webhooks.sign(
+                "default",
                 "msg_p5jXN8AQM9LWM0D4loKWxJek",
                 1614265330,
                 r#"{"test": 2432232314}"#
@@ -452,7 +511,7 @@ mod tests {
         assert!(webhooks.check("https://evil.example/hook").is_err());
         assert!(webhooks.check("https://user:pw@example.com/hook").is_err());
         assert!(webhooks.check("ftp://example.com/hook").is_err());
-        let missing = Webhooks::new(&config, |_| None).unwrap_err();
+        let missing = Webhooks::new(&config, &BTreeMap::new(), false, |_| None).unwrap_err();
         assert!(missing.contains("not set"), "{missing}");
     }
 
@@ -470,7 +529,7 @@ mod tests {
             retry_for_ms: 10_000,
             ..WebhooksConfig::default()
         };
-        let webhooks = Webhooks::new(&config, |_| None).unwrap();
+        let webhooks = Webhooks::new(&config, &BTreeMap::new(), false, |_| None).unwrap();
         let stored = Utc::now();
         let delivery = |attempts| Delivery {
             id: "msg".into(),

@@ -50,5 +50,6 @@ mod tenants;
 mod tools;
 mod traces;
 mod unread;
+mod webhook_hosts;
 mod webhooks;
 mod writer;

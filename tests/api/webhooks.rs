@@ -25,14 +25,14 @@ const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 /// (from [`answering`]) each one's `webhook-id`, when it came and when it
 /// was answered.
 #[derive(Clone, Default)]
-struct Received(
-    Arc<Mutex<Vec<(HeaderMap, String, StatusCode)>>>,
+pub(crate) struct Received(
+    pub(crate) Arc<Mutex<Vec<(HeaderMap, String, StatusCode)>>>,
     Arc<Mutex<Vec<(String, Instant, Instant)>>>,
 );
 
 /// A receiver at `/hook` that answers 500 to the first attempt of every
 /// message and 200 after: its address and what it received.
-async fn receiver() -> (String, Received) {
+pub(crate) async fn receiver() -> (String, Received) {
     let received = Received::default();
     let kept = received.clone();
     let app = axum::Router::new().route(
@@ -63,8 +63,14 @@ async fn receiver() -> (String, Received) {
 
 /// Checks a delivery's signature as a receiver would, from the secret.
 fn verify(headers: &HeaderMap, body: &str) {
+    assert!(signed_with(headers, body, SECRET));
+}
+
+/// Whether a delivery is signed with `secret` (`whsec_` and base64), as a
+/// receiver checks it.
+pub(crate) fn signed_with(headers: &HeaderMap, body: &str, secret: &str) -> bool {
     let key = BASE64
-        .decode(SECRET.strip_prefix("whsec_").unwrap())
+        .decode(secret.strip_prefix("whsec_").unwrap())
         .unwrap();
     let id = headers["webhook-id"].to_str().unwrap();
     let timestamp = headers["webhook-timestamp"].to_str().unwrap();
@@ -77,14 +83,11 @@ fn verify(headers: &HeaderMap, body: &str) {
     mac.update(format!("{id}.{timestamp}.{body}").as_bytes());
     let expected = format!("v1,{}", BASE64.encode(mac.finalize().into_bytes()));
     let signatures = headers["webhook-signature"].to_str().unwrap();
-    assert!(
-        signatures.split(' ').any(|signature| signature == expected),
-        "{signatures} is not {expected}"
-    );
+    signatures.split(' ').any(|signature| signature == expected)
 }
 
 /// Waits for a delivery that was taken (200) of run `id` in `status`.
-async fn taken(received: &Received, id: &str, status: &str) -> Value {
+pub(crate) async fn taken(received: &Received, id: &str, status: &str) -> Value {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     loop {
         let found = received
@@ -148,8 +151,13 @@ async fn a_run_s_pause_and_end_are_posted_signed_and_retried_after_a_failure() {
             &json!({"actions": [{"call_id": "w1", "decision": "approve"}]}),
         )
         .await;
-    let ended = taken(&received, &id, "completed").await;
+    let mut ended = taken(&received, &id, "completed").await;
     assert_eq!(ended["answer"], "written");
+    // The run object, and its tenant (none named, without tokens).
+    assert_eq!(
+        ended.as_object_mut().unwrap().remove("tenant"),
+        Some(Value::Null)
+    );
     assert_eq!(ended, server.get_json(&format!("/v1/runs/{id}")).await);
     let all = received.0.lock().unwrap().clone();
     // Each message: a 500, then the same message (same id) taken.
