@@ -198,7 +198,10 @@ impl Application {
         runner.resume(recovered.queued);
         runner.keep(config.retention);
         runner.join().await;
+        let client_connections =
+            api::clients::ClientConnections::new(config.server.max_connections_per_client);
         let state = AppState::new(api::Services {
+            client_connections: Arc::clone(&client_connections),
             runner: runner.clone(),
             auth: api::auth::Auth::new(&config.auth.tokens),
             limits: config.limits,
@@ -225,12 +228,16 @@ impl Application {
         let connections = ConnectionLimits {
             request_header_timeout: Duration::from_millis(config.server.request_header_timeout_ms),
             idle_timeout: Duration::from_millis(config.server.idle_timeout_ms),
+            body_timeout: Duration::from_millis(config.server.body_timeout_ms),
             max_connections: config.server.max_connections.unwrap_or_else(|| {
                 api::serve::connection_budget(file_reserve(config.runs.max_concurrent))
             }),
+            clients: client_connections,
         };
         tracing::info!(
             max_connections = connections.max_connections,
+            max_connections_per_client = config.server.max_connections_per_client,
+            body_timeout_ms = config.server.body_timeout_ms,
             request_header_timeout_ms = config.server.request_header_timeout_ms,
             idle_timeout_ms = config.server.idle_timeout_ms,
             "connection limits"

@@ -1,6 +1,8 @@
 //! Bearer-token authentication: each token names a tenant. Tokens are kept as
 //! SHA-256 digests and compared in constant time.
 
+use std::sync::Arc;
+
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::header;
 use axum::middleware::Next;
@@ -8,6 +10,7 @@ use axum::response::Response;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use super::clients::ConnectionClient;
 use super::error::ApiError;
 use super::state::AppState;
 use crate::config::TokenConfig;
@@ -110,6 +113,17 @@ pub async fn authenticate(
     } else {
         Tenant::anonymous()
     };
+    // Counted against the tenant from now on, not its address: one tenant
+    // cannot hold every connection, whatever addresses it comes from.
+    if state.auth.is_enabled()
+        && let Some(connection) = request.extensions().get::<Arc<ConnectionClient>>()
+        && !connection.claim(&state.client_connections, &tenant)
+    {
+        tracing::warn!(tenant = %tenant.0, "a tenant's connection limit reached; refusing a request");
+        return Err(ApiError::TooManyConnections(
+            state.client_connections.limit(),
+        ));
+    }
     request.extensions_mut().insert(tenant.clone());
     let mut response = next.run(request).await;
     // For the access log.

@@ -55,6 +55,15 @@ pub enum ApiError {
          does)"
     )]
     MisdirectedRequest(String),
+    /// The body did not arrive whole within `[server] body_timeout_ms`.
+    #[error("the request's body did not arrive within {0} ms")]
+    RequestTimeout(u64),
+    /// The client holds its share of connections already.
+    #[error(
+        "this client holds {0} connections already ([server] max_connections_per_client); \
+         close some, or send its requests over those"
+    )]
+    TooManyConnections(usize),
     #[error("too many runs are waiting; retry later")]
     QueueFull,
     /// The tenant's `runs_per_minute` is spent for `retry_after` seconds.
@@ -111,6 +120,8 @@ impl ApiError {
             Self::HeadersTooLarge { .. } => C::HeadersTooLarge,
             Self::UnsupportedMediaType(_) => C::UnsupportedMediaType,
             Self::MisdirectedRequest(_) => C::MisdirectedRequest,
+            Self::RequestTimeout(_) => C::RequestTimeout,
+            Self::TooManyConnections(_) => C::TooManyConnections,
             Self::QueueFull => C::QueueFull,
             Self::RateLimited { .. } => C::RateLimited,
             Self::QuotaExceeded { .. } => C::QuotaExceeded,
@@ -141,8 +152,10 @@ pub enum ErrorCode {
     UriTooLong,
     UnsupportedMediaType,
     MisdirectedRequest,
+    RequestTimeout,
     InvalidRequest,
     QueueFull,
+    TooManyConnections,
     HeadersTooLarge,
     Internal,
     ShuttingDown,
@@ -153,7 +166,7 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 24] = [
+    pub const ALL: [ErrorCode; 26] = [
         Self::InvalidJson,
         Self::InvalidQuery,
         Self::InvalidPath,
@@ -169,8 +182,10 @@ impl ErrorCode {
         Self::UriTooLong,
         Self::UnsupportedMediaType,
         Self::MisdirectedRequest,
+        Self::RequestTimeout,
         Self::InvalidRequest,
         Self::QueueFull,
+        Self::TooManyConnections,
         Self::HeadersTooLarge,
         Self::Internal,
         Self::ShuttingDown,
@@ -197,6 +212,8 @@ impl ErrorCode {
             Self::UriTooLong => "uri_too_long",
             Self::UnsupportedMediaType => "unsupported_media_type",
             Self::MisdirectedRequest => "misdirected_request",
+            Self::RequestTimeout => "request_timeout",
+            Self::TooManyConnections => "too_many_connections",
             Self::InvalidRequest => "invalid_request",
             Self::QueueFull => "queue_full",
             Self::HeadersTooLarge => "headers_too_large",
@@ -224,10 +241,12 @@ impl ErrorCode {
             Self::UriTooLong => StatusCode::URI_TOO_LONG,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::MisdirectedRequest => StatusCode::MISDIRECTED_REQUEST,
+            Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::InvalidRequest => StatusCode::UNPROCESSABLE_ENTITY,
-            Self::QueueFull | Self::RateLimited | Self::QuotaExceeded => {
-                StatusCode::TOO_MANY_REQUESTS
-            }
+            Self::QueueFull
+            | Self::RateLimited
+            | Self::QuotaExceeded
+            | Self::TooManyConnections => StatusCode::TOO_MANY_REQUESTS,
             Self::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             Self::ShuttingDown | Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -331,6 +350,14 @@ impl IntoResponse for ApiError {
             }
             Self::Unauthorized => {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            // The connection is not kept: its body is not waited for, or
+            // it is one too many.
+            Self::RequestTimeout(_) | Self::TooManyConnections(_) => {
+                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+                if matches!(self, Self::TooManyConnections(_)) {
+                    headers.insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
+                }
             }
             _ => {}
         }

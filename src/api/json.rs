@@ -30,7 +30,9 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
         let bytes = Bytes::from_request(request, state)
             .await
             .map_err(|rejection| {
-                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                if let Some(timeout) = super::serve::body_timed_out(&rejection) {
+                    ApiError::RequestTimeout(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX))
+                } else if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
                     ApiError::PayloadTooLarge(limit)
                 } else {
                     ApiError::InvalidJson(format!("cannot read the body: {rejection}"))

@@ -5,6 +5,7 @@
 pub mod access;
 pub mod actions;
 pub mod auth;
+pub mod clients;
 pub mod console;
 pub mod create;
 pub mod error;

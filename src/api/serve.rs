@@ -8,7 +8,14 @@
 //!   until a complete request head reached the router. A client that sends
 //!   nothing, or dribbles its headers (slowloris), is cut then;
 //! - **idleness** (`idle_timeout`): a keep-alive connection with no request
-//!   in flight and no byte moved for that long is closed.
+//!   in flight and no byte moved for that long is closed. On HTTP/2 only
+//!   requests count: a client that sends nothing but PINGs or window
+//!   updates is idle.
+//!
+//! A request's body has a deadline of its own (`body_timeout`), counted from
+//! its head: a client that announces a body and stops sending it is
+//! answered 408 `request_timeout` and the connection is closed, so that it
+//! holds neither a slot nor a buffer for long.
 //!
 //! hyper's own `header_read_timeout` is not used: it runs from the end of a
 //! response, so it would also close idle keep-alive connections at the
@@ -18,6 +25,10 @@
 //! At most `max_connections` are open at once. Past that, a connection is
 //! accepted and closed at once, so the kernel's backlog never fills with
 //! connections nobody will serve and clients see the refusal immediately.
+//! Each client holds at most `max_connections_per_client` of them
+//! ([`super::clients`]): counted against its remote address from the
+//! accept, and against its tenant once a request authenticates. An address
+//! past its share is answered 429 and closed at the accept.
 //! A failed `accept` (out of descriptors) is retried after a short pause
 //! rather than ending the server.
 //!
@@ -36,7 +47,7 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Body;
+use axum::body::{Body, HttpBody};
 use http_body_util::BodyExt;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
@@ -48,6 +59,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::Service;
 
+use super::clients::{Client, ClientConnections, ConnectionClient};
 use super::error::ApiError;
 
 /// The head hyper buffers before it refuses a request itself.
@@ -60,11 +72,15 @@ const HYPER_MAX_HEADERS: usize = 512;
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(20);
 
 /// How the HTTP layer treats connections.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ConnectionLimits {
     pub request_header_timeout: Duration,
     pub idle_timeout: Duration,
+    pub body_timeout: Duration,
     pub max_connections: usize,
+    /// The connections each client holds (shared with the authentication,
+    /// which moves a connection to its tenant).
+    pub clients: Arc<ClientConnections>,
 }
 
 /// Serves `router` on `listener` until `shutdown` fires; then stops
@@ -83,8 +99,8 @@ pub async fn serve(
             () = shutdown.cancelled() => break,
             accepted = listener.accept() => accepted,
         };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
+        let (stream, address) = match accepted {
+            Ok(accepted) => accepted,
             Err(error) => {
                 tracing::warn!(%error, "accepting a connection failed; retrying");
                 tokio::time::sleep(ACCEPT_BACKOFF).await;
@@ -99,16 +115,39 @@ pub async fn serve(
             drop(stream);
             continue;
         };
+        let Some(held) = limits.clients.hold(Client::Address(address.ip())) else {
+            refuse_connection(&stream, address.ip(), limits.clients.limit());
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let router = router.clone();
         let shutdown = shutdown.clone();
+        let limits = limits.clone();
         connections.spawn(async move {
-            serve_connection(stream, router, limits, shutdown).await;
+            let client = Arc::new(ConnectionClient::of(held));
+            serve_connection(stream, router, &limits, client, shutdown).await;
             drop(slot);
         });
     }
     connections.close();
     connections.wait().await;
+}
+
+/// Answers a connection of an address past its share 429 and closes it: one
+/// write into the empty send buffer of a new socket, never waited on.
+fn refuse_connection(stream: &TcpStream, address: std::net::IpAddr, limit: usize) {
+    tracing::warn!(%address, limit, "a client's connection limit reached; refusing a connection");
+    let error = ApiError::TooManyConnections(limit);
+    let (code, body) = error.status_and_body();
+    let response = format!(
+        "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+         retry-after: {}\r\nconnection: close\r\n\r\n{body}",
+        code.as_u16(),
+        code.canonical_reason().unwrap_or("Error"),
+        body.len(),
+        super::error::RETRY_AFTER_SECONDS,
+    );
+    let _ = stream.try_write(response.as_bytes());
 }
 
 /// What the connection's timer reads: when a byte last moved, when the
@@ -148,17 +187,21 @@ impl Activity {
     }
 
     fn read(&self, bytes: &[u8], first: bool) {
-        let now = self.now();
-        self.last_byte.store(now, Ordering::Relaxed);
         // (A preface split over two first reads is taken for HTTP/1; its
         // connection is then cut at the header deadline when idle.)
         if first && bytes.starts_with(b"PRI * HTTP/2.0") {
             self.http2.store(true, Ordering::Relaxed);
-            // HTTP/2 has no head to wait for: only idleness counts.
+            // HTTP/2 has no head to wait for: only idleness counts, and
+            // only requests end it (not PINGs, settings, window updates).
             self.head_started.store(NO_HEAD, Ordering::Release);
             return;
         }
-        if !self.is_http2() && self.in_flight.load(Ordering::Acquire) == 0 {
+        if self.is_http2() {
+            return;
+        }
+        let now = self.now();
+        self.last_byte.store(now, Ordering::Relaxed);
+        if self.in_flight.load(Ordering::Acquire) == 0 {
             // The first byte of a new request; a head already begun keeps
             // its start.
             let _ = self.head_started.compare_exchange(
@@ -171,10 +214,15 @@ impl Activity {
     }
 
     fn wrote(&self) {
-        self.last_byte.store(self.now(), Ordering::Relaxed);
+        // HTTP/2 writes between requests are frames of the connection
+        // (PING acknowledgements), not activity.
+        if !self.is_http2() {
+            self.last_byte.store(self.now(), Ordering::Relaxed);
+        }
     }
 
     fn request_began(&self) {
+        self.last_byte.store(self.now(), Ordering::Relaxed);
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         self.head_started.store(NO_HEAD, Ordering::Release);
     }
@@ -206,7 +254,8 @@ impl Activity {
 async fn serve_connection(
     stream: TcpStream,
     router: Router,
-    limits: ConnectionLimits,
+    limits: &ConnectionLimits,
+    client: Arc<ConnectionClient>,
     shutdown: CancellationToken,
 ) {
     let activity = Arc::new(Activity::new());
@@ -216,6 +265,7 @@ async fn serve_connection(
         replacement: None,
         read_any: false,
     });
+    let body_timeout = limits.body_timeout;
     let service = {
         let activity = Arc::clone(&activity);
         hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
@@ -224,8 +274,16 @@ async fn serve_connection(
             // Made now, not in the future: a future dropped unpolled still
             // ends its request.
             let guard = InFlight(Arc::clone(&activity));
+            let mut request = request.map(|body| {
+                if body.is_end_stream() {
+                    Body::new(body)
+                } else {
+                    Body::new(BodyDeadline::new(body, body_timeout))
+                }
+            });
+            request.extensions_mut().insert(Arc::clone(&client));
             async move {
-                let response = router.call(request.map(Body::new)).await?;
+                let response = router.call(request).await?;
                 // The guard lives as long as the body: a response is in
                 // flight until its last byte (or its stream's end).
                 Ok::<_, std::convert::Infallible>(response.map(move |body| {
@@ -249,7 +307,7 @@ async fn serve_connection(
     tokio::pin!(connection);
     let mut closing = false;
     loop {
-        let wake = match activity.deadline(&limits) {
+        let wake = match activity.deadline(limits) {
             Some(at) => activity.origin + Duration::from_millis(at),
             // Re-checked at least this often while a response runs.
             None => Instant::now() + limits.request_header_timeout.min(limits.idle_timeout),
@@ -264,7 +322,7 @@ async fn serve_connection(
             // Also while closing: a graceful shutdown does not end a
             // connection whose head is half received.
             () = tokio::time::sleep_until(wake) => {
-                if activity.deadline(&limits).is_some_and(|at| activity.now() >= at) {
+                if activity.deadline(limits).is_some_and(|at| activity.now() >= at) {
                     if activity.is_http2() && !closing {
                         // A GOAWAY lets the client finish cleanly; the
                         // next deadline drops it if it does not.
@@ -282,6 +340,73 @@ async fn serve_connection(
                 connection.as_mut().graceful_shutdown();
             }
         }
+    }
+}
+
+/// A request's body that fails with [`BodyTimedOut`] once `body_timeout`
+/// passed from its head without its end (the JSON extractor answers 408
+/// from it). The timer is made only when the body must be waited for.
+struct BodyDeadline {
+    inner: hyper::body::Incoming,
+    deadline: Instant,
+    timeout: Duration,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+/// The error a [`BodyDeadline`] ends with: the handler reading the body
+/// fails, and the answer is turned into 408 from it.
+#[derive(Debug, thiserror::Error)]
+#[error("the request's body did not arrive within {} ms", .0.as_millis())]
+pub struct BodyTimedOut(pub Duration);
+
+/// The body deadline that `error` (or an error it wraps) reports, if any.
+pub fn body_timed_out(error: &(dyn std::error::Error + 'static)) -> Option<Duration> {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if let Some(BodyTimedOut(timeout)) = error.downcast_ref() {
+            return Some(*timeout);
+        }
+        next = error.source();
+    }
+    None
+}
+
+impl BodyDeadline {
+    fn new(inner: hyper::body::Incoming, timeout: Duration) -> Self {
+        Self {
+            inner,
+            deadline: Instant::now() + timeout,
+            timeout,
+            timer: None,
+        }
+    }
+}
+
+impl hyper::body::Body for BodyDeadline {
+    type Data = axum::body::Bytes;
+    type Error = axum::BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        if let Poll::Ready(frame) = Pin::new(&mut self.inner).poll_frame(cx) {
+            return Poll::Ready(frame.map(|frame| frame.map_err(Into::into)));
+        }
+        let deadline = self.deadline;
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        ready!(timer.as_mut().poll(cx));
+        Poll::Ready(Some(Err(BodyTimedOut(self.timeout).into())))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
     }
 }
 

@@ -29,6 +29,9 @@ pub struct Services {
     pub allowed_hosts: super::hosts::AllowedHosts,
     /// The SHA-256 of `[server] metrics_token`, when `/metrics` needs it.
     pub metrics_token: Option<String>,
+    /// The connections each client holds (a connection moves to its
+    /// tenant as a request authenticates).
+    pub client_connections: Arc<super::clients::ClientConnections>,
 }
 
 /// A handle to [`Services`]; cheap to clone.

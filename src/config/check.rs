@@ -31,9 +31,14 @@ impl Config {
             ));
         }
         let server = &self.server;
-        if server.request_header_timeout_ms == 0 || server.idle_timeout_ms == 0 {
+        if server.request_header_timeout_ms == 0
+            || server.idle_timeout_ms == 0
+            || server.body_timeout_ms == 0
+        {
             return invalid(
-                "server.request_header_timeout_ms and idle_timeout_ms must be at least 1".into(),
+                "server.request_header_timeout_ms, idle_timeout_ms and body_timeout_ms must be \
+                 at least 1"
+                    .into(),
             );
         }
         if self.storage.write_retry_ms == 0 {
@@ -74,8 +79,10 @@ impl Config {
                 return invalid(format!("server.cors_origins: {origin:?} {why}"));
             }
         }
-        if server.max_connections == Some(0) {
-            return invalid("server.max_connections must be at least 1".into());
+        if server.max_connections == Some(0) || server.max_connections_per_client == 0 {
+            return invalid(
+                "server.max_connections and max_connections_per_client must be at least 1".into(),
+            );
         }
         if self.runs.max_concurrent == 0 {
             return invalid("runs.max_concurrent must be at least 1".into());

@@ -70,8 +70,14 @@ pub struct ServerConfig {
     pub request_header_timeout_ms: u64,
     /// A keep-alive connection with nothing in flight is closed after this.
     pub idle_timeout_ms: u64,
+    /// A request's body must arrive whole within this, counted from its
+    /// head (408 `request_timeout` after, and the connection is closed).
+    pub body_timeout_ms: u64,
     /// Connections open at once; default: what the open-file limit allows.
     pub max_connections: Option<usize>,
+    /// Connections one client may hold: a tenant's once authenticated, else
+    /// a remote address's (429 `too_many_connections` past it).
+    pub max_connections_per_client: usize,
     /// Origins whose pages may call the API from a browser (CORS), each
     /// `scheme://host[:port]`; default none.
     pub cors_origins: Vec<String>,
@@ -132,7 +138,9 @@ impl Default for ServerConfig {
             sse_keep_alive_ms: None,
             request_header_timeout_ms: 10_000,
             idle_timeout_ms: 60_000,
+            body_timeout_ms: 30_000,
             max_connections: None,
+            max_connections_per_client: 256,
             cors_origins: Vec::new(),
             allowed_hosts: None,
             metrics_token: None,

@@ -12,17 +12,22 @@ use crate::helpers::{TestApp, spawn_app, spawn_with};
 
 /// Long enough for any refusal to arrive on a loaded machine; a test that
 /// waits this long for something that should not happen is failing.
-const PATIENCE: Duration = Duration::from_secs(10);
+pub(crate) const PATIENCE: Duration = Duration::from_secs(10);
 
 async fn connect(app: &TestApp) -> TcpStream {
-    TcpStream::connect(app.address.trim_start_matches("http://"))
+    connect_to(&app.address).await
+}
+
+/// A raw connection to the server at `address` (`http://HOST:PORT`).
+pub(crate) async fn connect_to(address: &str) -> TcpStream {
+    TcpStream::connect(address.trim_start_matches("http://"))
         .await
         .unwrap()
 }
 
 /// Whether the server closed the connection: a read sees its end (or a
 /// reset) within [`PATIENCE`]. Bytes before the end are skipped.
-async fn closed_by_server(stream: &mut TcpStream) -> bool {
+pub(crate) async fn closed_by_server(stream: &mut TcpStream) -> bool {
     let mut buffer = [0u8; 4096];
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
@@ -35,7 +40,7 @@ async fn closed_by_server(stream: &mut TcpStream) -> bool {
 }
 
 /// Reads one response: status, headers, and a body of `Content-Length`.
-async fn read_response(stream: &mut TcpStream) -> (u16, String, Value) {
+pub(crate) async fn read_response(stream: &mut TcpStream) -> (u16, String, Value) {
     let mut data = Vec::new();
     let mut buffer = [0u8; 8192];
     loop {
@@ -68,7 +73,7 @@ async fn read_response(stream: &mut TcpStream) -> (u16, String, Value) {
     }
 }
 
-const HEALTHZ: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n";
+const HEALTHZ: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
 
 #[tokio::test]
 async fn a_head_dribbled_slowly_is_cut_at_the_header_timeout_and_others_are_served() {
@@ -77,7 +82,7 @@ async fn a_head_dribbled_slowly_is_cut_at_the_header_timeout_and_others_are_serv
     for _ in 0..20 {
         let mut stream = connect(&app).await;
         stream
-            .write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\n")
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
             .await
             .unwrap();
         slow.push(stream);
@@ -128,7 +133,7 @@ async fn a_router_response_and_a_pipelined_bad_request_are_each_answered_as_they
     let app = spawn_app().await;
     let mut stream = connect(&app).await;
     stream
-        .write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\nGARBAGE\r\n\r\n")
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nGARBAGE\r\n\r\n")
         .await
         .unwrap();
     // Both answers, until the server closes after the refusal.
@@ -195,7 +200,8 @@ async fn a_long_request_in_flight_is_cut_by_neither_timeout() {
 
 #[tokio::test]
 async fn fifteen_hundred_idle_connections_starve_neither_healthz_nor_run_creation() {
-    let app = spawn_app().await;
+    // All from one address, which may hold this many.
+    let app = spawn_with(|config| config.server.max_connections_per_client = 2_000).await;
     let mut idle = Vec::new();
     for _ in 0..1_500 {
         idle.push(connect(&app).await);
@@ -261,7 +267,7 @@ async fn a_body_announced_over_the_limit_is_refused_before_it_is_sent() {
     let mut stream = connect(&app).await;
     stream
         .write_all(
-            b"POST /v1/runs HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n\
+            b"POST /v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
               Content-Length: 100000000\r\n\r\n{\"prompt\": ",
         )
         .await
@@ -280,13 +286,13 @@ async fn an_oversized_target_or_header_block_gets_a_json_414_or_431() {
     let long_target = format!("/v1/runs?cursor={}", "a".repeat(20 * 1024));
     let cases = [
         (
-            format!("GET {long_target} HTTP/1.1\r\nHost: test\r\n\r\n"),
+            format!("GET {long_target} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"),
             414,
             "uri_too_long",
         ),
         (
             format!(
-                "GET /healthz HTTP/1.1\r\nHost: test\r\nX-Big: {}\r\n\r\n",
+                "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: {}\r\n\r\n",
                 "b".repeat(70 * 1024)
             ),
             431,
@@ -294,7 +300,7 @@ async fn an_oversized_target_or_header_block_gets_a_json_414_or_431() {
         ),
         (
             format!(
-                "GET /healthz HTTP/1.1\r\nHost: test\r\n{}\r\n",
+                "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n{}\r\n",
                 (0..150)
                     .map(|i| format!("X-H{i}: v\r\n"))
                     .collect::<String>()
@@ -336,7 +342,7 @@ async fn what_hyper_refuses_itself_is_answered_in_json_too() {
         (
             // Past even hyper's buffer: the router never sees it.
             [
-                b"GET /healthz HTTP/1.1\r\nHost: test\r\nX-Huge: ".as_slice(),
+                b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Huge: ".as_slice(),
                 &vec![b'h'; 300 * 1024],
                 b"\r\n\r\n",
             ]
@@ -359,7 +365,7 @@ async fn an_answer_given_before_the_body_was_read_says_the_connection_closes() {
     // so the connection cannot carry another request, and says so.
     let mut stream = connect(&app).await;
     let head = format!(
-        "POST /v1/runs/{}/actions HTTP/1.1\r\nHost: test\r\ncontent-type: application/json\r\n\
+        "POST /v1/runs/{}/actions HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\n\
          content-length: 40\r\n\r\n",
         uuid::Uuid::now_v7()
     );
@@ -376,7 +382,7 @@ async fn an_answer_given_before_the_body_was_read_says_the_connection_closes() {
     let mut stream = connect(&app).await;
     let body = json!({"prompt": "hi"}).to_string();
     let request = format!(
-        "POST /v1/runs HTTP/1.1\r\nHost: test\r\ncontent-type: application/json\r\n\
+        "POST /v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\n\
          content-length: {}\r\n\r\n{body}",
         body.len()
     );

@@ -41,6 +41,7 @@ mod runs;
 mod sandbox;
 mod scenarios;
 mod secrets;
+mod slow_clients;
 mod sse;
 mod stalls;
 mod startup;
