@@ -29,7 +29,7 @@ use super::state::AppState;
 use super::tenant_run::TenantRun;
 use crate::harness::EventKind;
 use crate::runner::LiveEvents;
-use crate::store::{LiveEvent, Store, StoredEvent};
+use crate::store::{LiveEvent, Page, Store, StoredEvent};
 
 /// Most `model_delta` events a stream holds for the stored event they
 /// follow (the oldest go first: deltas are live-only, and never more than
@@ -37,8 +37,8 @@ use crate::store::{LiveEvent, Store, StoredEvent};
 const MAX_HELD: usize = 4096;
 
 /// Stored events read per query while replaying: what a stream holds of a
-/// run's history at once.
-const REPLAY_PAGE: u32 = 256;
+/// run's history at once (256 events, or the first to reach 256 KiB).
+const REPLAY_PAGE: Page = Page::STREAM;
 
 pub async fn stream(
     State(state): State<AppState>,
@@ -50,7 +50,12 @@ pub async fn stream(
     let store = state.runner.store().clone();
     // Resuming at or past the end of a run that ended: nothing will ever
     // come, and 204 is what makes an EventSource stop reconnecting.
-    if run.status.is_terminal() && store.events_after(run.id, after, 1).await?.is_empty() {
+    if run.status.is_terminal()
+        && store
+            .events_after(run.id, after, Page::ONE)
+            .await?
+            .is_empty()
+    {
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
     Ok(events(&state, store, run.id, after, None))
@@ -190,7 +195,9 @@ impl Cursor {
                         break;
                     }
                 };
-                let full = page.len() == REPLAY_PAGE as usize;
+                // Cut by its rows or its bytes: there may be more.
+                let full = page.len() == REPLAY_PAGE.rows as usize
+                    || page.iter().map(|event| event.body.len()).sum::<usize>() >= REPLAY_PAGE.bytes;
                 let mut out = Vec::new();
                 for event in page {
                     self.last = event.sequence;

@@ -21,6 +21,7 @@ pub mod statuses;
 pub mod stream_tokens;
 pub mod system;
 pub mod tenant_run;
+pub mod transcript;
 pub mod unread;
 
 use axum::Router;

@@ -10,7 +10,7 @@ use axum::http::Method;
 use axum::routing::{MethodRouter, delete, get, post};
 
 use super::state::AppState;
-use super::{actions, console, events, runs, statuses, stream_tokens, system};
+use super::{actions, console, events, runs, statuses, stream_tokens, system, transcript};
 
 /// One path and what it answers.
 pub struct Route {
@@ -97,7 +97,7 @@ pub fn table() -> Vec<Route> {
         route(
             "/v1/runs/{id}/messages",
             false,
-            [(M::GET, NONE, get(runs::messages))],
+            [(M::GET, NONE, get(transcript::messages))],
         ),
         route(
             "/v1/runs/{id}/events",

@@ -282,25 +282,6 @@ pub async fn list(
     Ok(Json(json!({"runs": runs, "next_cursor": next_cursor})))
 }
 
-/// `GET /v1/runs/{id}/messages`
-pub async fn messages(
-    State(state): State<AppState>,
-    TenantRun { run, .. }: TenantRun,
-) -> Result<Response, ApiError> {
-    let messages = state.runner.store().messages(run.id).await?;
-    // The messages are stored as JSON already: splice them in.
-    let mut body = String::with_capacity(16 + messages.iter().map(|m| m.len() + 1).sum::<usize>());
-    body.push_str("{\"messages\":[");
-    for (i, message) in messages.iter().enumerate() {
-        if i > 0 {
-            body.push(',');
-        }
-        body.push_str(message);
-    }
-    body.push_str("]}");
-    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
-}
-
 /// How often a cancel looks for a run that is neither live here nor paused
 /// (one answered and about to resume), a millisecond apart.
 const CANCEL_ATTEMPTS: usize = 10;

@@ -11,6 +11,10 @@ use super::{
 use crate::tools::command::MAX_DESCRIPTION_CHARS as MAX_PRESET_DESCRIPTION_CHARS;
 use crate::tools::sandbox::MIN_MEMORY_MAX_BYTES;
 
+/// The smallest ceiling of a run's transcript: room for a prompt and a few
+/// results.
+const MIN_RUN_BYTES: usize = 64 * 1024;
+
 /// Longest `runs.default_instructions`, in bytes (a request's own may be as
 /// long).
 const MAX_DEFAULT_INSTRUCTIONS_BYTES: usize = 256 * 1024;
@@ -106,6 +110,12 @@ impl Config {
                 "limits.max_steps, timeout_ms, max_context_chars, max_tool_result_chars and action_timeout_ms must be at least 1"
                     .into(),
             );
+        }
+        if limits.max_run_bytes < MIN_RUN_BYTES {
+            return invalid(format!(
+                "limits.max_run_bytes must be at least {MIN_RUN_BYTES} (got {})",
+                limits.max_run_bytes
+            ));
         }
         if limits.timeout_ms > MAX_TIME_LIMIT_MS || limits.action_timeout_ms > MAX_TIME_LIMIT_MS {
             return invalid(format!(

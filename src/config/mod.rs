@@ -268,6 +268,10 @@ pub struct LimitsConfig {
     pub action_timeout_ms: u64,
     /// Most resumes a run may ask for after its process stopped.
     pub max_resumes: u32,
+    /// Ceiling of a run's transcript as stored (its messages' JSON, with
+    /// the conversation it continues): a result crossing it is cut and the
+    /// run ends `context_limit`.
+    pub max_run_bytes: usize,
 }
 
 impl Default for LimitsConfig {
@@ -280,6 +284,7 @@ impl Default for LimitsConfig {
             max_tool_result_chars: 1_000_000,
             action_timeout_ms: 86_400_000,
             max_resumes: 10,
+            max_run_bytes: crate::harness::DEFAULT_MAX_RUN_BYTES,
         }
     }
 }

@@ -63,11 +63,26 @@ impl Message {
     /// values), computed without building the string. Context budgets are
     /// measured in these units.
     pub fn serialized_chars(&self) -> usize {
-        let mut counter = CharCounter(0);
+        self.serialized_size().chars
+    }
+
+    /// Length of the message's JSON serialisation in characters and in
+    /// bytes, computed without building the string.
+    pub fn serialized_size(&self) -> SerializedSize {
+        let mut counter = SerializedSize::default();
         // Writing to a counter cannot fail and a message always serialises.
         let _ = serde_json::to_writer(&mut counter, self);
-        counter.0
+        counter
     }
+}
+
+/// How long a message's JSON is.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SerializedSize {
+    /// Unicode scalar values (the unit of context budgets).
+    pub chars: usize,
+    /// Bytes (the unit of what is stored).
+    pub bytes: usize,
 }
 
 /// Characters of `text` written as a JSON string, its quotes and escapes
@@ -97,11 +112,10 @@ pub fn json_string_chars(text: &str) -> usize {
 
 /// Counts the characters of UTF-8 output: every byte that is not a continuation
 /// byte starts a character.
-struct CharCounter(usize);
-
-impl std::io::Write for CharCounter {
+impl std::io::Write for SerializedSize {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0 += buf.iter().filter(|&&b| (b as i8) >= -0x40).count();
+        self.chars += buf.iter().filter(|&&b| (b as i8) >= -0x40).count();
+        self.bytes += buf.len();
         Ok(buf.len())
     }
 
@@ -233,6 +247,7 @@ mod tests {
         ] {
             let text = serde_json::to_string(&message).unwrap();
             assert_eq!(message.serialized_chars(), text.chars().count());
+            assert_eq!(message.serialized_size().bytes, text.len());
         }
     }
 

@@ -18,8 +18,8 @@ pub mod tool;
 pub mod unread;
 
 pub use agent::{
-    CANNOT_PAUSE, ContextLimits, HANDED_OVER, Harness, Limits, OUTCOME_UNKNOWN, Progress,
-    RunConfig, RunResult, StoppedBatch, TOOL_CANCEL_GRACE,
+    CANNOT_PAUSE, ContextLimits, DEFAULT_MAX_RUN_BYTES, HANDED_OVER, Harness, Limits,
+    OUTCOME_UNKNOWN, Progress, RunConfig, RunResult, StoppedBatch, TOOL_CANCEL_GRACE,
 };
 pub use context::{ContextError, ContextIndex, Selection, bound_tool_result, select_context};
 pub use events::{Event, EventKind, Observer, ObserverError, Outcome, Totals};

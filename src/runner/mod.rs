@@ -100,6 +100,8 @@ pub(crate) struct Services {
     /// The tools' compiled argument validators, shared by all runs.
     schemas: SchemaCache,
     workspaces: Arc<Workspaces>,
+    /// `limits.max_run_bytes`.
+    max_run_bytes: usize,
     /// `runs.check_answers`.
     check_answers: bool,
     /// `runs.write_code_blocks`.
@@ -215,6 +217,7 @@ impl Runner {
                     &config.storage.workspaces_dir,
                     WorkspaceOptions::default(),
                 )),
+                max_run_bytes: config.limits.max_run_bytes,
                 check_answers: config.runs.check_answers,
                 write_code_blocks: config.runs.write_code_blocks,
                 draft_first: config.runs.draft_first,

@@ -490,6 +490,8 @@ impl RunTask {
                     .ok_or("max_context_chars is zero")?,
                 max_tool_result_chars: NonZeroUsize::new(spec.context.max_tool_result_chars)
                     .ok_or("max_tool_result_chars is zero")?,
+                max_run_bytes: NonZeroUsize::new(shared.max_run_bytes)
+                    .ok_or("max_run_bytes is zero")?,
             },
             approval: Approval::from_names(&spec.approval.tools),
             check_answers: shared.check_answers,

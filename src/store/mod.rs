@@ -21,6 +21,7 @@ pub mod live;
 mod lock;
 pub mod outbox;
 mod reads;
+pub use reads::Page;
 mod recover;
 pub(crate) mod rows;
 mod tenants;

@@ -14,6 +14,47 @@ use super::{
 use crate::harness::Message;
 use crate::run::{Run, RunStatus, Tenant};
 
+/// How much one read of a run's transcript or events takes at most: rows,
+/// and bytes of their bodies (a page stops at the row that reaches them).
+#[derive(Debug, Clone, Copy)]
+pub struct Page {
+    pub rows: u32,
+    pub bytes: usize,
+}
+
+impl Page {
+    /// Rows for streaming a large read: many small ones, or a few large ones.
+    pub const STREAM: Page = Page {
+        rows: 256,
+        bytes: 256 * 1024,
+    };
+
+    /// One row.
+    pub const ONE: Page = Page { rows: 1, bytes: 0 };
+
+    /// The rows of `rows` as `decode` makes them (each with its key and its
+    /// body's length first), until the page is full. The rest of the
+    /// statement is not read.
+    async fn collect<K, T>(
+        self,
+        mut rows: impl futures_util::Stream<Item = Result<sqlx::any::AnyRow, sqlx::Error>> + Unpin,
+        decode: impl Fn(&sqlx::any::AnyRow) -> Result<((K, usize), T), sqlx::Error>,
+    ) -> Result<Vec<((K, usize), T)>, sqlx::Error> {
+        use futures_util::TryStreamExt;
+        let mut out = Vec::new();
+        let mut bytes = 0usize;
+        while let Some(row) = rows.try_next().await? {
+            let decoded = decode(&row)?;
+            bytes = bytes.saturating_add(decoded.0.1);
+            out.push(decoded);
+            if bytes >= self.bytes {
+                break;
+            }
+        }
+        Ok(out)
+    }
+}
+
 impl Store {
     pub async fn get_run(&self, tenant: &Tenant, id: Uuid) -> Result<Option<Run>, StoreError> {
         let row = self
@@ -72,33 +113,75 @@ impl Store {
         Ok(rows.iter().map(|row| row.get::<String, _>(0)).collect())
     }
 
-    /// Stored events with a sequence greater than `after`, in order.
+    /// A page of the transcript: the messages after position `after` (from
+    /// the start with `None`), each with its position and as its JSON
+    /// text, in order: at most `page.rows` of them, and no more once they
+    /// hold `page.bytes` (always one, however large).
+    pub async fn messages_page(
+        &self,
+        run_id: Uuid,
+        after: Option<i64>,
+        page: Page,
+    ) -> Result<Vec<(i64, String)>, StoreError> {
+        self.read(async |connection| {
+            let rows = sqlx::query(
+                "SELECT position, body FROM messages WHERE run_id = $1 AND position > $2 \
+                 ORDER BY position LIMIT $3",
+            )
+            .bind(run_id.to_string())
+            .bind(after.unwrap_or(-1))
+            .bind(i64::from(page.rows))
+            .fetch(connection);
+            page.collect(rows, |row| {
+                let body: String = row.try_get(1)?;
+                Ok(((row.try_get::<i64, _>(0)?, body.len()), body))
+            })
+            .await
+        })
+        .await
+        .map(|rows| {
+            rows.into_iter()
+                .map(|((position, _), body)| (position, body))
+                .collect()
+        })
+    }
+
+    /// Stored events with a sequence greater than `after`, in order: at
+    /// most `page.rows` of them, and no more once they hold `page.bytes`
+    /// (always one, however large).
     pub async fn events_after(
         &self,
         run_id: Uuid,
         after: u64,
-        limit: u32,
+        page: Page,
     ) -> Result<Vec<StoredEvent>, StoreError> {
         let rows = self
             .read(async |connection| {
-                sqlx::query(
+                let rows = sqlx::query(
                     "SELECT sequence, type, body FROM events WHERE run_id = $1 AND sequence > $2 \
                      ORDER BY sequence LIMIT $3",
                 )
                 .bind(run_id.to_string())
                 .bind(i64::try_from(after).unwrap_or(i64::MAX))
-                .bind(i64::from(limit))
-                .fetch_all(connection)
+                .bind(i64::from(page.rows))
+                .fetch(connection);
+                page.collect(rows, |row| {
+                    let body: String = row.try_get(2)?;
+                    Ok((
+                        (row.try_get::<i64, _>(0)?, body.len()),
+                        (row.try_get(1)?, body),
+                    ))
+                })
                 .await
             })
             .await?;
-        rows.iter()
-            .map(|row| {
+        rows.into_iter()
+            .map(|((sequence, _), (kind, body))| {
                 Ok(StoredEvent {
-                    sequence: u64::try_from(row.get::<i64, _>(0))
+                    sequence: u64::try_from(sequence)
                         .map_err(|_| StoreError::Corrupt("negative event sequence".into()))?,
-                    kind: row.get(1),
-                    body: row.get(2),
+                    kind,
+                    body,
                 })
             })
             .collect()

@@ -37,6 +37,7 @@ mod quotas;
 mod replay;
 mod replicas;
 mod retention;
+mod run_size;
 mod runs;
 mod sandbox;
 mod scenarios;

@@ -212,3 +212,71 @@ async fn tool_results_are_bounded_before_they_enter_the_transcript() {
         assert!(content.contains("or more characters omitted"));
     }
 }
+
+#[tokio::test]
+async fn a_result_crossing_the_run_ceiling_is_cut_and_the_rest_of_its_batch_does_not_run() {
+    let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = std::sync::Arc::clone(&runs);
+    let big = tool("big", json!({"type": "object"}), move |_, _| {
+        counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        async { Ok(json!("x".repeat(30_000))) }
+    });
+    let mut config = agent_runner::harness::RunConfig::new("go");
+    config.context.max_tool_result_chars = 100_000.try_into().unwrap();
+    config.context.max_run_bytes = 70_000.try_into().unwrap();
+    let calls = (0..5)
+        .map(|n| call(&n.to_string(), "big", json!({})))
+        .collect();
+    let result = run_with(
+        vec![tool_turn(calls), answer("never asked")],
+        &[big],
+        config,
+        &Default::default(),
+        None,
+    )
+    .await;
+    assert_eq!(result.status, Outcome::ContextLimit);
+    assert!(result.error.as_deref().unwrap().contains("max_run_bytes"));
+    // Two whole, the third cut to what fits, the last two never run.
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 3);
+    let contents: Vec<&str> = result.messages[2..]
+        .iter()
+        .map(|message| match &**message {
+            Message::Tool { content, .. } => content.as_str(),
+            other => panic!("expected a tool result, got {other:?}"),
+        })
+        .collect();
+    assert_eq!(contents.len(), 5);
+    assert!(
+        contents[2].ends_with("the run ends here]"),
+        "{}",
+        contents[2]
+    );
+    assert!(contents[2].len() > 1_000, "as much as fits is kept");
+    assert!(contents[3].starts_with("Not run:") && contents[4].starts_with("Not run:"));
+    let bytes: usize = result.messages.iter().map(|m| m.to_json().len()).sum();
+    assert!(bytes <= 70_000 + 2 * 200, "{bytes}");
+}
+
+#[tokio::test]
+async fn a_response_that_would_cross_the_run_ceiling_is_not_recorded() {
+    let mut config = agent_runner::harness::RunConfig::new("go");
+    config.context.max_run_bytes = 1_000.try_into().unwrap();
+    let result = run_with(
+        vec![answer(&"z".repeat(2_000))],
+        &[],
+        config,
+        &Default::default(),
+        None,
+    )
+    .await;
+    assert_eq!(result.status, Outcome::ContextLimit);
+    assert_eq!(result.messages.len(), 1, "only the prompt");
+    assert!(
+        result
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("was not recorded")
+    );
+}

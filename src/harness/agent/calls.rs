@@ -8,9 +8,8 @@ use futures_util::FutureExt;
 use tokio_util::sync::CancellationToken;
 
 use super::{Run, TOOL_CANCEL_GRACE, millis, panic_message, serialize_result};
-use crate::harness::context::bound_tool_result;
 use crate::harness::events::EventKind;
-use crate::harness::message::{Message, ToolCall};
+use crate::harness::message::ToolCall;
 use crate::harness::pause::{ActionKind, Answer, PendingAction, denied};
 
 impl Run<'_, '_> {
@@ -139,12 +138,8 @@ impl Run<'_, '_> {
             duration_ms,
             is_error,
         });
-        let limit = self.config.context.max_tool_result_chars.get();
+        let (message, json) = self.bounded_result(call, &content, is_error);
         self.tell_totals();
-        self.append(Message::tool(
-            call.id.clone(),
-            bound_tool_result(&content, limit),
-            is_error,
-        ));
+        self.append_json(message, json);
     }
 }

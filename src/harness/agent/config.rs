@@ -29,6 +29,9 @@ pub const DEFAULT_TIMEOUT_MS: u64 = 120_000;
 pub const DEFAULT_MAX_CONTEXT_CHARS: usize = 32_000;
 pub const DEFAULT_MAX_TOOL_RESULT_CHARS: usize = 8_000;
 
+/// Default ceiling of a run's stored transcript, in bytes.
+pub const DEFAULT_MAX_RUN_BYTES: usize = 64 * 1024 * 1024;
+
 impl Default for Limits {
     fn default() -> Self {
         Self {
@@ -46,6 +49,10 @@ pub struct ContextLimits {
     pub max_context_chars: NonZeroUsize,
     /// Bound of every tool result before it enters the transcript.
     pub max_tool_result_chars: NonZeroUsize,
+    /// Ceiling of the run's whole transcript (with the history it
+    /// continues), as stored: the bytes of its messages' JSON (see
+    /// `ceiling`).
+    pub max_run_bytes: NonZeroUsize,
 }
 
 impl Default for ContextLimits {
@@ -54,6 +61,7 @@ impl Default for ContextLimits {
             max_context_chars: NonZeroUsize::new(DEFAULT_MAX_CONTEXT_CHARS).expect("nonzero"),
             max_tool_result_chars: NonZeroUsize::new(DEFAULT_MAX_TOOL_RESULT_CHARS)
                 .expect("nonzero"),
+            max_run_bytes: NonZeroUsize::new(DEFAULT_MAX_RUN_BYTES).expect("nonzero"),
         }
     }
 }

@@ -14,6 +14,7 @@ use uuid::Uuid;
 mod added;
 mod ask;
 mod calls;
+mod ceiling;
 mod config;
 mod cut_off;
 mod draft;
@@ -22,8 +23,8 @@ mod notes;
 mod recover;
 
 pub use config::{
-    ContextLimits, DEFAULT_MAX_CONTEXT_CHARS, DEFAULT_MAX_STEPS, DEFAULT_MAX_TOOL_CALLS,
-    DEFAULT_MAX_TOOL_RESULT_CHARS, DEFAULT_TIMEOUT_MS, Limits, RunConfig,
+    ContextLimits, DEFAULT_MAX_CONTEXT_CHARS, DEFAULT_MAX_RUN_BYTES, DEFAULT_MAX_STEPS,
+    DEFAULT_MAX_TOOL_CALLS, DEFAULT_MAX_TOOL_RESULT_CHARS, DEFAULT_TIMEOUT_MS, Limits, RunConfig,
 };
 pub use recover::StoppedBatch;
 
@@ -191,7 +192,9 @@ impl Harness<'_> {
             Begin::Fresh => {
                 let mut run = Run::new(self, config, Emitter::new(config.run_id, self.observer));
                 for message in &config.history {
-                    run.index.push(message, message.serialized_chars());
+                    let size = message.serialized_size();
+                    run.index.push(message, size.chars);
+                    run.transcript_bytes += size.bytes;
                 }
                 run.messages.clone_from(&config.history);
                 run.emitter.emit(|| EventKind::RunStart);
@@ -308,6 +311,11 @@ struct Run<'h, 'c> {
     instructions_chars: std::sync::OnceLock<usize>,
     /// When this drive began.
     began: Instant,
+    /// The bytes of the transcript's JSON (see `ceiling`).
+    transcript_bytes: usize,
+    /// A result was cut at the ceiling: the batch's other calls are not
+    /// run, and the run ends.
+    at_ceiling: bool,
 }
 
 impl<'h, 'c> Run<'h, 'c> {
@@ -324,6 +332,8 @@ impl<'h, 'c> Run<'h, 'c> {
             elapsed_before: Duration::ZERO,
             instructions_chars: std::sync::OnceLock::new(),
             began: Instant::now(),
+            transcript_bytes: 0,
+            at_ceiling: false,
         }
     }
 
@@ -402,7 +412,9 @@ impl<'h, 'c> Run<'h, 'c> {
     /// Takes up where a paused run stood.
     fn restore(&mut self, checkpoint: Checkpoint) {
         for message in &checkpoint.messages {
-            self.index.push(message, message.serialized_chars());
+            let size = message.serialized_size();
+            self.index.push(message, size.chars);
+            self.transcript_bytes += size.bytes;
         }
         self.messages = checkpoint.messages;
         self.steps = checkpoint.steps;
@@ -443,6 +455,7 @@ impl Run<'_, '_> {
                         self.answered(call, pending.kind, answer.as_ref(), token)
                             .await;
                     }
+                    None if self.at_ceiling => self.not_run(call),
                     None => self.call_tool(call, token).await,
                 }
             }
@@ -451,6 +464,9 @@ impl Run<'_, '_> {
         while self.steps < limits.max_steps.get() {
             if token.is_cancelled() {
                 return End::Stopped;
+            }
+            if self.at_ceiling {
+                return self.ceiling_end();
             }
             let (mut response, draft) = match self.ask_model(token, deadline).await {
                 Asked::Response(response, draft) => (response, draft),
@@ -473,14 +489,24 @@ impl Run<'_, '_> {
                     self.unread_note().await
                 };
                 let answer = response.content.clone();
-                self.append(Message::assistant(response.content, Vec::new()));
+                let message = Message::assistant(response.content, Vec::new());
+                let json = message.to_json();
+                if !self.fits(json.len()) {
+                    return self.response_over_ceiling(json.len());
+                }
+                self.append_json(message, json);
                 if let Some(note) = note {
                     self.append(Message::user(note));
                     continue;
                 }
                 return End::Completed(answer);
             }
-            let assistant = self.append(Message::assistant(response.content, response.tool_calls));
+            let message = Message::assistant(response.content, response.tool_calls);
+            let json = message.to_json();
+            if !self.fits(json.len()) {
+                return self.response_over_ceiling(json.len());
+            }
+            let assistant = self.append_json(message, json);
             let pending = self.pending_actions(assistant.tool_calls());
             if !pending.is_empty() {
                 // Nothing of the batch runs before its answers; the budget
@@ -496,7 +522,14 @@ impl Run<'_, '_> {
                     return End::Stopped;
                 }
                 self.tool_calls += 1;
-                self.call_tool(call, token).await;
+                if self.at_ceiling {
+                    self.not_run(call);
+                } else {
+                    self.call_tool(call, token).await;
+                }
+            }
+            if self.at_ceiling {
+                return self.ceiling_end();
             }
             if let Some(answer) = added::checked_answer(&assistant, &self.messages) {
                 return End::Completed(answer);
@@ -516,10 +549,17 @@ impl Run<'_, '_> {
     }
 
     fn append(&mut self, message: Message) -> Arc<Message> {
+        let json = message.to_json();
+        self.append_json(message, json)
+    }
+
+    /// Appends `message`, whose JSON is `json`.
+    fn append_json(&mut self, message: Message, json: String) -> Arc<Message> {
         let message = Arc::new(message);
         // Serialised once: the context is measured in this JSON, and the
         // observer records and sends the same bytes.
-        let json: Arc<str> = message.to_json().into();
+        let json: Arc<str> = json.into();
+        self.transcript_bytes += json.len();
         self.index.push(&message, json.chars().count());
         self.messages.push(Arc::clone(&message));
         self.emitter.emit(|| EventKind::Message {
