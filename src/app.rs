@@ -129,6 +129,7 @@ impl Application {
                     StartError::Sandbox(format!("detecting the sandbox failed: {error}"))
                 })??
         };
+        let sandbox_guarantees = sandbox.guarantees();
         let sandbox = Arc::new(sandbox);
         let (store, recovered) = Store::open_with(
             &config.storage.database_url,
@@ -199,9 +200,11 @@ impl Application {
         runner.keep(config.retention);
         runner.join().await;
         let client_connections =
-            api::clients::ClientConnections::new(config.server.max_connections_per_client);
+            api::clients::ClientShares::new(config.server.max_connections_per_client);
         let state = AppState::new(api::Services {
+            sandbox: sandbox_guarantees,
             client_connections: Arc::clone(&client_connections),
+            downloads: api::clients::ClientShares::new(config.limits.max_concurrent_downloads),
             runner: runner.clone(),
             auth: api::auth::Auth::new(&config.auth.tokens),
             limits: config.limits,
@@ -337,8 +340,16 @@ const WRITER_DEATH_LINGER: Duration = Duration::from_secs(1);
 /// Detects the command sandbox and refuses to start where it would not
 /// hold (see [`check_sandbox`]).
 fn prepare_sandbox(config: &Config) -> Result<Sandbox, StartError> {
-    let sandbox = Sandbox::detect(&config.sandbox);
+    let mut sandbox = Sandbox::detect(&config.sandbox);
     check_sandbox(config, &sandbox)?;
+    sandbox.hide(&config.storage.workspaces_dir, server_files(config));
+    if !sandbox.presets_allowed() && !config.commands.is_empty() {
+        tracing::warn!(
+            "command presets are refused: {}; set [sandbox] allow_weaker = true to run them \
+             anyway",
+            sandbox.weaker().join("; ")
+        );
+    }
     tracing::info!(presets = config.commands.len(), "{}", sandbox.describe());
     Ok(sandbox)
 }
@@ -387,6 +398,24 @@ fn check_sandbox(config: &Config, sandbox: &Sandbox) -> Result<(), StartError> {
             &protected,
         )
         .map_err(StartError::Sandbox)
+}
+
+/// The server's files a command that runs as the server's own user must
+/// not reach: the database's (with its journal and lock) and the config
+/// file.
+fn server_files(config: &Config) -> Vec<PathBuf> {
+    let mut hidden = Vec::new();
+    if let Some(database) = Store::database_file(&config.storage.database_url) {
+        for suffix in ["-wal", "-shm", "-journal"] {
+            let mut name = database.clone().into_os_string();
+            name.push(suffix);
+            hidden.push(name.into());
+        }
+        hidden.push(crate::store::lock_path(&database));
+        hidden.push(database);
+    }
+    hidden.extend(config.source.clone());
+    hidden
 }
 
 /// Descriptors kept from connections: the database's (a few per pooled

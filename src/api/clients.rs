@@ -1,10 +1,12 @@
-//! What one client may hold of the server's connections
-//! (`[server] max_connections_per_client`): a tenant's, counted once one of
-//! its requests authenticates on a connection; without tokens, a remote
-//! address's, counted as the connection is accepted. A client past its
-//! share gets 429 `too_many_connections` and the connection is closed, so
-//! that one client cannot take every slot of `max_connections` from the
-//! others.
+//! What one client may hold at once of what the server has a bounded
+//! number of. Connections (`[server] max_connections_per_client`): a
+//! tenant's, counted once one of its requests authenticates on a
+//! connection; without tokens, a remote address's, counted as the
+//! connection is accepted. A client past its share gets 429
+//! `too_many_connections` and the connection is closed, so that one client
+//! cannot take every slot of `max_connections` from the others. Downloads
+//! (`[limits] max_concurrent_downloads`): a tenant's, counted while a
+//! workspace file's body is being sent.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -13,25 +15,25 @@ use std::sync::{Arc, Mutex};
 use crate::run::Tenant;
 use crate::sync::lock;
 
-/// The connections each client holds.
+/// What each client holds of one bounded thing.
 #[derive(Debug)]
-pub struct ClientConnections {
+pub struct ClientShares {
     limit: usize,
     counts: Mutex<HashMap<Client, usize>>,
 }
 
-/// Who a connection is counted against.
+/// Who a connection or a download is counted against.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Client {
     Tenant(Arc<str>),
     Address(IpAddr),
 }
 
-/// A connection counted against its client, until dropped.
+/// One connection or download counted against its client, until dropped.
 #[derive(Debug)]
 pub struct Held {
     client: Client,
-    registry: Arc<ClientConnections>,
+    registry: Arc<ClientShares>,
 }
 
 impl Drop for Held {
@@ -46,7 +48,7 @@ impl Drop for Held {
     }
 }
 
-impl ClientConnections {
+impl ClientShares {
     pub fn new(limit: usize) -> Arc<Self> {
         Arc::new(Self {
             limit,
@@ -54,7 +56,7 @@ impl ClientConnections {
         })
     }
 
-    /// One more connection of `client`, unless it holds its share already.
+    /// One more of `client`'s, unless it holds its share already.
     pub fn hold(self: &Arc<Self>, client: Client) -> Option<Held> {
         let mut counts = lock(&self.counts);
         let count = counts.entry(client.clone()).or_default();
@@ -87,7 +89,7 @@ impl ConnectionClient {
     /// Counts the connection against `tenant` (once: a connection already
     /// counted as that tenant's stays so); `false` when `tenant` holds its
     /// share already, and the connection must close.
-    pub fn claim(&self, registry: &Arc<ClientConnections>, tenant: &Tenant) -> bool {
+    pub fn claim(&self, registry: &Arc<ClientShares>, tenant: &Tenant) -> bool {
         let mut held = lock(&self.0);
         if let Some(Held {
             client: Client::Tenant(current),
@@ -113,7 +115,7 @@ mod tests {
 
     #[test]
     fn a_client_holds_its_share_and_gets_it_back_as_connections_close() {
-        let registry = ClientConnections::new(2);
+        let registry = ClientShares::new(2);
         let a = || Client::Tenant(Arc::from("a"));
         let first = registry.hold(a()).unwrap();
         let _second = registry.hold(a()).unwrap();

@@ -64,6 +64,12 @@ pub enum ApiError {
          close some, or send its requests over those"
     )]
     TooManyConnections(usize),
+    /// The tenant has its share of downloads under way already.
+    #[error(
+        "this client has {0} workspace downloads under way already ([limits] \
+         max_concurrent_downloads); retry when one has finished"
+    )]
+    TooManyDownloads(usize),
     #[error("too many runs are waiting; retry later")]
     QueueFull,
     /// The tenant's `runs_per_minute` is spent for `retry_after` seconds.
@@ -122,6 +128,7 @@ impl ApiError {
             Self::MisdirectedRequest(_) => C::MisdirectedRequest,
             Self::RequestTimeout(_) => C::RequestTimeout,
             Self::TooManyConnections(_) => C::TooManyConnections,
+            Self::TooManyDownloads(_) => C::TooManyDownloads,
             Self::QueueFull => C::QueueFull,
             Self::RateLimited { .. } => C::RateLimited,
             Self::QuotaExceeded { .. } => C::QuotaExceeded,
@@ -156,6 +163,7 @@ pub enum ErrorCode {
     InvalidRequest,
     QueueFull,
     TooManyConnections,
+    TooManyDownloads,
     HeadersTooLarge,
     Internal,
     ShuttingDown,
@@ -166,7 +174,7 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 26] = [
+    pub const ALL: [ErrorCode; 27] = [
         Self::InvalidJson,
         Self::InvalidQuery,
         Self::InvalidPath,
@@ -186,6 +194,7 @@ impl ErrorCode {
         Self::InvalidRequest,
         Self::QueueFull,
         Self::TooManyConnections,
+        Self::TooManyDownloads,
         Self::HeadersTooLarge,
         Self::Internal,
         Self::ShuttingDown,
@@ -214,6 +223,7 @@ impl ErrorCode {
             Self::MisdirectedRequest => "misdirected_request",
             Self::RequestTimeout => "request_timeout",
             Self::TooManyConnections => "too_many_connections",
+            Self::TooManyDownloads => "too_many_downloads",
             Self::InvalidRequest => "invalid_request",
             Self::QueueFull => "queue_full",
             Self::HeadersTooLarge => "headers_too_large",
@@ -246,7 +256,8 @@ impl ErrorCode {
             Self::QueueFull
             | Self::RateLimited
             | Self::QuotaExceeded
-            | Self::TooManyConnections => StatusCode::TOO_MANY_REQUESTS,
+            | Self::TooManyConnections
+            | Self::TooManyDownloads => StatusCode::TOO_MANY_REQUESTS,
             Self::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             Self::ShuttingDown | Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -339,7 +350,7 @@ impl IntoResponse for ApiError {
         let mut response = (status, body).into_response();
         let headers = response.headers_mut();
         match self {
-            Self::QueueFull => {
+            Self::QueueFull | Self::TooManyDownloads(_) => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
             }
             Self::RateLimited { retry_after, .. } | Self::QuotaExceeded { retry_after, .. } => {

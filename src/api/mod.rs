@@ -23,6 +23,7 @@ pub mod system;
 pub mod tenant_run;
 pub mod transcript;
 pub mod unread;
+pub mod workspace;
 
 use axum::Router;
 use axum::body::to_bytes;

@@ -10,7 +10,9 @@ use axum::http::Method;
 use axum::routing::{MethodRouter, delete, get, post};
 
 use super::state::AppState;
-use super::{actions, console, events, runs, statuses, stream_tokens, system, transcript};
+use super::{
+    actions, console, events, runs, statuses, stream_tokens, system, transcript, workspace,
+};
 
 /// One path and what it answers.
 pub struct Route {
@@ -112,12 +114,12 @@ pub fn table() -> Vec<Route> {
         route(
             "/v1/runs/{id}/workspace",
             false,
-            [(M::GET, NONE, get(runs::workspace))],
+            [(M::GET, NONE, get(workspace::list))],
         ),
         route(
             "/v1/runs/{id}/workspace/{*path}",
             false,
-            [(M::GET, NONE, get(runs::workspace_file))],
+            [(M::GET, NONE, get(workspace::file))],
         ),
         route("/v1/models", false, [(M::GET, NONE, get(system::models))]),
         route("/v1/mcp", false, [(M::GET, NONE, get(system::mcp))]),

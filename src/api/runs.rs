@@ -1,17 +1,16 @@
-//! The runs resource: create, read, list, transcript, cancel, workspace.
+//! The runs resource: create, read, list, cancel, purge.
 
 use std::collections::HashMap;
 
 use axum::Json;
-use axum::body::Body;
-use axum::extract::{Extension, Path, Query, State};
+use axum::extract::{Extension, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use super::create::{Ceilings, CreateRunRequest, check_workspace_path};
+use super::create::{Ceilings, CreateRunRequest};
 use super::error::{ApiError, ErrorCode};
 use super::json::ApiJson;
 use super::state::AppState;
@@ -20,14 +19,11 @@ use crate::run::{Run, RunStatus, Tenant};
 use crate::runner::{Purged, SubmitError};
 use crate::store::RunFilter;
 use crate::telemetry::RunTrace;
-use crate::tools::{Workspace, WorkspaceError, WorkspaceOptions};
 
 /// Longest `Idempotency-Key` accepted.
 pub const MAX_IDEMPOTENCY_KEY: usize = 255;
 pub const DEFAULT_PAGE: u32 = 20;
 pub const MAX_PAGE: u32 = 100;
-/// Largest workspace file served by a download.
-pub const MAX_DOWNLOAD_BYTES: u64 = 256 * 1024 * 1024;
 
 /// `POST /v1/runs`
 pub async fn create(
@@ -369,75 +365,6 @@ async fn cancel_run(state: &AppState, tenant: &Tenant, run: Run) -> Result<Cance
         });
     }
     Ok(Cancel::Ended(run))
-}
-
-/// `GET /v1/runs/{id}/workspace`
-pub async fn workspace(
-    State(state): State<AppState>,
-    TenantRun { run, .. }: TenantRun,
-) -> Result<Json<Value>, ApiError> {
-    let directory = state.runner.workspace_dir(run.id);
-    let files = tokio::task::spawn_blocking(move || {
-        let workspace = match Workspace::open(&directory) {
-            Ok(workspace) => workspace,
-            // Never written to: the directory is made on the first write.
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(error) => return Err(error.to_string()),
-        };
-        workspace.list_files().map_err(|e| e.to_string())
-    })
-    .await
-    .map_err(|e| ApiError::internal("listing a workspace", e))?
-    .map_err(|e| ApiError::internal("listing a workspace", e))?;
-    let files: Vec<Value> = files
-        .into_iter()
-        .map(|file| json!({"path": file.path, "size": file.size}))
-        .collect();
-    Ok(Json(json!({"files": files})))
-}
-
-/// `GET /v1/runs/{id}/workspace/{*path}`
-pub async fn workspace_file(
-    State(state): State<AppState>,
-    TenantRun { run, .. }: TenantRun,
-    Path((_, path)): Path<(String, String)>,
-) -> Result<Response, ApiError> {
-    check_workspace_path(&path)
-        .map_err(|why| ApiError::InvalidPath(format!("path {path:?}: {why}")))?;
-    let directory = state.runner.workspace_dir(run.id);
-    let read = tokio::task::spawn_blocking(move || {
-        let options = WorkspaceOptions {
-            max_read_bytes: MAX_DOWNLOAD_BYTES,
-            ..WorkspaceOptions::default()
-        };
-        let workspace = Workspace::open_with(&directory, options).map_err(|error| {
-            if error.kind() == std::io::ErrorKind::NotFound {
-                // Never written to: it has no files.
-                ApiError::NotFound("file")
-            } else {
-                ApiError::internal("opening a workspace", error)
-            }
-        })?;
-        workspace.read_bytes(&path).map_err(|error| match error {
-            WorkspaceError::NotFound(_)
-            | WorkspaceError::NotADirectory(_)
-            | WorkspaceError::IsADirectory(_)
-            | WorkspaceError::NotRegularFile(_)
-            | WorkspaceError::Root => ApiError::NotFound("file"),
-            WorkspaceError::Io { .. } | WorkspaceError::PermissionDenied(_) => {
-                ApiError::internal("reading a workspace file", error)
-            }
-            refused => ApiError::InvalidPath(refused.to_string()),
-        })
-    });
-    let bytes = read
-        .await
-        .map_err(|e| ApiError::internal("reading a workspace file", e))??;
-    Ok((
-        [(header::CONTENT_TYPE, "application/octet-stream")],
-        Body::from(bytes),
-    )
-        .into_response())
 }
 
 /// A boolean query parameter: absent, `false` or `0`; `true`, `1` or empty.

@@ -59,7 +59,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::Service;
 
-use super::clients::{Client, ClientConnections, ConnectionClient};
+use super::clients::{Client, ClientShares, ConnectionClient};
 use super::error::ApiError;
 
 /// The head hyper buffers before it refuses a request itself.
@@ -80,7 +80,7 @@ pub struct ConnectionLimits {
     pub max_connections: usize,
     /// The connections each client holds (shared with the authentication,
     /// which moves a connection to its tenant).
-    pub clients: Arc<ClientConnections>,
+    pub clients: Arc<ClientShares>,
 }
 
 /// Serves `router` on `listener` until `shutdown` fires; then stops
@@ -353,7 +353,7 @@ struct BodyDeadline {
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
-/// The error a [`BodyDeadline`] ends with: the handler reading the body
+/// The error a `BodyDeadline` ends with: the handler reading the body
 /// fails, and the answer is turned into 408 from it.
 #[derive(Debug, thiserror::Error)]
 #[error("the request's body did not arrive within {} ms", .0.as_millis())]

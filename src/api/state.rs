@@ -31,7 +31,11 @@ pub struct Services {
     pub metrics_token: Option<String>,
     /// The connections each client holds (a connection moves to its
     /// tenant as a request authenticates).
-    pub client_connections: Arc<super::clients::ClientConnections>,
+    pub client_connections: Arc<super::clients::ClientShares>,
+    /// What the command sandbox guarantees here (`/readyz` says it).
+    pub sandbox: serde_json::Value,
+    /// The workspace downloads each tenant has under way.
+    pub downloads: Arc<super::clients::ClientShares>,
 }
 
 /// A handle to [`Services`]; cheap to clone.

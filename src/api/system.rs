@@ -41,7 +41,7 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiErr
         .ping()
         .await
         .map_err(|e| ApiError::Unavailable(format!("the database is not reachable: {e}")))?;
-    Ok(Json(json!({"status": "ready"})))
+    Ok(Json(json!({"status": "ready", "sandbox": state.sandbox})))
 }
 
 /// `GET /metrics`: with `[server] metrics_token`, for its bearer only (it

@@ -272,6 +272,8 @@ pub struct LimitsConfig {
     /// the conversation it continues): a result crossing it is cut and the
     /// run ends `context_limit`.
     pub max_run_bytes: usize,
+    /// Workspace downloads one tenant may have under way at once.
+    pub max_concurrent_downloads: usize,
 }
 
 impl Default for LimitsConfig {
@@ -285,6 +287,7 @@ impl Default for LimitsConfig {
             action_timeout_ms: 86_400_000,
             max_resumes: 10,
             max_run_bytes: crate::harness::DEFAULT_MAX_RUN_BYTES,
+            max_concurrent_downloads: 4,
         }
     }
 }
@@ -541,8 +544,10 @@ mod tests {
         assert!(error("[sandbox]\nmode = \"loose\"").contains("sandbox.mode"));
         assert!(error("[sandbox]\nread_paths = [\"usr\"]").contains("absolute"));
         assert!(error("[sandbox]\npids_max = 0").contains("pids_max"));
-        assert!(error("[sandbox]\nuid = 0").contains("never runs as root"));
-        assert!(error("[sandbox]\ngid = 0").contains("never runs as root"));
+        assert!(error("[sandbox]\nuids = \"0-10\"").contains("at least 1"));
+        assert!(error("[sandbox]\nuids = \"5\"").contains("range of uids"));
+        assert!(error("[sandbox]\nuid = 65534").contains("uid"));
+        assert!(error("[limits]\nmax_concurrent_downloads = 0").contains("at least 1"));
         assert!(error("[limits]\naction_timeout_ms = 0").contains("action_timeout_ms"));
         assert!(error("[limits]\naction_timeout_ms = 31536000001").contains("a year"));
         assert!(error("[limits]\ntimeout_ms = 31536000001").contains("a year"));

@@ -9,10 +9,50 @@ use rustix::io::Errno;
 use super::error::WorkspaceError;
 use super::workspace::{EntryKind, FileInfo, MAX_LIST_DEPTH};
 
-/// A directory's entries, with the kind from the directory itself when the
-/// filesystem reports it and from an `fstatat` that does not follow links
-/// otherwise.
-pub(super) fn read_entries(dir: OwnedFd) -> Result<Vec<(String, EntryKind)>, Errno> {
+/// Most directory entries one walk of a tree reads: what a command left in
+/// a workspace (a million empty files) sizes neither the time nor the
+/// memory of a listing, a search or a suggestion.
+pub const MAX_WALK_ENTRIES: usize = 200_000;
+
+/// How many directory entries a walk may still read, and whether it had
+/// to leave some unread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Budget {
+    left: usize,
+    cut: bool,
+}
+
+impl Budget {
+    pub(super) fn new(entries: usize) -> Self {
+        Self {
+            left: entries,
+            cut: false,
+        }
+    }
+
+    /// Whether some entry went unread.
+    pub(super) fn cut(&self) -> bool {
+        self.cut
+    }
+
+    /// Takes one entry; `false` when none is left.
+    fn take(&mut self) -> bool {
+        if self.left == 0 {
+            self.cut = true;
+            return false;
+        }
+        self.left -= 1;
+        true
+    }
+}
+
+/// A directory's entries (at most what `budget` has left), with the kind
+/// from the directory itself when the filesystem reports it and from an
+/// `fstatat` that does not follow links otherwise.
+pub(super) fn read_entries(
+    dir: OwnedFd,
+    budget: &mut Budget,
+) -> Result<Vec<(String, EntryKind)>, Errno> {
     let mut stream = Dir::new(dir)?;
     let mut entries = Vec::new();
     while let Some(entry) = stream.read() {
@@ -20,6 +60,9 @@ pub(super) fn read_entries(dir: OwnedFd) -> Result<Vec<(String, EntryKind)>, Err
         let raw = entry.file_name().to_bytes();
         if raw == b"." || raw == b".." {
             continue;
+        }
+        if !budget.take() {
+            break;
         }
         let file_type = match entry.file_type() {
             FileType::Unknown => {
@@ -74,19 +117,23 @@ pub(super) enum Flow {
 /// parent with `O_NOFOLLOW`. Each directory's entries are taken in the order
 /// of their names with a `/` after a directory's, so that the paths met come
 /// in the order of the paths themselves (`a.txt` before `a/b`), and a walk
-/// cut short has met the smallest ones. Returns whether it was stopped.
+/// cut short has met the smallest ones. It reads at most what `budget`
+/// allows of the directories' entries (then what is met is not all there
+/// is, and `budget` says it was cut). Returns whether it was stopped.
 pub(super) fn walk_tree(
     dir: OwnedFd,
     prefix: &str,
+    budget: &mut Budget,
     visit: &mut dyn FnMut(Found<'_>) -> Result<Flow, WorkspaceError>,
 ) -> Result<bool, WorkspaceError> {
-    walk_level(dir, prefix, 0, visit)
+    walk_level(dir, prefix, 0, budget, visit)
 }
 
 fn walk_level(
     dir: OwnedFd,
     prefix: &str,
     depth: usize,
+    budget: &mut Budget,
     visit: &mut dyn FnMut(Found<'_>) -> Result<Flow, WorkspaceError>,
 ) -> Result<bool, WorkspaceError> {
     if depth > MAX_LIST_DEPTH {
@@ -100,7 +147,7 @@ fn walk_level(
         source: errno.into(),
     };
     let base = rustix::io::dup(&dir).map_err(failed)?;
-    let mut entries: Vec<(String, EntryKind)> = read_entries(dir)
+    let mut entries: Vec<(String, EntryKind)> = read_entries(dir, budget)
         .map_err(failed)?
         .into_iter()
         .filter(|(_, kind)| matches!(kind, EntryKind::File | EntryKind::Dir))
@@ -137,7 +184,7 @@ fn walk_level(
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         match openat(&base, name.as_str(), flags, Mode::empty()) {
             Ok(sub) => {
-                if walk_level(sub, &path, depth + 1, visit)? {
+                if walk_level(sub, &path, depth + 1, budget, visit)? {
                     return Ok(true);
                 }
             }
@@ -149,12 +196,24 @@ fn walk_level(
     Ok(false)
 }
 
-/// Every regular file below `dir` with its size.
-pub(super) fn collect_files(dir: OwnedFd, files: &mut Vec<FileInfo>) -> Result<(), WorkspaceError> {
-    walk_tree(dir, "", &mut |found| {
+/// The regular files below `dir` with their sizes, in the order of their
+/// paths, at most `limit` of them; returns whether there were more (or
+/// entries the budget left unread).
+pub(super) fn collect_files(
+    dir: OwnedFd,
+    limit: usize,
+    files: &mut Vec<FileInfo>,
+) -> Result<bool, WorkspaceError> {
+    let mut budget = Budget::new(MAX_WALK_ENTRIES);
+    let mut more = false;
+    walk_tree(dir, "", &mut budget, &mut |found| {
         let Found::File { dir, name, path } = found else {
             return Ok(Flow::Continue);
         };
+        if files.len() >= limit {
+            more = true;
+            return Ok(Flow::Stop);
+        }
         match statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(stat) if FileType::from_raw_mode(stat.st_mode) == FileType::RegularFile => {
                 files.push(FileInfo {
@@ -173,5 +232,5 @@ pub(super) fn collect_files(dir: OwnedFd, files: &mut Vec<FileInfo>) -> Result<(
         }
         Ok(Flow::Continue)
     })?;
-    Ok(())
+    Ok(more || budget.cut())
 }

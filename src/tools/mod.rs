@@ -45,13 +45,14 @@ pub use confine::Resolver;
 pub use edit::EditFile;
 pub use error::WorkspaceError;
 pub use files::{ListDir, ReadFile, WriteFile};
+pub use listing::MAX_WALK_ENTRIES;
 pub use path::RelativePath;
 pub use run_workspace::{RunWorkspace, Workspaces};
 pub use sandbox::{
     CommandPolicy, Containment, ContainmentKind, Sandbox, SandboxConfig, SandboxMode, SandboxReport,
 };
 pub use search::Search;
-pub use workspace::{DirEntry, EntryKind, FileInfo, Workspace, WorkspaceOptions};
+pub use workspace::{DirEntry, EntryKind, FileInfo, FileListing, Workspace, WorkspaceOptions};
 
 use crate::harness::Tool;
 

@@ -243,7 +243,13 @@ async fn unknown_routes_wrong_methods_and_bad_queries_are_json_errors() {
 async fn probes_metrics_and_models_answer() {
     let app = spawn_app().await;
     assert_eq!(app.get("/healthz").await.body, json!({"status": "ok"}));
-    assert_eq!(app.get("/readyz").await.body, json!({"status": "ready"}));
+    let ready = app.get("/readyz").await.body;
+    assert_eq!(ready["status"], "ready");
+    // What the command sandbox guarantees on this machine, which can
+    // hold them all.
+    assert_eq!(ready["sandbox"]["mode"], "enforce", "{ready}");
+    assert_eq!(ready["sandbox"]["weaker"], json!([]), "{ready}");
+    assert_eq!(ready["sandbox"]["presets"], "enabled", "{ready}");
     app.run_to_end(json!({"prompt": "hi"})).await;
     let metrics = app.get("/metrics").await;
     assert_eq!(metrics.status, 200);

@@ -14,6 +14,7 @@ mod connections;
 mod console;
 mod conversations;
 mod deploy;
+mod downloads;
 mod drafts;
 mod durable;
 mod errors;

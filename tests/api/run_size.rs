@@ -6,7 +6,6 @@ use serde_json::{Value, json};
 
 use crate::helpers::*;
 
-/// The bytes of a SQLite database with its journal.
 /// `n` calls reading `big.txt` whole (up to 2000 lines) in one batch.
 fn reads_of_big_txt(n: usize) -> Vec<Value> {
     (0..n)
@@ -17,6 +16,7 @@ fn reads_of_big_txt(n: usize) -> Vec<Value> {
         .collect()
 }
 
+/// The bytes of a SQLite database with its journal.
 fn database_bytes(dir: &std::path::Path) -> u64 {
     std::fs::read_dir(dir)
         .unwrap()
@@ -106,17 +106,6 @@ async fn a_batch_crossing_the_run_ceiling_is_cut_before_it_is_written() {
         grown < 6 * CEILING,
         "the database grew by {grown} bytes for a ceiling of {CEILING}"
     );
-}
-
-/// The server's peak resident memory, in MiB.
-fn peak_mib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kib: u64 = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
-        .and_then(|value| value.trim().strip_suffix("kB")?.trim().parse().ok())
-        .unwrap();
-    kib / 1024
 }
 
 /// Ten `/messages` and ten event streams of a 16 MiB transcript that

@@ -203,7 +203,7 @@ async fn a_written_file_can_be_listed_and_downloaded() {
     let listing = app.get(&format!("/v1/runs/{id}/workspace")).await;
     assert_eq!(
         listing.body,
-        json!({"files": [{"path": "out.txt", "size": 10}]})
+        json!({"files": [{"path": "out.txt", "size": 10}], "truncated": false})
     );
     let file = app.get(&format!("/v1/runs/{id}/workspace/out.txt")).await;
     assert_eq!(file.status, 200);
@@ -262,7 +262,7 @@ async fn a_run_that_never_writes_reads_an_empty_workspace_and_makes_no_directory
     );
     assert!(!app.dir.path().join("workspaces").join(id).exists());
     let listing = app.get(&format!("/v1/runs/{id}/workspace")).await;
-    assert_eq!(listing.body, json!({"files": []}));
+    assert_eq!(listing.body, json!({"files": [], "truncated": false}));
     let missing = app.get(&format!("/v1/runs/{id}/workspace/a.txt")).await;
     assert_eq!(missing.status, 404);
 }
@@ -303,7 +303,7 @@ async fn a_symlink_a_command_planted_is_never_followed_by_a_download() {
     let listing = app.get(&format!("/v1/runs/{id}/workspace")).await;
     assert_eq!(
         listing.body,
-        json!({"files": []}),
+        json!({"files": [], "truncated": false}),
         "symlinks are not listed"
     );
 }

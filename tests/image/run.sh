@@ -2,6 +2,7 @@
 # Builds the top-level Dockerfile for real and runs the image as it ships: its
 # entrypoint, as its own user, with its own environment. Then checks that it
 # serves /healthz, that a run completes, that a sandboxed preset runs there
+# (a chroot gives it no namespaces: with [sandbox] allow_weaker)
 # and reports what it enforces (and what it cannot reach: /etc/shadow, the
 # server's /data), and that the data lands in /data.
 #
@@ -127,6 +128,7 @@ setsid buildah --root "$STORE/storage" --runroot "$STORE/run" run --isolation ch
   "${ENV_ARGS[@]}" \
   --env AGENT_RUNNER_SERVER__BIND="0.0.0.0:$PORT" \
   --env AGENT_RUNNER_AUTH__TOKENS="[{tenant = \"image-test\", token_sha256 = \"$HASH\"}]" \
+  --env AGENT_RUNNER_SANDBOX__ALLOW_WEAKER=true \
   --env AGENT_RUNNER_COMMANDS__PROBE__PROGRAM=/bin/sh \
   --env AGENT_RUNNER_COMMANDS__PROBE__ARGS='["-c", "id -u; cat /etc/shadow >/dev/null 2>&1 && echo shadow-read || echo shadow-denied; ls /data >/dev/null 2>&1 && echo data-listed || echo data-denied; echo made > made.txt"]' \
   "$c" -- "${ENTRY[@]}" > "$LOG" 2>&1 8>&- &
@@ -144,6 +146,16 @@ grep -q "sandbox enforced" "$LOG" || { echo "image: the sandbox is not enforced:
 # their real paths), said at start either way.
 grep -q "their workspace at" "$LOG" || { echo "image: the log names no layout:" >&2; cat "$LOG" >&2; exit 1; }
 grep -o "their workspace at [^;]*" "$LOG" | head -1
+# A chroot gives commands no namespaces: runs are not fully kept apart, so
+# presets run only because the operator accepts it (allow_weaker), and
+# /readyz says so.
+READY="$(curl -fsS "$URL/readyz")"
+python3 - "$READY" <<'PY'
+import json, sys
+sandbox = json.loads(sys.argv[1])["sandbox"]
+assert sandbox["presets"] == "enabled_weaker" and sandbox["weaker"], sandbox
+print(f"image: presets run weaker here: {sandbox['weaker']}")
+PY
 
 RUN="$(curl -fsS -H "authorization: Bearer $TOKEN" -H 'content-type: application/json' \
   "$URL/v1/runs?wait=true" -d '{

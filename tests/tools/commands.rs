@@ -20,11 +20,16 @@ const GONE_WITHIN: Duration = Duration::from_secs(10);
 
 /// A grandchild that writes its pid to `gc.pid` and sleeps; with `setsid`, it
 /// first calls `setsid`, leaving the command's process group.
-const FORKS_A_SLEEPER: &str = r#"sh -c 'echo $$ > gc.pid; exec sleep 300' & wait"#;
-const FORKS_A_SETSID_SLEEPER: &str = r#"setsid sh -c 'echo $$ > gc.pid; exec sleep 300' & wait"#;
+/// (`token` holds the fixture's own number, which makes the sleeper's
+/// command line its own on the machine: its pid is its PID namespace's.)
+const FORKS_A_SLEEPER: &str = r#"sh -c 'echo $$ > gc.pid; exec sleep 300.$(cat token)' & wait"#;
+const FORKS_A_SETSID_SLEEPER: &str =
+    r#"setsid sh -c 'echo $$ > gc.pid; exec sleep 300.$(cat token)' & wait"#;
 
 struct Fixture {
     _dir: TempDir,
+    /// What the sleepers of [`FORKS_A_SLEEPER`] sleep for past 300 s.
+    token: String,
     workspace: Arc<Workspace>,
     runner: Arc<CommandRunner>,
     tool: RunCommand,
@@ -41,6 +46,13 @@ impl Fixture {
 
     fn with_sandbox(sandbox: Sandbox, presets: &[(&str, CommandPreset)]) -> Self {
         let dir = tempfile::tempdir().unwrap();
+        static FIXTURES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+        let token = format!(
+            "{}{:04}",
+            std::process::id(),
+            FIXTURES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        std::fs::write(dir.path().join("token"), &token).unwrap();
         let workspace = Arc::new(Workspace::open(dir.path()).unwrap());
         let presets: CommandPresets = presets.iter().cloned().collect();
         let names: Vec<String> = presets.names().map(str::to_owned).collect();
@@ -53,6 +65,7 @@ impl Fixture {
         .unwrap();
         Self {
             _dir: dir,
+            token,
             workspace,
             runner,
             tool,
@@ -85,19 +98,16 @@ impl Fixture {
         self.workspace.root().join(relative)
     }
 
-    /// The pid a grandchild wrote, once it has.
-    async fn grandchild(&self) -> i32 {
+    /// The grandchild, once it has written its pid (its pid in its
+    /// command's PID namespace).
+    async fn grandchild(&self) -> Grandchild {
         let file = self.path("gc.pid");
         let deadline = Instant::now() + GONE_WITHIN;
-        loop {
-            if let Ok(text) = std::fs::read_to_string(&file)
-                && let Ok(pid) = text.trim().parse()
-            {
-                return pid;
-            }
+        while !std::fs::read_to_string(&file).is_ok_and(|text| !text.trim().is_empty()) {
             assert!(Instant::now() < deadline, "the grandchild never started");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        Grandchild(format!("300.{}", self.token))
     }
 
     /// The per-command cgroups left under the server's cgroup.
@@ -130,6 +140,31 @@ fn sh(script: &str) -> CommandPreset {
     CommandPreset::new("sh", ["-c", script])
 }
 
+/// A sleeper of [`FORKS_A_SLEEPER`], known by its command line.
+#[derive(Debug)]
+struct Grandchild(String);
+
+impl Grandchild {
+    /// Its pid on this machine while it is alive.
+    fn pid(&self) -> Option<i32> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .find(|&pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|line| {
+                    line.split(|&b| b == 0)
+                        .any(|part| part == self.0.as_bytes())
+                }) && is_alive(pid)
+            })
+    }
+}
+
+impl std::fmt::Display for Grandchild {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "sleep {}", self.0)
+    }
+}
+
 /// Alive: it exists and is not a zombie waiting for its new parent to reap
 /// it.
 fn is_alive(pid: i32) -> bool {
@@ -150,9 +185,9 @@ fn sid_of(pid: i32) -> i32 {
     rest.split(' ').nth(3).unwrap().parse().unwrap()
 }
 
-async fn eventually_gone(pid: i32) -> bool {
+async fn eventually_gone(grandchild: &Grandchild) -> bool {
     let deadline = Instant::now() + GONE_WITHIN;
-    while is_alive(pid) {
+    while grandchild.pid().is_some() {
         if Instant::now() > deadline {
             return false;
         }
@@ -319,7 +354,7 @@ async fn a_timeout_kills_a_forking_grandchild() {
     assert_eq!(output["signal"], "SIGKILL");
     let grandchild = f.grandchild().await;
     assert!(
-        eventually_gone(grandchild).await,
+        eventually_gone(&grandchild).await,
         "grandchild {grandchild} survived"
     );
     assert_eq!(f.leftover_cgroups(), Vec::<String>::new());
@@ -332,7 +367,7 @@ async fn a_timeout_kills_a_grandchild_that_called_setsid() {
     assert_eq!(output["timed_out"], true);
     let grandchild = f.grandchild().await;
     assert!(
-        eventually_gone(grandchild).await,
+        eventually_gone(&grandchild).await,
         "grandchild {grandchild} survived"
     );
     assert_eq!(f.leftover_cgroups(), Vec::<String>::new());
@@ -353,8 +388,8 @@ async fn cancellation_kills_the_whole_tree_within_500_ms() {
         let grandchild = f.grandchild().await;
         // It really called setsid, so its process group is no longer the
         // command's.
-        assert_eq!(sid_of(grandchild), grandchild);
-        assert!(is_alive(grandchild));
+        let pid = grandchild.pid().expect("the grandchild is alive");
+        assert_eq!(sid_of(pid), pid);
         let cancelled_at = Instant::now();
         cancel.cancel();
         (grandchild, cancelled_at)
@@ -368,7 +403,7 @@ async fn cancellation_kills_the_whole_tree_within_500_ms() {
         Err("Command cancelled: the run was stopped before escapes finished".into())
     );
     assert!(
-        eventually_gone(grandchild).await,
+        eventually_gone(&grandchild).await,
         "grandchild {grandchild} survived"
     );
     assert_eq!(f.leftover_cgroups(), Vec::<String>::new());
@@ -387,7 +422,7 @@ async fn dropping_a_running_command_kills_its_tree() {
     // The run's future is dropped here, as the harness drops a tool that
     // ignores cancellation.
     assert!(
-        eventually_gone(grandchild).await,
+        eventually_gone(&grandchild).await,
         "grandchild {grandchild} survived"
     );
     let deadline = Instant::now() + GONE_WITHIN;
@@ -403,7 +438,7 @@ async fn what_a_command_leaves_running_is_ended_with_it() {
         "background",
         // It ends once the sleeper has written its pid (it is then there
         // to be left running).
-        sh("sh -c 'echo $$ > gc.pid; exec sleep 300' & \
+        sh("sh -c 'echo $$ > gc.pid; exec sleep 300.$(cat token)' & \
              while [ ! -s gc.pid ]; do sleep 0.01; done; echo started"),
     )]);
     let started = Instant::now();
@@ -418,7 +453,7 @@ async fn what_a_command_leaves_running_is_ended_with_it() {
     assert_eq!(output["exit_code"], 0);
     let grandchild = f.grandchild().await;
     assert!(
-        eventually_gone(grandchild).await,
+        eventually_gone(&grandchild).await,
         "grandchild {grandchild} survived"
     );
 }
@@ -471,7 +506,7 @@ async fn with_process_groups_only_a_timeout_still_kills_a_forking_grandchild() {
     assert_eq!(output["timed_out"], true);
     let grandchild = f.grandchild().await;
     assert!(
-        eventually_gone(grandchild).await,
+        eventually_gone(&grandchild).await,
         "grandchild {grandchild} survived"
     );
 }
@@ -494,15 +529,15 @@ async fn with_process_groups_only_cancellation_returns_within_500_ms() {
     assert!(result.is_err());
     assert!(returned_at - cancelled_at < Duration::from_millis(500));
     assert!(
-        eventually_gone(grandchild).await,
+        eventually_gone(&grandchild).await,
         "grandchild {grandchild} survived"
     );
 }
 
-/// Why a cgroup is needed: a process group alone cannot hold a descendant
-/// that calls `setsid`.
+/// A process group alone cannot hold a descendant that calls `setsid`;
+/// the command's PID namespace does: its init's end kills all of it.
 #[tokio::test]
-async fn with_process_groups_only_a_setsid_grandchild_escapes() {
+async fn with_process_groups_only_a_setsid_grandchild_ends_with_its_namespace() {
     let f = Fixture::new(
         Containment::process_group_only(),
         &[("escapes", sh(FORKS_A_SETSID_SLEEPER).with_timeout_ms(1000))],
@@ -510,12 +545,11 @@ async fn with_process_groups_only_a_setsid_grandchild_escapes() {
     let output = f.run("escapes").await.unwrap();
     assert_eq!(output["timed_out"], true);
     let grandchild = f.grandchild().await;
-    let survived = is_alive(grandchild);
-    kill(grandchild);
-    assert!(
-        survived,
-        "expected the setsid grandchild to outlive its process group"
-    );
+    let gone = eventually_gone(&grandchild).await;
+    if let Some(pid) = grandchild.pid() {
+        kill(pid);
+    }
+    assert!(gone, "the setsid grandchild outlived its command");
 }
 
 #[test]

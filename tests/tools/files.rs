@@ -316,9 +316,9 @@ fn seeding_creates_parent_directories_but_stays_confined() {
         );
         assert_eq!(f.outside_names(), ["secret.txt"]);
 
-        let files: Vec<(String, u64)> = ws
-            .list_files()
-            .unwrap()
+        let listing = ws.list_files(10).unwrap();
+        let files: Vec<(String, u64)> = listing
+            .files
             .into_iter()
             .map(|file| (file.path, file.size))
             .collect();
@@ -329,6 +329,12 @@ fn seeding_creates_parent_directories_but_stays_confined() {
                 ("src/deep/lib.rs".to_owned(), 13)
             ]
         );
+        assert!(!listing.truncated);
+        // Capped: the first by path, and a flag that there are more.
+        let first = ws.list_files(1).unwrap();
+        assert_eq!(first.files.len(), 1);
+        assert_eq!(first.files[0].path, "README.md");
+        assert!(first.truncated);
         assert_eq!(ws.read_bytes("README.md").unwrap(), b"hi");
         assert!(ws.read_bytes("out/secret.txt").is_err());
     }

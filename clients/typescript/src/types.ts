@@ -449,6 +449,7 @@ export type ApiErrorCode =
   | "invalid_request"
   | "queue_full"
   | "too_many_connections"
+  | "too_many_downloads"
   | "headers_too_large"
   | "internal"
   | "shutting_down"

@@ -13,8 +13,11 @@
 //!    files;
 //! 2. `RLIMIT_AS`, where no memory cgroup could be used;
 //! 3. its own mount namespace (in its own user namespace, for a server
-//!    that is not root), with `/workspace`, `/tmp` and `/dev/shm`
-//!    ([`super::mounts`]), while it may still mount;
+//!    that is not root), with `/workspace`, `/tmp` and `/dev/shm`, and the
+//!    server's storage covered ([`super::mounts`]), while it may still
+//!    mount; and its own PID namespace, whose init ([`super::init`]) is
+//!    forked here and takes the steps below on itself (the process
+//!    outside only waits);
 //! 4. drop every capability from the bounding set (so an `exec` as root
 //!    regains none) and the ambient set;
 //! 5. become the command's user ([`super::identity`]): no supplementary
@@ -25,7 +28,9 @@
 //!    owner (raw sockets, mounts, `ptrace`, overriding file permissions,
 //!    loading modules);
 //! 7. Landlock's `restrict_self`, which also sets `PR_SET_NO_NEW_PRIVS`;
-//! 8. the seccomp filters, last, since they could refuse a step above.
+//! 8. the seccomp filters, since they could refuse a step above;
+//! 9. with a PID namespace, the init forks the command, which goes on to
+//!    `exec`.
 
 use std::io;
 use std::os::fd::OwnedFd;
@@ -61,6 +66,9 @@ pub(crate) struct ChildSetup {
 #[derive(Debug)]
 pub(super) struct Confinement {
     pub(super) landlock: RulesetCreated,
+    /// The same ruleset's descriptor, for the rule of a `/proc` mounted
+    /// in the child.
+    pub(super) landlock_fd: Option<OwnedFd>,
     /// Empty when the command may use the network.
     pub(super) filters: Arc<[BpfProgram]>,
     pub(super) layout: Option<Layout>,
@@ -87,8 +95,18 @@ impl ChildSetup {
         let Some(confinement) = &self.confinement else {
             return Ok(());
         };
+        let mut init = None;
         if let Some(layout) = &confinement.layout {
             layout.apply()?;
+            // From here on this is the PID namespace's init, if the
+            // command has one (the process outside waits and never comes
+            // back): confined like the command, then it forks it.
+            init = layout.enter_pids(
+                confinement
+                    .landlock_fd
+                    .as_ref()
+                    .map(std::os::fd::AsRawFd::as_raw_fd),
+            )?;
         }
         drop_bounding_and_ambient()?;
         if let Some(user) = confinement.run_as {
@@ -119,7 +137,10 @@ impl ChildSetup {
         for filter in confinement.filters.iter() {
             seccompiler::apply_filter(filter).map_err(|_| io::Error::last_os_error())?;
         }
-        Ok(())
+        match init {
+            Some(init) => init.start_command(),
+            None => Ok(()),
+        }
     }
 }
 

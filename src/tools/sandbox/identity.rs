@@ -1,9 +1,9 @@
 //! Who a command runs as. A command never has the server's own user when
-//! the server is root: it runs under `[sandbox] uid`/`gid` (by default
-//! 65534, Debian's `nobody`/`nogroup`), so files only root may read
-//! (`/etc/shadow`, `/root`) are out of its reach whatever Landlock allows,
-//! and its supplementary groups are dropped. A server that is not root
-//! gives its commands its own unprivileged user (the start-up log says so).
+//! the server is root: it runs under its run's uid of `[sandbox] uids`
+//! ([`super::uids`]), so files only root may read (`/etc/shadow`, `/root`)
+//! are out of its reach whatever Landlock allows, and its supplementary
+//! groups are dropped. A server that is not root gives its commands its own
+//! unprivileged user (the start-up log says so).
 //!
 //! The command still owns its workspace: before each command starts, what
 //! the server wrote there since (seeded files, `write_file`, a copied
@@ -13,7 +13,10 @@
 //! opened relative to its parent with `O_NOFOLLOW` and changed through that
 //! descriptor, never by name, so a link a command planted is changed itself
 //! and never followed; a file with several hard links is left as it is (it
-//! could be a file from elsewhere).
+//! could be a file from elsewhere). The walk reads at most
+//! [`MAX_HAND_OVER_ENTRIES`] entries (what a command left there, a million
+//! empty files, does not hold up every later command): past them the rest
+//! keeps its owner, and the log says so.
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -22,14 +25,12 @@ use std::path::Path;
 use rustix::fs::{AtFlags, Dir, FileType, Gid, Mode, OFlags, Uid, chownat, fstat, openat};
 use rustix::thread::CapabilitySet;
 
-/// `[sandbox] uid` and `gid` when the config gives none: `nobody` and
-/// `nogroup` on Debian.
-pub const DEFAULT_UID: u32 = 65534;
-pub const DEFAULT_GID: u32 = 65534;
-
 /// Most directories deep a workspace is walked (deeper ones are left as
 /// they are: a command made them, and owns them already).
 const MAX_DEPTH: usize = 256;
+
+/// Most directory entries one hand-over reads.
+pub const MAX_HAND_OVER_ENTRIES: u64 = 200_000;
 
 /// The user and group a command runs as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,22 +39,20 @@ pub struct RunAs {
     pub gid: u32,
 }
 
-impl RunAs {
-    /// The user commands run as under this server: `configured` when the
-    /// server is root (it alone can give a command another user), else
-    /// `None`, the server's own (unprivileged) user.
-    pub fn for_this_server(configured: RunAs) -> Option<RunAs> {
-        let able = rustix::process::geteuid().is_root()
-            && [
-                CapabilitySet::CHOWN,
-                CapabilitySet::SETUID,
-                CapabilitySet::SETGID,
-            ]
-            .into_iter()
-            .all(has_capability);
-        able.then_some(configured)
-    }
+/// Whether this server can give its commands users of their own: it is
+/// root with `CAP_SETUID`, `CAP_SETGID` and `CAP_CHOWN`.
+pub fn can_give_users() -> bool {
+    rustix::process::geteuid().is_root()
+        && [
+            CapabilitySet::CHOWN,
+            CapabilitySet::SETUID,
+            CapabilitySet::SETGID,
+        ]
+        .into_iter()
+        .all(has_capability)
+}
 
+impl RunAs {
     pub(super) fn uid(self) -> Uid {
         Uid::from_raw(self.uid)
     }
@@ -76,30 +75,53 @@ const DIR: OFlags = OFlags::RDONLY
 
 const ANY: OFlags = OFlags::PATH.union(OFlags::NOFOLLOW).union(OFlags::CLOEXEC);
 
+/// How a hand-over went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) struct HandedOver {
+    /// Entries given to the new owner.
+    pub changed: u64,
+    /// Entries read.
+    pub read: u64,
+    /// The walk stopped at [`MAX_HAND_OVER_ENTRIES`].
+    pub cut: bool,
+}
+
 /// Gives `root` and everything beneath it that `owner` does not own yet to
-/// `owner`. Returns how many entries were changed. A missing `root`
-/// changes nothing.
-pub(super) fn hand_over(root: &Path, owner: RunAs) -> io::Result<u64> {
+/// `owner`, reading at most `max_entries` directory entries. A missing
+/// `root` changes nothing.
+pub(super) fn hand_over(root: &Path, owner: RunAs, max_entries: u64) -> io::Result<HandedOver> {
     let dir = match openat(rustix::fs::CWD, root, DIR, Mode::empty()) {
         Ok(dir) => dir,
-        Err(rustix::io::Errno::NOENT) => return Ok(0),
+        Err(rustix::io::Errno::NOENT) => return Ok(HandedOver::default()),
         Err(error) => return Err(error.into()),
     };
-    let mut changed = 0;
-    give(&dir, owner, &mut changed)?;
-    walk(&dir, 0, owner, &mut changed)?;
-    Ok(changed)
+    let mut done = HandedOver::default();
+    give(&dir, owner, &mut done.changed)?;
+    walk(&dir, 0, owner, max_entries, &mut done)?;
+    Ok(done)
 }
 
 /// Hands over what `dir` holds, depth first, so that at most two
 /// descriptors a level are open however wide a directory is.
-fn walk(dir: &OwnedFd, depth: usize, owner: RunAs, changed: &mut u64) -> io::Result<()> {
+fn walk(
+    dir: &OwnedFd,
+    depth: usize,
+    owner: RunAs,
+    max_entries: u64,
+    done: &mut HandedOver,
+) -> io::Result<()> {
     for entry in Dir::read_from(dir)? {
         let entry = entry?;
         let name = entry.file_name();
         if name == c"." || name == c".." {
             continue;
         }
+        if done.read >= max_entries {
+            done.cut = true;
+            return Ok(());
+        }
+        done.read += 1;
+        let changed = &mut done.changed;
         // What it is now, from the descriptor, whatever the entry said
         // (some filesystems do not say).
         let fd = match openat(dir, name, ANY, Mode::empty()) {
@@ -119,7 +141,10 @@ fn walk(dir: &OwnedFd, depth: usize, owner: RunAs, changed: &mut u64) -> io::Res
             }
             Err(error) => return Err(error.into()),
         };
-        walk(&sub, depth + 1, owner, changed)?;
+        walk(&sub, depth + 1, owner, max_entries, done)?;
+        if done.cut {
+            return Ok(());
+        }
     }
     Ok(())
 }
@@ -177,17 +202,33 @@ mod tests {
             gid: 65534,
         };
 
-        let changed = hand_over(&root, owner).unwrap();
+        let done = hand_over(&root, owner, MAX_HAND_OVER_ENTRIES).unwrap();
 
         for path in ["", "a", "a/b", "a/b/f.py", "link", "dirlink"] {
             assert_eq!(owner_of(&root.join(path)), (65534, 65534), "{path}");
         }
-        assert_eq!(changed, 6);
+        assert_eq!((done.changed, done.cut), (6, false));
         // What the links lead to is untouched, and so is the hard link's file.
         assert_eq!(owner_of(&target), (0, 0));
         assert_eq!(owner_of(outside.path()), (0, 0));
         // Again: nothing left to change.
-        assert_eq!(hand_over(&root, owner).unwrap(), 0);
-        assert_eq!(hand_over(&dir.path().join("missing"), owner).unwrap(), 0);
+        assert_eq!(
+            hand_over(&root, owner, MAX_HAND_OVER_ENTRIES)
+                .unwrap()
+                .changed,
+            0
+        );
+        let missing = dir.path().join("missing");
+        assert_eq!(
+            hand_over(&missing, owner, MAX_HAND_OVER_ENTRIES).unwrap(),
+            HandedOver::default()
+        );
+        // A bounded walk reads no more than it may, and says it stopped.
+        let other = RunAs {
+            uid: 1234,
+            gid: 1234,
+        };
+        let done = hand_over(&root, other, 2).unwrap();
+        assert_eq!((done.read, done.cut), (2, true));
     }
 }

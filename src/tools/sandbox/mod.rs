@@ -14,9 +14,15 @@
 //! - [`filesystem`]: the Landlock rules;
 //! - [`network`]: the seccomp filters of a command without network;
 //! - [`mounts`]: `/workspace`, `/tmp` and `/dev/shm` of its own;
+//! - [`mounts`] also covers the server's storage in the command's mount
+//!   namespace, and [`init`] gives it a PID namespace of its own, held by a
+//!   small init;
 //! - [`identity`]: the user a command runs as, and its workspace handed to
-//!   it;
-//! - [`child`]: the steps the child takes between fork and exec.
+//!   it; [`uids`]: one user per live run;
+//! - [`child`]: the steps the child takes between fork and exec;
+//! - `report`: what the sandbox guarantees here, for the log and `/readyz`
+//!   (where a guarantee cannot hold, presets are refused unless
+//!   `[sandbox] allow_weaker`).
 //!
 //! With `mode = "off"` commands run unconfined (no Landlock, no seccomp,
 //! capabilities kept) but still contained and limited: the limits protect
@@ -26,9 +32,12 @@ pub(crate) mod cgroup;
 pub(crate) mod child;
 pub(crate) mod filesystem;
 pub(crate) mod identity;
+pub(crate) mod init;
 pub(crate) mod mounts;
 pub(crate) mod network;
 pub mod process_tree;
+mod report;
+pub mod uids;
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -40,10 +49,11 @@ use tokio::process::Command;
 
 use child::{ChildSetup, Confinement};
 use filesystem::Grant;
-use identity::RunAs;
-use mounts::Layout;
+use mounts::{Layout, Pids};
 pub(crate) use process_tree::ContainedChild;
 pub use process_tree::{AppliedLimits, Containment, ContainmentKind, Resources};
+pub use uids::{DEFAULT_UIDS, UidRange};
+use uids::{Lease, UidPool};
 
 /// `[sandbox] read_paths` when the config gives none (those that exist).
 pub const DEFAULT_READ_PATHS: [&str; 11] = [
@@ -82,9 +92,13 @@ pub struct SandboxConfig {
     pub read_paths: Vec<PathBuf>,
     pub memory_max_bytes: u64,
     pub pids_max: u64,
-    /// The user and group commands run as when the server is root.
-    pub uid: u32,
-    pub gid: u32,
+    /// The users (and groups of the same numbers) of commands when the
+    /// server is root: one per live run.
+    pub uids: UidRange,
+    /// Run presets even where runs cannot be kept fully apart (no user
+    /// or PID namespace, no `/proc` of their own, a root server that
+    /// cannot change users).
+    pub allow_weaker: bool,
 }
 
 impl Default for SandboxConfig {
@@ -94,8 +108,8 @@ impl Default for SandboxConfig {
             read_paths: DEFAULT_READ_PATHS.iter().map(PathBuf::from).collect(),
             memory_max_bytes: DEFAULT_MEMORY_MAX_BYTES,
             pids_max: DEFAULT_PIDS_MAX,
-            uid: identity::DEFAULT_UID,
-            gid: identity::DEFAULT_GID,
+            uids: DEFAULT_UIDS,
+            allow_weaker: false,
         }
     }
 }
@@ -147,11 +161,18 @@ pub struct Sandbox {
     defaults: Resources,
     /// Where each command's private TMPDIR is created.
     temp_root: PathBuf,
-    /// The user commands run as, when it is not the server's own.
-    run_as: Option<RunAs>,
+    /// The users of the runs' commands, when the server can give them.
+    uids: Option<Arc<UidPool>>,
     /// Whether commands get `/workspace`, `/tmp` and `/dev/shm` of their
-    /// own, or why not.
-    layout: Result<mounts::Namespaces, String>,
+    /// own (and a PID namespace), or why not.
+    layout: Result<mounts::Support, String>,
+    /// The server's paths covered in every command's namespace: the
+    /// workspaces directory.
+    hidden: Vec<PathBuf>,
+    /// Those covered where a command runs as the server's own user (not
+    /// root), which could change their mode: the database, the config.
+    hidden_from_own_user: Vec<PathBuf>,
+    allow_weaker: bool,
 }
 
 impl Sandbox {
@@ -188,7 +209,7 @@ impl Sandbox {
     fn assemble(
         config: &SandboxConfig,
         containment: Containment,
-        layout: Result<mounts::Namespaces, String>,
+        layout: Result<mounts::Support, String>,
     ) -> Self {
         let no_network = if network::supported() {
             match network::no_network_filters() {
@@ -216,12 +237,25 @@ impl Sandbox {
                 pids_max: config.pids_max,
             },
             temp_root: std::env::temp_dir(),
-            run_as: RunAs::for_this_server(RunAs {
-                uid: config.uid,
-                gid: config.gid,
-            }),
+            uids: identity::can_give_users().then(|| UidPool::new(config.uids)),
             layout,
+            hidden: Vec::new(),
+            hidden_from_own_user: Vec::new(),
+            allow_weaker: config.allow_weaker,
         }
+    }
+
+    /// Covers `workspaces` (the directory of every run's workspace) in
+    /// every command's namespace, and `own` (the database's files, the
+    /// config file) in those of commands that run as the server's own
+    /// user, so that no path reaches them: not to read (as Landlock keeps
+    /// them already) and not to `chmod`, `chown` or `utime` (which
+    /// Landlock does not mediate). A command of its run's own user cannot
+    /// change the mode of the server's files: they are left in view.
+    pub fn hide(&mut self, workspaces: &Path, own: impl IntoIterator<Item = PathBuf>) {
+        self.hidden.extend(canonical(workspaces));
+        self.hidden_from_own_user
+            .extend(own.into_iter().filter_map(|path| canonical(&path)));
     }
 
     /// Unconfined, process groups only, no limits: for tests of what is
@@ -236,75 +270,6 @@ impl Sandbox {
 
     pub fn containment(&self) -> &Containment {
         &self.containment
-    }
-
-    /// What the kernel lacks for `mode = "enforce"`, if anything.
-    pub fn missing(&self) -> Option<String> {
-        if self.mode == SandboxMode::Off {
-            return None;
-        }
-        let mut missing = Vec::new();
-        if !self.landlock.filesystem {
-            missing.push("Landlock (Linux 5.13 or newer, with landlock in the kernel's lsm= list)");
-        }
-        if self.no_network.is_none() {
-            missing.push("seccomp filters (CONFIG_SECCOMP_FILTER)");
-        }
-        (!missing.is_empty()).then(|| missing.join(" and "))
-    }
-
-    /// One line for the start-up log: what every command is held by.
-    pub fn describe(&self) -> String {
-        let limits = format!(
-            "memory by {}, processes by {}",
-            self.containment.memory_mechanism(),
-            self.containment.pids_mechanism()
-        );
-        if self.mode == SandboxMode::Off {
-            return format!("sandbox off: commands run unconfined; {limits}");
-        }
-        if let Some(missing) = self.missing() {
-            return format!(
-                "sandbox cannot be enforced: this kernel lacks {missing}, so command presets \
-                 are refused; {limits}"
-            );
-        }
-        let landlock = &self.landlock;
-        let user = match self.run_as {
-            Some(RunAs { uid, gid }) => format!("commands run as uid {uid}, gid {gid}"),
-            None => format!(
-                "commands run as the server's own user (uid {}: the server is not root)",
-                rustix::process::geteuid().as_raw()
-            ),
-        };
-        let layout = match &self.layout {
-            Ok(namespaces) => format!(
-                "their workspace at {}, private {} and /dev/shm ({})",
-                mounts::WORKSPACE,
-                mounts::TMP,
-                match namespaces {
-                    mounts::Namespaces::Privileged => "a mount namespace",
-                    mounts::Namespaces::User =>
-                        "a mount namespace in a user namespace mapping the server's user to itself",
-                }
-            ),
-            Err(why) => format!("their workspace at its own path, /dev/shm not writable ({why})"),
-        };
-        format!(
-            "sandbox enforced: filesystem by Landlock, network by seccomp{}{}; \
-             capabilities dropped, no_new_privs; {user}; {layout}; {limits}",
-            if landlock.tcp {
-                " and Landlock TCP rules"
-            } else {
-                ""
-            },
-            if landlock.scopes {
-                "; signals and abstract sockets scoped to the command"
-            } else {
-                "; signals not scoped (Landlock before ABI 6): a command can signal \
-                 processes of its own user"
-            },
-        )
     }
 
     /// The server-wide read paths that exist.
@@ -376,6 +341,26 @@ impl Sandbox {
         mut command: Command,
         policy: &CommandPolicy,
     ) -> io::Result<SandboxedChild> {
+        let enforce = self.mode == SandboxMode::Enforce;
+        if enforce && !self.presets_allowed() {
+            return Err(io::Error::other(format!(
+                "the sandbox cannot keep runs apart on this server ({}), so it runs no \
+                 command; its operator may accept that with [sandbox] allow_weaker = true",
+                self.weaker().join("; ")
+            )));
+        }
+        // The run's user, held while the command runs.
+        let lease = match (&self.uids, enforce) {
+            (Some(pool), true) => Some(pool.lease(&policy.workspace).ok_or_else(|| {
+                io::Error::other(format!(
+                    "every uid of [sandbox] uids ({}) belongs to a run with a command under \
+                     way; retry when one has ended",
+                    pool.range()
+                ))
+            })?),
+            _ => None,
+        };
+        let run_as = lease.as_ref().map(Lease::owner);
         // The command's own directories: `tmp` (its TMPDIR) and `shm`.
         let private = tempfile::Builder::new()
             .prefix("agent-runner-cmd-")
@@ -384,20 +369,30 @@ impl Sandbox {
         let shm = private.path().join("shm");
         std::fs::create_dir(&tmp)?;
         std::fs::create_dir(&shm)?;
-        let enforce = self.mode == SandboxMode::Enforce;
         // Covering the server's /tmp would hide a read path there.
         let hide_tmp = !self
             .read_paths()
             .chain(policy.read_paths.iter().map(PathBuf::as_path))
             .any(|path| path.starts_with(mounts::TMP));
-        let layout = match self.layout {
-            Ok(namespaces) if enforce => Some(Layout::new(
-                &policy.workspace,
-                hide_tmp.then_some(tmp.as_path()),
-                &shm,
-                namespaces,
-            )?),
-            _ => None,
+        let support = self.layout.as_ref().ok().filter(|_| enforce);
+        let layout = match support {
+            Some(support) => {
+                let mut layout = Layout::new(
+                    &policy.workspace,
+                    hide_tmp.then_some(tmp.as_path()),
+                    &shm,
+                    support.namespaces,
+                )?;
+                layout.pids = support.pids;
+                let empty = private.path().join("empty");
+                std::fs::File::create(&empty)?;
+                layout.hide(&self.hidden, &empty)?;
+                if run_as.is_none() {
+                    layout.hide(&self.hidden_from_own_user, &empty)?;
+                }
+                Some(layout)
+            }
+            None => None,
         };
         let seen_tmp = match layout {
             Some(_) if hide_tmp => Path::new(mounts::TMP),
@@ -416,11 +411,24 @@ impl Sandbox {
                 seen_workspace
             },
         );
-        let run_as = self.run_as.filter(|_| enforce);
         if let Some(owner) = run_as {
-            identity::hand_over(&policy.workspace, owner)?;
-            identity::hand_over(private.path(), owner)?;
+            let done =
+                identity::hand_over(&policy.workspace, owner, identity::MAX_HAND_OVER_ENTRIES)?;
+            if done.cut {
+                tracing::warn!(
+                    workspace = %policy.workspace.display(),
+                    entries = done.read,
+                    "a workspace holds more entries than a command's hand-over reads: what \
+                     lies past them keeps its owner"
+                );
+            }
+            identity::hand_over(private.path(), owner, identity::MAX_HAND_OVER_ENTRIES)?;
         }
+        // The init and the process that waits for it count too.
+        let init_processes = match &layout {
+            Some(layout) if layout.pids != Pids::Shared => 2,
+            _ => 0,
+        };
         let mut setup = ChildSetup::default();
         if enforce {
             let mut confinement = self.confinement(policy, &tmp, &shm)?;
@@ -432,7 +440,7 @@ impl Sandbox {
             memory_max_bytes: policy
                 .memory_max_bytes
                 .unwrap_or(self.defaults.memory_max_bytes),
-            pids_max: policy.pids_max.unwrap_or(self.defaults.pids_max),
+            pids_max: policy.pids_max.unwrap_or(self.defaults.pids_max) + init_processes,
         };
         let (process, applied) = self.containment.spawn(command, resources, setup)?;
         let report = SandboxReport {
@@ -443,12 +451,13 @@ impl Sandbox {
                 "allowed"
             },
             memory_max_bytes: applied.memory_max_bytes,
-            pids_max: applied.pids_max,
+            pids_max: applied.pids_max.map(|max| max - init_processes),
         };
         Ok(SandboxedChild {
             process,
             report,
             _tmp: PrivateTmp(Some(private)),
+            _user: lease,
         })
     }
 
@@ -482,8 +491,10 @@ impl Sandbox {
         let landlock =
             filesystem::ruleset(self.read.iter().chain(&extra).chain(&own), policy.network)
                 .map_err(io::Error::other)?;
+        let landlock_fd = landlock.try_clone()?.into();
         Ok(Confinement {
             landlock,
+            landlock_fd,
             filters,
             layout: None,
             run_as: None,
@@ -499,6 +510,8 @@ pub(crate) struct SandboxedChild {
     pub(crate) report: SandboxReport,
     /// Held only to be removed, after `process`.
     _tmp: PrivateTmp,
+    /// The run's user, given back once the command has ended.
+    _user: Option<Lease>,
 }
 
 /// A command's private TMPDIR, removed when dropped. A command may have left
@@ -574,6 +587,30 @@ mod tests {
         // Off asks nothing of the kernel.
         sandbox.mode = SandboxMode::Off;
         assert_eq!(sandbox.missing(), None);
+    }
+
+    #[test]
+    fn a_root_server_that_cannot_change_users_says_so_and_refuses_presets() {
+        let mut sandbox = Sandbox::detect(&SandboxConfig::default());
+        if !rustix::process::geteuid().is_root() {
+            return; // only root has users to give
+        }
+        assert!(sandbox.presets_allowed(), "{}", sandbox.describe());
+        assert!(sandbox.describe().contains("a user of their run"));
+        // A container's root without CAP_SETUID: its commands are root.
+        sandbox.uids = None;
+        let describe = sandbox.describe();
+        assert!(
+            describe.contains("commands run as root (uid 0)"),
+            "{describe}"
+        );
+        assert!(!describe.contains("not root"), "{describe}");
+        assert!(sandbox.weaker()[0].contains("without CAP_SETUID"));
+        assert!(!sandbox.presets_allowed());
+        assert_eq!(sandbox.guarantees()["presets"], "refused");
+        sandbox.allow_weaker = true;
+        assert!(sandbox.presets_allowed());
+        assert_eq!(sandbox.guarantees()["presets"], "enabled_weaker");
     }
 
     #[test]

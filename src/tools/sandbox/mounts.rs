@@ -21,8 +21,10 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use rustix::fs::{Mode, OFlags};
-use rustix::mount::{MountPropagationFlags, mount_bind, mount_bind_recursive, mount_change};
+use rustix::fs::{FileType, Mode, OFlags};
+use rustix::mount::{
+    MountFlags, MountPropagationFlags, mount_bind, mount_bind_recursive, mount_change,
+};
 use rustix::thread::UnshareFlags;
 
 /// Where a command sees its workspace.
@@ -32,6 +34,28 @@ pub const WORKSPACE: &str = "/workspace";
 pub const TMP: &str = "/tmp";
 /// Shared memory, private to the command.
 const SHM: &str = "/dev/shm";
+
+/// What commands get on this machine: how their mount namespace is made,
+/// and whether a PID namespace of their own (with a `/proc` of its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Support {
+    pub namespaces: Namespaces,
+    pub pids: Pids,
+}
+
+/// A command's own PID namespace, as far as this machine allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pids {
+    /// Its own namespace with its own `/proc`: it sees and signals only
+    /// its own processes.
+    Own,
+    /// Its own namespace, but `/proc` cannot be mounted for it (a
+    /// container that masks parts of its `/proc`): it signals only its own
+    /// processes, but `/proc` lists the machine's.
+    OwnWithoutProc,
+    /// None could be made.
+    Shared,
+}
 
 /// How a command's mount namespace is made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,7 +71,17 @@ pub enum Namespaces {
 /// server may make mount namespaces (root), or user namespaces (the probe
 /// makes one), and `/workspace`, the mount point, exists (a root server
 /// makes it, empty, when it is missing; the image has it).
-pub fn available() -> Result<Namespaces, String> {
+pub fn available() -> Result<Support, String> {
+    let namespaces = namespaces()?;
+    // The best PID namespace a probe gets.
+    let pids = [Pids::Own, Pids::OwnWithoutProc]
+        .into_iter()
+        .find(|&pids| probe(namespaces, pids).is_ok())
+        .unwrap_or(Pids::Shared);
+    Ok(Support { namespaces, pids })
+}
+
+fn namespaces() -> Result<Namespaces, String> {
     if rustix::process::geteuid().is_root() {
         if !super::identity::has_capability(rustix::thread::CapabilitySet::SYS_ADMIN) {
             return Err("the server lacks CAP_SYS_ADMIN (a container's root)".into());
@@ -66,27 +100,35 @@ pub fn available() -> Result<Namespaces, String> {
     if rustix::process::geteuid().is_root() {
         return Ok(Namespaces::Privileged);
     }
-    probe_user_namespace()
+    probe(Namespaces::User, Pids::Shared)
         .map(|()| Namespaces::User)
         .map_err(|error| format!("no user namespace can be made here ({error})"))
 }
 
-/// Starts `/bin/sh -c :` with an empty directory at `/workspace` in a user
-/// namespace of its own, as a command would be.
-fn probe_user_namespace() -> io::Result<()> {
+/// Starts `/bin/sh -c :` with an empty directory at `/workspace` in the
+/// namespaces a command would get.
+fn probe(namespaces: Namespaces, pids: Pids) -> io::Result<()> {
     use std::os::unix::process::CommandExt;
     let empty = tempfile::tempdir()?;
-    let layout = Layout::new(empty.path(), None, empty.path(), Namespaces::User)?;
+    let mut layout = Layout::new(empty.path(), None, empty.path(), namespaces)?;
+    layout.pids = pids;
     let mut probe = std::process::Command::new("/bin/sh");
     probe
         .args(["-c", ":"])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
-    // SAFETY: `apply` makes system calls only, on what was prepared.
+    // SAFETY: `apply` and the init make system calls only, on what was
+    // prepared.
     #[allow(unsafe_code)]
     unsafe {
-        probe.pre_exec(move || layout.apply());
+        probe.pre_exec(move || {
+            layout.apply()?;
+            if let Some(init) = layout.enter_pids(None)? {
+                init.start_command()?;
+            }
+            Ok(())
+        });
     }
     let status = probe.status()?;
     if status.success() {
@@ -110,6 +152,14 @@ pub(super) struct Layout {
     /// With [`Namespaces::User`]: the `uid_map` and `gid_map` lines that
     /// map the server's user and group to themselves.
     maps: Option<(Vec<u8>, Vec<u8>)>,
+    /// Whether the command gets a PID namespace (and a `/proc`) of its own.
+    pub(super) pids: Pids,
+    /// Paths of the server's (its storage, its config) covered in the
+    /// command's namespace, so that no path reaches them: directories by
+    /// an empty read-only tmpfs, files by `empty`.
+    hidden: Vec<CString>,
+    /// An empty file of the command's own, bound over hidden files.
+    empty: Option<CString>,
 }
 
 impl Layout {
@@ -129,6 +179,9 @@ impl Layout {
                 .map_err(|_| io::Error::other("a NUL in a path"))
         };
         Ok(Self {
+            pids: Pids::Shared,
+            hidden: Vec::new(),
+            empty: None,
             workspace: c(workspace)?,
             tmp: tmp.map(c).transpose()?,
             shm: Path::new(SHM).is_dir().then(|| c(shm)).transpose()?,
@@ -143,12 +196,53 @@ impl Layout {
         })
     }
 
+    /// Covers `paths` (those that exist: directories, and files, for
+    /// which `empty` is an empty file of the command's own) in the
+    /// command's namespace.
+    pub(super) fn hide(&mut self, paths: &[std::path::PathBuf], empty: &Path) -> io::Result<()> {
+        for path in paths {
+            if path.exists() {
+                self.hidden.push(
+                    CString::new(path.as_os_str().as_bytes())
+                        .map_err(|_| io::Error::other("a NUL in a path"))?,
+                );
+            }
+        }
+        if self.empty.is_none() {
+            self.empty = Some(
+                CString::new(empty.as_os_str().as_bytes())
+                    .map_err(|_| io::Error::other("a NUL in a path"))?,
+            );
+        }
+        Ok(())
+    }
+
+    /// After [`Layout::apply`], in the same process: forks the init of the
+    /// command's PID namespace, if it has one ([`super::init`]); the init
+    /// returns here, the process outside waits and never returns.
+    /// `landlock` is the command's Landlock ruleset, not yet enforced,
+    /// which the new `/proc` is added to.
+    pub(super) fn enter_pids(
+        &self,
+        landlock: Option<std::os::fd::RawFd>,
+    ) -> io::Result<Option<super::init::Init>> {
+        match self.pids {
+            Pids::Shared => Ok(None),
+            Pids::Own => super::init::enter(true, landlock).map(Some),
+            Pids::OwnWithoutProc => super::init::enter(false, landlock).map(Some),
+        }
+    }
+
     /// Runs in the forked child, while it still has its capabilities:
     /// system calls only.
     pub(super) fn apply(&self) -> io::Result<()> {
         // Its own System V IPC and POSIX message queues too: commands
         // share a user, and Landlock does not cover those.
         let mut flags = UnshareFlags::NEWNS | UnshareFlags::NEWIPC;
+        if self.pids != Pids::Shared {
+            // The caller's next child is the namespace's PID 1.
+            flags |= UnshareFlags::NEWPID;
+        }
         if self.maps.is_some() {
             // Created first, and owning the others: the right to mount
             // there is the child's, in this namespace only.
@@ -175,6 +269,44 @@ impl Layout {
         mount_bind_recursive(self.workspace.as_c_str(), c"/workspace")?;
         if let Some(shm) = &self.shm {
             mount_bind(shm.as_c_str(), c"/dev/shm")?;
+        }
+        // Hidden before `/tmp` is covered: a path under the server's `/tmp`
+        // is still there to cover (and one made invisible meanwhile, by a
+        // mount above, needs none).
+        for path in &self.hidden {
+            let hidden = match rustix::fs::stat(path.as_c_str()) {
+                Ok(stat) if FileType::from_raw_mode(stat.st_mode) == FileType::Directory => {
+                    rustix::mount::mount(
+                        c"tmpfs",
+                        path.as_c_str(),
+                        c"tmpfs",
+                        MountFlags::RDONLY
+                            | MountFlags::NOSUID
+                            | MountFlags::NODEV
+                            | MountFlags::NOEXEC,
+                        c"size=4k,mode=0555",
+                    )
+                }
+                Ok(_) => match &self.empty {
+                    Some(empty) => mount_bind(empty.as_c_str(), path.as_c_str()).and_then(|()| {
+                        rustix::mount::mount_remount(
+                            path.as_c_str(),
+                            MountFlags::BIND
+                                | MountFlags::RDONLY
+                                | MountFlags::NOSUID
+                                | MountFlags::NODEV
+                                | MountFlags::NOEXEC,
+                            c"",
+                        )
+                    }),
+                    None => Ok(()),
+                },
+                Err(errno) => Err(errno),
+            };
+            match hidden {
+                Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+                Err(errno) => return Err(errno.into()),
+            }
         }
         if let Some(tmp) = &self.tmp {
             mount_bind(tmp.as_c_str(), c"/tmp")?;

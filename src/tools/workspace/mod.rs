@@ -24,7 +24,9 @@ use serde::Serialize;
 
 use super::confine::{self, Resolver};
 use super::error::WorkspaceError;
-use super::listing::{Flow, Found, collect_files, read_entries, walk_tree};
+use super::listing::{
+    Budget, Flow, Found, MAX_WALK_ENTRIES, collect_files, read_entries, walk_tree,
+};
 use super::path::{RelativePath, Step, check_file_path};
 
 /// The default read limit: 1 MiB.
@@ -89,6 +91,14 @@ pub struct FileInfo {
     pub path: String,
     /// In bytes.
     pub size: u64,
+}
+
+/// What [`Workspace::list_files`] found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FileListing {
+    pub files: Vec<FileInfo>,
+    /// Some files are not listed.
+    pub truncated: bool,
 }
 
 /// A directory that reads, writes and listings are confined to.
@@ -169,6 +179,27 @@ impl Workspace {
         let fd = confine::open(self.root_dir(), self.resolver, path.steps(), READ_FLAGS)
             .map_err(|errno| refusal(errno, &path, Purpose::Read))?;
         self.read_opened(fd, &path)
+    }
+
+    /// A regular file opened for reading, with its size when opened, the
+    /// read limit notwithstanding: for a download, which streams it from
+    /// the descriptor rather than holding it.
+    pub fn open_file(&self, path: &str) -> Result<(File, u64), WorkspaceError> {
+        let path = RelativePath::parse(path)?;
+        if path.is_root() {
+            return Err(WorkspaceError::Root);
+        }
+        let fd = confine::open(self.root_dir(), self.resolver, path.steps(), READ_FLAGS)
+            .map_err(|errno| refusal(errno, &path, Purpose::Read))?;
+        let stat = fstat(&fd).map_err(|errno| refusal(errno, &path, Purpose::Read))?;
+        match FileType::from_raw_mode(stat.st_mode) {
+            FileType::RegularFile => {}
+            FileType::Directory => return Err(WorkspaceError::IsADirectory(path.to_string())),
+            _ => return Err(WorkspaceError::NotRegularFile(path.to_string())),
+        }
+        // Blocking reads from here on (O_NONBLOCK only kept a FIFO from
+        // holding up the open; it means nothing to a regular file).
+        Ok((File::from(fd), u64::try_from(stat.st_size).unwrap_or(0)))
     }
 
     /// The bytes of the file `fd`, which must be a regular file within the
@@ -271,7 +302,7 @@ impl Workspace {
         let path = RelativePath::parse(if path.is_empty() { "." } else { path })?;
         let dir = confine::open_dir(self.root_dir(), self.resolver, path.steps())
             .map_err(|errno| refusal(errno, &path, Purpose::List))?;
-        let mut entries: Vec<DirEntry> = read_entries(dir)
+        let mut entries: Vec<DirEntry> = read_entries(dir, &mut Budget::new(usize::MAX))
             .map_err(|errno| refusal(errno, &path, Purpose::List))?
             .into_iter()
             .map(|(name, kind)| DirEntry { name, kind })
@@ -280,10 +311,13 @@ impl Workspace {
         Ok(entries)
     }
 
-    /// Every regular file under the root with its size, sorted by path.
-    /// Symbolic links are neither listed nor followed; directories deeper
-    /// than [`MAX_LIST_DEPTH`] are an error rather than silently skipped.
-    pub fn list_files(&self) -> Result<Vec<FileInfo>, WorkspaceError> {
+    /// The regular files under the root with their sizes, sorted by path:
+    /// the first `limit` of them, and whether there were more (or more
+    /// than [`MAX_WALK_ENTRIES`] directory entries to read, past which the
+    /// walk stops). Symbolic links are neither listed nor followed;
+    /// directories deeper than [`MAX_LIST_DEPTH`] are an error rather than
+    /// silently skipped.
+    pub fn list_files(&self, limit: usize) -> Result<FileListing, WorkspaceError> {
         let root = confine::open_dir(self.root_dir(), self.resolver, &[]).map_err(|errno| {
             WorkspaceError::Io {
                 path: ".".to_owned(),
@@ -291,9 +325,9 @@ impl Workspace {
             }
         })?;
         let mut files = Vec::new();
-        collect_files(root, &mut files)?;
+        let truncated = collect_files(root, limit, &mut files)?;
         files.sort_by(|a, b| a.path.cmp(&b.path));
-        Ok(files)
+        Ok(FileListing { files, truncated })
     }
 
     /// The paths of the files and directories below the root, in the order
@@ -310,7 +344,7 @@ impl Workspace {
         let Ok(root) = confine::open_dir(self.root_dir(), self.resolver, &[]) else {
             return paths;
         };
-        let _ = walk_tree(root, "", &mut |found| {
+        let _ = walk_tree(root, "", &mut Budget::new(MAX_WALK_ENTRIES), &mut |found| {
             if paths.len() >= limit {
                 return Ok(Flow::Stop);
             }
@@ -359,31 +393,38 @@ impl Workspace {
             }
             _ => return Err(WorkspaceError::NotRegularFile(path.to_string())),
         }
-        walk_tree(fd, &shown, &mut |found| {
-            let (dir, name, path) = match found {
-                Found::Dir { name, .. } if skip_dir(name) => return Ok(Flow::Skip),
-                Found::Dir { .. } => return Ok(Flow::Continue),
-                Found::File { dir, name, path } => (dir, name, path),
-            };
-            let flags = READ_FLAGS | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-            let Ok(file) = openat(dir, name, flags, Mode::empty()) else {
-                return Ok(Flow::Continue);
-            };
-            let Ok(stat) = fstat(&file) else {
-                return Ok(Flow::Continue);
-            };
-            let size = u64::try_from(stat.st_size).unwrap_or(0);
-            if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile || size > max_bytes {
-                return Ok(Flow::Continue);
-            }
-            match read_at_most(file, size, max_bytes) {
-                Ok(bytes) if bytes.len() as u64 <= max_bytes => match visit(path, &bytes) {
-                    ControlFlow::Continue(()) => Ok(Flow::Continue),
-                    ControlFlow::Break(()) => Ok(Flow::Stop),
-                },
-                _ => Ok(Flow::Continue),
-            }
-        })?;
+        walk_tree(
+            fd,
+            &shown,
+            &mut Budget::new(MAX_WALK_ENTRIES),
+            &mut |found| {
+                let (dir, name, path) = match found {
+                    Found::Dir { name, .. } if skip_dir(name) => return Ok(Flow::Skip),
+                    Found::Dir { .. } => return Ok(Flow::Continue),
+                    Found::File { dir, name, path } => (dir, name, path),
+                };
+                let flags = READ_FLAGS | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+                let Ok(file) = openat(dir, name, flags, Mode::empty()) else {
+                    return Ok(Flow::Continue);
+                };
+                let Ok(stat) = fstat(&file) else {
+                    return Ok(Flow::Continue);
+                };
+                let size = u64::try_from(stat.st_size).unwrap_or(0);
+                if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile
+                    || size > max_bytes
+                {
+                    return Ok(Flow::Continue);
+                }
+                match read_at_most(file, size, max_bytes) {
+                    Ok(bytes) if bytes.len() as u64 <= max_bytes => match visit(path, &bytes) {
+                        ControlFlow::Continue(()) => Ok(Flow::Continue),
+                        ControlFlow::Break(()) => Ok(Flow::Stop),
+                    },
+                    _ => Ok(Flow::Continue),
+                }
+            },
+        )?;
         Ok(())
     }
 

@@ -189,3 +189,14 @@ pub fn installed(script: &str) -> String {
     );
     String::from_utf8(output.stdout).unwrap().trim().to_owned()
 }
+
+/// The peak resident memory of the process `pid`, in MiB.
+pub fn peak_mib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|value| value.trim().strip_suffix("kB")?.trim().parse().ok())
+        .unwrap();
+    kib / 1024
+}

@@ -58,15 +58,7 @@ print(json.dumps(out, sort_keys=True))
 raise SystemExit(open('no-such-file.txt'))
 "#;
     let run = remote
-        .post_json(
-            "/v1/runs?wait=true",
-            &json!({"prompt": "run it", "commands": ["py"],
-                    "workspace": {"files": {"main.py": script}},
-                    "limits": {"timeout_ms": 60000},
-                    "model": {"scripted": [
-                        {"content": "", "tool_calls": [call("1", "run_command", json!({"command": "py"}))]},
-                        {"content": "done"}]}}),
-        )
+        .post_json("/v1/runs?wait=true", &super::python_run(script))
         .await;
     let id = run["id"].as_str().unwrap().to_owned();
     let run = remote.wait_status(&id, "completed").await;
