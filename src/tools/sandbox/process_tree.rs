@@ -141,7 +141,8 @@ impl Containment {
                 tracing::warn!(
                     %reason,
                     "no writable cgroup v2: commands are contained by their process group \
-                     only, and a descendant that calls setsid can outlive its command"
+                     (and their PID namespace, where the sandbox gives them one: without it, \
+                     a descendant that calls setsid can outlive its command)"
                 );
                 None
             }

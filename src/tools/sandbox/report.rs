@@ -17,8 +17,8 @@ impl Sandbox {
         let mut weaker = Vec::new();
         match &self.layout {
             Err(why) => weaker.push(format!(
-                "commands get no namespaces of their own ({why}): they see the server's paths \
-                 and processes, and can signal those of their user"
+                "commands get no namespaces of their own, so they see the server's paths and \
+                 processes, and can signal those of their user: {why}"
             )),
             Ok(support) => match support.pids {
                 Pids::Own => {}
