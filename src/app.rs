@@ -340,9 +340,8 @@ const WRITER_DEATH_LINGER: Duration = Duration::from_secs(1);
 /// Detects the command sandbox and refuses to start where it would not
 /// hold (see [`check_sandbox`]).
 fn prepare_sandbox(config: &Config) -> Result<Sandbox, StartError> {
-    let mut sandbox = Sandbox::detect(&config.sandbox);
+    let sandbox = Sandbox::detect(&config.sandbox);
     check_sandbox(config, &sandbox)?;
-    sandbox.hide(&config.storage.workspaces_dir, server_files(config));
     if !sandbox.presets_allowed() && !config.commands.is_empty() {
         tracing::warn!(
             "command presets are refused: {}; set [sandbox] allow_weaker = true to run them \
@@ -398,24 +397,6 @@ fn check_sandbox(config: &Config, sandbox: &Sandbox) -> Result<(), StartError> {
             &protected,
         )
         .map_err(StartError::Sandbox)
-}
-
-/// The server's files a command that runs as the server's own user must
-/// not reach: the database's (with its journal and lock) and the config
-/// file.
-fn server_files(config: &Config) -> Vec<PathBuf> {
-    let mut hidden = Vec::new();
-    if let Some(database) = Store::database_file(&config.storage.database_url) {
-        for suffix in ["-wal", "-shm", "-journal"] {
-            let mut name = database.clone().into_os_string();
-            name.push(suffix);
-            hidden.push(name.into());
-        }
-        hidden.push(crate::store::lock_path(&database));
-        hidden.push(database);
-    }
-    hidden.extend(config.source.clone());
-    hidden
 }
 
 /// Descriptors kept from connections: the database's (a few per pooled

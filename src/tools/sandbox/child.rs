@@ -13,8 +13,8 @@
 //!    files;
 //! 2. `RLIMIT_AS`, where no memory cgroup could be used;
 //! 3. its own mount namespace (in its own user namespace, for a server
-//!    that is not root), with `/workspace`, `/tmp` and `/dev/shm`, and the
-//!    server's storage covered ([`super::mounts`]), while it may still
+//!    that is not root), with `/workspace`, `/tmp` and `/dev/shm`, and
+//!    every other mount read-only ([`super::mounts`]), while it may still
 //!    mount; and its own PID namespace, whose init ([`super::init`]) is
 //!    forked here and takes the steps below on itself (the process
 //!    outside only waits);

@@ -12,8 +12,9 @@
 //!   the spawn sees the command start, and the command's pipes close with
 //!   the command), and waits. It ends as the command ended: with its exit
 //!   code, or killed by the same signal, so the run reports the same
-//!   `exit_code` or `signal` as without a namespace. It is not dumpable
-//!   (no core of the server's memory).
+//!   `exit_code` or `signal` as without a namespace. Neither it nor the
+//!   init is dumpable: they hold a copy of the server's memory and
+//!   environment, which no process of the command's user may read.
 //! - **the init** (PID 1 inside) mounts `/proc` for the namespace, takes
 //!   the rest of the command's confinement on itself (it is confined like
 //!   the command), forks the command, and then only reaps: orphans of the
@@ -22,8 +23,8 @@
 //!   SIGUSR2) are forwarded to the command. When the command ends, the
 //!   init writes its wait status to the outer process and exits, and the
 //!   kernel kills whatever the command left running in the namespace. It
-//!   dies with the outer process (`PR_SET_PDEATHSIG`), so killing the
-//!   outer process (as the server's process group kill does) ends all.
+//!   dies with the outer process (`PR_SET_PDEATHSIG`, set after its change
+//!   of user, which clears it), so killing the outer process ends all.
 //! - **the command** (PID 2) returns from the hook and is `exec`ed.
 //!
 //! `fork` here is the raw `clone(SIGCHLD)` system call: the C library's
@@ -76,15 +77,34 @@ fn fork() -> io::Result<libc::pid_t> {
     }
 }
 
-/// Closes every descriptor but `keep`.
+/// Closes every descriptor but `keep`: with `close_range` (Linux 5.9), or
+/// one by one up to the descriptor limit where it is refused (a seccomp
+/// profile that predates it). A descriptor left open here would be std's
+/// exec-error pipe or the command's stdio, and hold up the spawn or the
+/// end of the command's output.
 fn close_all_but(keep: libc::c_int) {
-    // SAFETY: close_range only closes descriptors; nothing here uses the
-    // closed ones afterwards.
+    // SAFETY: close_range, getrlimit and close only touch descriptors and
+    // the limit read into `limit`; nothing here uses the closed ones
+    // afterwards.
     unsafe {
-        if keep > 0 {
-            libc::syscall(libc::SYS_close_range, 0u32, (keep - 1) as u32, 0u32);
+        let below =
+            keep <= 0 || libc::syscall(libc::SYS_close_range, 0u32, (keep - 1) as u32, 0u32) == 0;
+        let above = libc::syscall(libc::SYS_close_range, (keep + 1) as u32, u32::MAX, 0u32) == 0;
+        if below && above {
+            return;
         }
-        libc::syscall(libc::SYS_close_range, (keep + 1) as u32, u32::MAX, 0u32);
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        let last = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
+            limit.rlim_cur.min(1 << 20) as libc::c_int
+        } else {
+            1024
+        };
+        for fd in (0..last).filter(|&fd| fd != keep) {
+            libc::close(fd);
+        }
     }
 }
 
@@ -160,18 +180,21 @@ pub(super) fn enter(mount_proc: bool, landlock: Option<libc::c_int>) -> io::Resu
         return Err(io::Error::last_os_error());
     }
     let [read, write] = pipe;
+    // Neither the outer process nor the init ever execs: each holds a copy
+    // of the server's memory and environment. Not dumpable, no process of
+    // the command's user may read them (`/proc/1/environ`, `/proc/1/mem`)
+    // or trace them; the command, once `exec`ed, is dumpable again.
+    // SAFETY: a prctl on this process.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0 as libc::c_ulong) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
     let init = fork()?;
     if init > 0 {
         outer(init, read, write)
     }
     // The init.
-    // SAFETY: plain system calls on this process and its own descriptor.
-    unsafe {
-        libc::close(read);
-        // Should the outer process die before this line, it was killed
-        // with its process group (or cgroup), which this process is in.
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-    }
+    // SAFETY: closes this process's copy of the outer process's end.
+    unsafe { libc::close(read) };
     if mount_proc {
         // SAFETY: the strings are NUL-terminated literals.
         let mounted = unsafe {
@@ -225,10 +248,7 @@ fn allow_reading_proc(ruleset: libc::c_int) -> io::Result<()> {
 fn outer(init: libc::pid_t, read: libc::c_int, write: libc::c_int) -> ! {
     // SAFETY: plain system calls on this process's own descriptors and
     // memory.
-    unsafe {
-        libc::close(write);
-        libc::prctl(libc::PR_SET_DUMPABLE, 0 as libc::c_ulong);
-    }
+    unsafe { libc::close(write) };
     // The spawn's error pipe, the command's stdio, the cgroup files: the
     // init and the command hold what they need.
     close_all_but(read);
@@ -250,13 +270,26 @@ impl Init {
     /// Runs in the init, last (after its confinement): forks the command,
     /// which returns to be `exec`ed; the init never returns.
     pub(super) fn start_command(self) -> io::Result<()> {
-        let command = fork()?;
-        if command == 0 {
-            // SAFETY: closes this process's own copy of the status pipe.
-            unsafe { libc::close(self.status) };
-            return Ok(());
+        // Dies with the outer process. Set here, after the change of user
+        // (which clears it). Should the outer process have died before,
+        // its end of the status pipe is closed, and writing would fail.
+        // SAFETY: a prctl on this process, and a poll of its own
+        // descriptor.
+        unsafe {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+            let mut outer = libc::pollfd {
+                fd: self.status,
+                events: libc::POLLOUT,
+                revents: 0,
+            };
+            if libc::poll(&mut outer, 1, 0) == 1 && outer.revents & libc::POLLERR != 0 {
+                libc::_exit(1);
+            }
         }
-        COMMAND.store(command, Ordering::SeqCst);
+        // The handlers first: a signal sent between the fork and them would
+        // be lost (PID 1 ignores what it has no handler for). The command
+        // inherits them until its exec resets them; meanwhile they pass
+        // nothing on (no command is known yet).
         // SAFETY: installs a handler that only calls kill(2), which is
         // async-signal-safe.
         unsafe {
@@ -268,6 +301,13 @@ impl Init {
                 libc::sigaction(signal, &action, std::ptr::null_mut());
             }
         }
+        let command = fork()?;
+        if command == 0 {
+            // SAFETY: closes this process's own copy of the status pipe.
+            unsafe { libc::close(self.status) };
+            return Ok(());
+        }
+        COMMAND.store(command, Ordering::SeqCst);
         // The spawn's error pipe (the command keeps its copy until exec)
         // and the command's stdio.
         close_all_but(self.status);

@@ -14,7 +14,7 @@
 //! - [`filesystem`]: the Landlock rules;
 //! - [`network`]: the seccomp filters of a command without network;
 //! - [`mounts`]: `/workspace`, `/tmp` and `/dev/shm` of its own;
-//! - [`mounts`] also covers the server's storage in the command's mount
+//! - [`mounts`] also makes every other mount read-only in the command's
 //!   namespace, and [`init`] gives it a PID namespace of its own, held by a
 //!   small init;
 //! - [`identity`]: the user a command runs as, and its workspace handed to
@@ -166,12 +166,6 @@ pub struct Sandbox {
     /// Whether commands get `/workspace`, `/tmp` and `/dev/shm` of their
     /// own (and a PID namespace), or why not.
     layout: Result<mounts::Support, String>,
-    /// The server's paths covered in every command's namespace: the
-    /// workspaces directory.
-    hidden: Vec<PathBuf>,
-    /// Those covered where a command runs as the server's own user (not
-    /// root), which could change their mode: the database, the config.
-    hidden_from_own_user: Vec<PathBuf>,
     allow_weaker: bool,
 }
 
@@ -239,23 +233,8 @@ impl Sandbox {
             temp_root: std::env::temp_dir(),
             uids: identity::can_give_users().then(|| UidPool::new(config.uids)),
             layout,
-            hidden: Vec::new(),
-            hidden_from_own_user: Vec::new(),
             allow_weaker: config.allow_weaker,
         }
-    }
-
-    /// Covers `workspaces` (the directory of every run's workspace) in
-    /// every command's namespace, and `own` (the database's files, the
-    /// config file) in those of commands that run as the server's own
-    /// user, so that no path reaches them: not to read (as Landlock keeps
-    /// them already) and not to `chmod`, `chown` or `utime` (which
-    /// Landlock does not mediate). A command of its run's own user cannot
-    /// change the mode of the server's files: they are left in view.
-    pub fn hide(&mut self, workspaces: &Path, own: impl IntoIterator<Item = PathBuf>) {
-        self.hidden.extend(canonical(workspaces));
-        self.hidden_from_own_user
-            .extend(own.into_iter().filter_map(|path| canonical(&path)));
     }
 
     /// Unconfined, process groups only, no limits: for tests of what is
@@ -384,11 +363,8 @@ impl Sandbox {
                     support.namespaces,
                 )?;
                 layout.pids = support.pids;
-                let empty = private.path().join("empty");
-                std::fs::File::create(&empty)?;
-                layout.hide(&self.hidden, &empty)?;
-                if run_as.is_none() {
-                    layout.hide(&self.hidden_from_own_user, &empty)?;
+                if !hide_tmp {
+                    layout.keep_writable(&tmp)?;
                 }
                 Some(layout)
             }

@@ -3,7 +3,12 @@
 //! `/dev/shm` (Python's `multiprocessing`, Node's workers), in a mount
 //! namespace of its own. No path of the server's layout (its
 //! `workspaces_dir`, a run's id) appears in what a command prints, and no
-//! two commands share a `/tmp` or a `/dev/shm`.
+//! two commands share a `/tmp` or a `/dev/shm`. Every other mount is made
+//! read-only there (`mount_setattr`, recursively, then its own directories
+//! writable again): Landlock does not mediate `chmod`, `chown`, `utime`,
+//! so this is what keeps a command from changing what it reaches by a path
+//! outside its own directories (another run's files, the server's
+//! database and their directories), whoever owns them.
 //!
 //! The private directories are bind mounts of directories the server made
 //! for the command (inside its TMPDIR), so the Landlock rules that grant
@@ -21,10 +26,8 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use rustix::fs::{FileType, Mode, OFlags};
-use rustix::mount::{
-    MountFlags, MountPropagationFlags, mount_bind, mount_bind_recursive, mount_change,
-};
+use rustix::fs::{Mode, OFlags};
+use rustix::mount::{MountPropagationFlags, mount_bind, mount_bind_recursive, mount_change};
 use rustix::thread::UnshareFlags;
 
 /// Where a command sees its workspace.
@@ -154,12 +157,9 @@ pub(super) struct Layout {
     maps: Option<(Vec<u8>, Vec<u8>)>,
     /// Whether the command gets a PID namespace (and a `/proc`) of its own.
     pub(super) pids: Pids,
-    /// Paths of the server's (its storage, its config) covered in the
-    /// command's namespace, so that no path reaches them: directories by
-    /// an empty read-only tmpfs, files by `empty`.
-    hidden: Vec<CString>,
-    /// An empty file of the command's own, bound over hidden files.
-    empty: Option<CString>,
+    /// A directory of the command's own that stays writable at its real
+    /// path (its TMPDIR, when it is not bound at `/tmp`).
+    in_place: Option<CString>,
 }
 
 impl Layout {
@@ -180,8 +180,7 @@ impl Layout {
         };
         Ok(Self {
             pids: Pids::Shared,
-            hidden: Vec::new(),
-            empty: None,
+            in_place: None,
             workspace: c(workspace)?,
             tmp: tmp.map(c).transpose()?,
             shm: Path::new(SHM).is_dir().then(|| c(shm)).transpose()?,
@@ -196,24 +195,14 @@ impl Layout {
         })
     }
 
-    /// Covers `paths` (those that exist: directories, and files, for
-    /// which `empty` is an empty file of the command's own) in the
-    /// command's namespace.
-    pub(super) fn hide(&mut self, paths: &[std::path::PathBuf], empty: &Path) -> io::Result<()> {
-        for path in paths {
-            if path.exists() {
-                self.hidden.push(
-                    CString::new(path.as_os_str().as_bytes())
-                        .map_err(|_| io::Error::other("a NUL in a path"))?,
-                );
-            }
-        }
-        if self.empty.is_none() {
-            self.empty = Some(
-                CString::new(empty.as_os_str().as_bytes())
-                    .map_err(|_| io::Error::other("a NUL in a path"))?,
-            );
-        }
+    /// Keeps `dir` writable where it is (every other mount the command
+    /// sees is read-only but its `/workspace`, `/tmp` and `/dev/shm`).
+    pub(super) fn keep_writable(&mut self, dir: &Path) -> io::Result<()> {
+        let dir = std::path::absolute(dir)?;
+        self.in_place = Some(
+            CString::new(dir.as_os_str().as_bytes())
+                .map_err(|_| io::Error::other("a NUL in a path"))?,
+        );
         Ok(())
     }
 
@@ -270,49 +259,69 @@ impl Layout {
         if let Some(shm) = &self.shm {
             mount_bind(shm.as_c_str(), c"/dev/shm")?;
         }
-        // Hidden before `/tmp` is covered: a path under the server's `/tmp`
-        // is still there to cover (and one made invisible meanwhile, by a
-        // mount above, needs none).
-        for path in &self.hidden {
-            let hidden = match rustix::fs::stat(path.as_c_str()) {
-                Ok(stat) if FileType::from_raw_mode(stat.st_mode) == FileType::Directory => {
-                    rustix::mount::mount(
-                        c"tmpfs",
-                        path.as_c_str(),
-                        c"tmpfs",
-                        MountFlags::RDONLY
-                            | MountFlags::NOSUID
-                            | MountFlags::NODEV
-                            | MountFlags::NOEXEC,
-                        c"size=4k,mode=0555",
-                    )
-                }
-                Ok(_) => match &self.empty {
-                    Some(empty) => mount_bind(empty.as_c_str(), path.as_c_str()).and_then(|()| {
-                        rustix::mount::mount_remount(
-                            path.as_c_str(),
-                            MountFlags::BIND
-                                | MountFlags::RDONLY
-                                | MountFlags::NOSUID
-                                | MountFlags::NODEV
-                                | MountFlags::NOEXEC,
-                            c"",
-                        )
-                    }),
-                    None => Ok(()),
-                },
-                Err(errno) => Err(errno),
-            };
-            match hidden {
-                Ok(()) | Err(rustix::io::Errno::NOENT) => {}
-                Err(errno) => return Err(errno.into()),
-            }
-        }
         if let Some(tmp) = &self.tmp {
             mount_bind(tmp.as_c_str(), c"/tmp")?;
         }
+        if let Some(dir) = &self.in_place {
+            mount_bind(dir.as_c_str(), dir.as_c_str())?;
+        }
+        // Then every mount read-only, but the command's own: nothing it
+        // may reach by a path outside them (the server's database and
+        // config, other runs' workspaces, their parents) can have its
+        // mode, owner or times changed, which Landlock does not mediate.
+        set_read_only(c"/", true, true)?;
+        set_read_only(c"/workspace", false, true)?;
+        if self.shm.is_some() {
+            set_read_only(c"/dev/shm", false, false)?;
+        }
+        if self.tmp.is_some() {
+            set_read_only(c"/tmp", false, false)?;
+        }
+        if let Some(dir) = &self.in_place {
+            set_read_only(dir.as_c_str(), false, false)?;
+        }
         rustix::process::chdir(c"/workspace")?;
         Ok(())
+    }
+}
+
+/// `struct mount_attr` of `mount_setattr(2)`.
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// Makes the mount at `path` (and those below it, when `recursive`)
+/// read-only, or writable again, with `mount_setattr` (Linux 5.12).
+fn set_read_only(path: &std::ffi::CStr, read_only: bool, recursive: bool) -> io::Result<()> {
+    const MOUNT_ATTR_RDONLY: u64 = 1;
+    let attr = MountAttr {
+        attr_set: if read_only { MOUNT_ATTR_RDONLY } else { 0 },
+        attr_clr: if read_only { 0 } else { MOUNT_ATTR_RDONLY },
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let flags = if recursive { libc::AT_RECURSIVE } else { 0 };
+    // SAFETY: `path` is NUL-terminated and `attr` a `mount_attr` of the
+    // size given, both alive for the call.
+    #[allow(unsafe_code)]
+    let done = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            flags as libc::c_uint,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if done == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 

@@ -57,10 +57,10 @@ impl Sandbox {
         serde_json::json!({
             "mode": if enforce { "enforce" } else { "off" },
             "own_mount_namespace": enforce && support.is_some(),
+            "rest_read_only": enforce && support.is_some(),
             "own_pid_namespace": enforce && support.is_some_and(|s| s.pids != Pids::Shared),
             "own_proc": enforce && support.is_some_and(|s| s.pids == Pids::Own),
-            "user_per_run": enforce && (self.uids.is_some() || support
-                .is_some_and(|s| s.namespaces == mounts::Namespaces::User)),
+            "user_per_run": enforce && self.uids.is_some(),
             "signals_scoped_by_landlock": enforce && self.landlock.scopes,
             "weaker": self.weaker(),
             "allow_weaker": self.allow_weaker,
@@ -119,7 +119,7 @@ impl Sandbox {
         };
         let layout = match &self.layout {
             Ok(support) => format!(
-                "their workspace at {}, private {} and /dev/shm, the server's storage covered \
+                "their workspace at {}, private {} and /dev/shm, every other mount read-only \
                  ({}); {}",
                 mounts::WORKSPACE,
                 mounts::TMP,

@@ -194,6 +194,8 @@ def attempt(name, action):
 attempt('stop_other_runs_command', lambda: os.kill({victim_pid}, signal.SIGSTOP))
 attempt('stop_the_server', lambda: os.kill({server_pid}, signal.SIGSTOP))
 attempt('chmod_other_runs_file', lambda: os.chmod({kept:?}, 0))
+attempt('read_the_inits_environment', lambda: open('/proc/1/environ').read())
+attempt('read_the_inits_memory', lambda: open('/proc/1/mem', 'rb').read(1))
 out['mountinfo'] = open('/proc/self/mountinfo').read()
 out['pids'] = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())
 print(json.dumps(out))
@@ -232,6 +234,8 @@ print(json.dumps(out))
             "stop_other_runs_command": out["stop_other_runs_command"],
             "stop_the_server": out["stop_the_server"],
             "chmod_other_runs_file": out["chmod_other_runs_file"],
+            "read_the_inits_environment": out["read_the_inits_environment"],
+            "read_the_inits_memory": out["read_the_inits_memory"],
         }),
         mountinfo: out["mountinfo"].as_str().unwrap().to_owned(),
         pids: out["pids"]
@@ -252,7 +256,9 @@ fn assert_kept_apart(mode: Mode, dir: &Path, found: &Findings) {
         found.attacks,
         json!({"stop_other_runs_command": "ProcessLookupError",
                "stop_the_server": "ProcessLookupError",
-               "chmod_other_runs_file": "FileNotFoundError"}),
+               "chmod_other_runs_file": "OSError",
+               "read_the_inits_environment": "PermissionError",
+               "read_the_inits_memory": "PermissionError"}),
         "{mode:?}"
     );
     assert_eq!(found.victim_state.map(|s| s != 'T'), Some(true), "{mode:?}");
@@ -269,24 +275,18 @@ fn assert_kept_apart(mode: Mode, dir: &Path, found: &Findings) {
         .filter(|line| line.contains(data))
         .filter(|line| line.split(' ').nth(4) != Some("/workspace"))
         .collect();
-    // Covered, and so named as read-only mount points: the workspaces,
-    // and for a command of the server's own user, its database files
-    // (on SQLite: the database, its WAL, its shared memory and its lock).
-    let covered = match mode {
-        Mode::Root => 1,
-        _ => 5,
-    };
-    let workspaces = format!(" {data}/workspaces ");
-    assert!(
-        naming.iter().any(|line| line.contains(&workspaces)) && naming.len() <= covered,
-        "{mode:?}: {naming:#?}"
-    );
-    assert!(
-        naming
-            .iter()
-            .all(|line| line.split(' ').nth(5).is_some_and(|o| o.starts_with("ro,"))),
-        "{mode:?}: {naming:#?}"
-    );
+    assert_eq!(naming, Vec::<&str>::new(), "{mode:?}");
+    // And every mount but its own directories (and its /proc) is
+    // read-only.
+    for line in found.mountinfo.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let (point, options) = (fields[4], fields[5]);
+        let own = ["/workspace", "/tmp", "/dev/shm", "/proc"].contains(&point);
+        assert!(
+            own || options.starts_with("ro"),
+            "{mode:?}: {point} is writable: {line}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -304,7 +304,13 @@ async fn runs_cannot_touch_each_other_as_root_or_as_a_user_with_namespaces() {
         assert_eq!(ready["sandbox"]["presets"], "enabled", "{mode:?}: {ready}");
         assert_eq!(ready["sandbox"]["own_pid_namespace"], true, "{ready}");
         assert_eq!(ready["sandbox"]["own_proc"], true, "{ready}");
-        assert_eq!(ready["sandbox"]["user_per_run"], true, "{ready}");
+        assert_eq!(ready["sandbox"]["rest_read_only"], true, "{ready}");
+        // A user of their run's: a root server's alone can give them.
+        assert_eq!(
+            ready["sandbox"]["user_per_run"],
+            mode == Mode::Root,
+            "{ready}"
+        );
         let found = attack(&remote, dir.path(), server.id(), &marker)
             .await
             .unwrap_or_else(|refused| panic!("{mode:?}: {refused}"));
