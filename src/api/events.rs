@@ -196,8 +196,7 @@ impl Cursor {
                     }
                 };
                 // Cut by its rows or its bytes: there may be more.
-                let full = page.len() == REPLAY_PAGE.rows as usize
-                    || page.iter().map(|event| event.body.len()).sum::<usize>() >= REPLAY_PAGE.bytes;
+                let full = REPLAY_PAGE.is_full(page.iter().map(|event| event.body.len()));
                 let mut out = Vec::new();
                 for event in page {
                     self.last = event.sequence;

@@ -8,13 +8,12 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
+use futures_util::Stream;
+use uuid::Uuid;
+
 use super::error::ApiError;
 use super::state::AppState;
 use super::tenant_run::TenantRun;
-use futures_util::Stream;
-
-use uuid::Uuid;
-
 use crate::store::{Page, Store, StoreError};
 
 /// What one read of the transcript takes at most.
@@ -73,7 +72,7 @@ fn pages(
 
 /// Whether `page` was cut by its rows or its bytes: more may follow.
 fn is_full(page: &[(i64, String)]) -> bool {
-    page.len() == PAGE.rows as usize || page.iter().map(|m| m.1.len()).sum::<usize>() >= PAGE.bytes
+    PAGE.is_full(page.iter().map(|(_, message)| message.len()))
 }
 
 /// Appends the messages of `page` to `body`, comma-separated (and after a

@@ -32,20 +32,26 @@ impl Page {
     /// One row.
     pub const ONE: Page = Page { rows: 1, bytes: 0 };
 
-    /// The rows of `rows` as `decode` makes them (each with its key and its
-    /// body's length first), until the page is full. The rest of the
-    /// statement is not read.
-    async fn collect<K, T>(
+    /// Whether a page read with these bounds, whose rows' bodies are
+    /// `bodies` bytes long, may have been cut by them: more may follow.
+    pub fn is_full(self, bodies: impl ExactSizeIterator<Item = usize>) -> bool {
+        bodies.len() == self.rows as usize || bodies.sum::<usize>() >= self.bytes
+    }
+
+    /// The rows of `rows` as `decode` makes them (each with its body's
+    /// length), until the page is full. The rest of the statement is not
+    /// read.
+    async fn collect<T>(
         self,
         mut rows: impl futures_util::Stream<Item = Result<sqlx::any::AnyRow, sqlx::Error>> + Unpin,
-        decode: impl Fn(&sqlx::any::AnyRow) -> Result<((K, usize), T), sqlx::Error>,
-    ) -> Result<Vec<((K, usize), T)>, sqlx::Error> {
+        decode: impl Fn(&sqlx::any::AnyRow) -> Result<(T, usize), sqlx::Error>,
+    ) -> Result<Vec<T>, sqlx::Error> {
         use futures_util::TryStreamExt;
         let mut out = Vec::new();
         let mut bytes = 0usize;
         while let Some(row) = rows.try_next().await? {
-            let decoded = decode(&row)?;
-            bytes = bytes.saturating_add(decoded.0.1);
+            let (decoded, length) = decode(&row)?;
+            bytes = bytes.saturating_add(length);
             out.push(decoded);
             if bytes >= self.bytes {
                 break;
@@ -134,16 +140,12 @@ impl Store {
             .fetch(connection);
             page.collect(rows, |row| {
                 let body: String = row.try_get(1)?;
-                Ok(((row.try_get::<i64, _>(0)?, body.len()), body))
+                let length = body.len();
+                Ok(((row.try_get::<i64, _>(0)?, body), length))
             })
             .await
         })
         .await
-        .map(|rows| {
-            rows.into_iter()
-                .map(|((position, _), body)| (position, body))
-                .collect()
-        })
     }
 
     /// Stored events with a sequence greater than `after`, in order: at
@@ -167,16 +169,14 @@ impl Store {
                 .fetch(connection);
                 page.collect(rows, |row| {
                     let body: String = row.try_get(2)?;
-                    Ok((
-                        (row.try_get::<i64, _>(0)?, body.len()),
-                        (row.try_get(1)?, body),
-                    ))
+                    let length = body.len();
+                    Ok(((row.try_get::<i64, _>(0)?, row.try_get(1)?, body), length))
                 })
                 .await
             })
             .await?;
         rows.into_iter()
-            .map(|((sequence, _), (kind, body))| {
+            .map(|(sequence, kind, body)| {
                 Ok(StoredEvent {
                     sequence: u64::try_from(sequence)
                         .map_err(|_| StoreError::Corrupt("negative event sequence".into()))?,

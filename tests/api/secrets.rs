@@ -118,13 +118,7 @@ stream = true
         .env("RUST_LOG", "trace")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let (mut server, address) = spawn_listening(command);
-    let mut logs = server.stderr.take().unwrap();
-    let log_reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = logs.read_to_string(&mut text);
-        text
-    });
+    let (mut server, address, log_reader) = spawn_logging(command);
 
     let remote = Remote::new(address);
     let run = remote
@@ -223,13 +217,7 @@ async fn a_key_quoted_across_the_cut_of_a_providers_error_leaves_nothing() {
         .env("MOCK_PROVIDER_KEY", KEY)
         .env("RUST_LOG", "debug")
         .stderr(Stdio::piped());
-    let (mut server, address) = spawn_listening(command);
-    let mut logs = server.stderr.take().unwrap();
-    let log_reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = logs.read_to_string(&mut text);
-        text
-    });
+    let (mut server, address, log_reader) = spawn_logging(command);
     let remote = Remote::new(address);
     let run = remote
         .post_json(
@@ -252,4 +240,19 @@ async fn a_key_quoted_across_the_cut_of_a_providers_error_leaves_nothing() {
         everything.push_str(&event.data.to_string());
     }
     assert!(!everything.contains(&KEY[..7]), "the key's start leaked");
+}
+
+/// Starts `command` (its stderr piped) like [`spawn_listening`], with a
+/// thread that reads its log until it exits.
+fn spawn_logging(
+    command: std::process::Command,
+) -> (ServerProcess, String, std::thread::JoinHandle<String>) {
+    let (mut server, address) = spawn_listening(command);
+    let mut logs = server.stderr.take().unwrap();
+    let log_reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = logs.read_to_string(&mut text);
+        text
+    });
+    (server, address, log_reader)
 }

@@ -11,6 +11,8 @@
 //! So a run's stored transcript is at most the ceiling, plus a few hundred
 //! bytes for each call of the batch that reached it.
 
+use std::sync::Arc;
+
 use super::{End, Run};
 use crate::harness::context::bound_tool_result;
 use crate::harness::message::{Message, ToolCall};
@@ -38,13 +40,19 @@ impl Run<'_, '_> {
         ))
     }
 
-    /// The end of a run whose model response alone would cross the ceiling.
-    pub(super) fn response_over_ceiling(&self, bytes: usize) -> End {
-        End::ContextLimit(format!(
-            "the model's response ({bytes} bytes) would take the run's transcript past its \
-             ceiling of {} bytes ([limits] max_run_bytes); it was not recorded",
-            self.config.context.max_run_bytes
-        ))
+    /// Appends the model's response `message`, or, when it would take the
+    /// transcript past the ceiling, records nothing and gives the run's end.
+    pub(super) fn append_response(&mut self, message: Message) -> Result<Arc<Message>, End> {
+        let json = message.to_json();
+        if !self.fits(json.len()) {
+            return Err(End::ContextLimit(format!(
+                "the model's response ({} bytes) would take the run's transcript past its \
+                 ceiling of {} bytes ([limits] max_run_bytes); it was not recorded",
+                json.len(),
+                self.config.context.max_run_bytes
+            )));
+        }
+        Ok(self.append_json(message, json))
     }
 
     /// A tool result as it is appended, with its JSON: bounded by

@@ -489,24 +489,23 @@ impl Run<'_, '_> {
                     self.unread_note().await
                 };
                 let answer = response.content.clone();
-                let message = Message::assistant(response.content, Vec::new());
-                let json = message.to_json();
-                if !self.fits(json.len()) {
-                    return self.response_over_ceiling(json.len());
+                if let Err(end) =
+                    self.append_response(Message::assistant(response.content, Vec::new()))
+                {
+                    return end;
                 }
-                self.append_json(message, json);
                 if let Some(note) = note {
                     self.append(Message::user(note));
                     continue;
                 }
                 return End::Completed(answer);
             }
-            let message = Message::assistant(response.content, response.tool_calls);
-            let json = message.to_json();
-            if !self.fits(json.len()) {
-                return self.response_over_ceiling(json.len());
-            }
-            let assistant = self.append_json(message, json);
+            let assistant = match self
+                .append_response(Message::assistant(response.content, response.tool_calls))
+            {
+                Ok(assistant) => assistant,
+                Err(end) => return end,
+            };
             let pending = self.pending_actions(assistant.tool_calls());
             if !pending.is_empty() {
                 // Nothing of the batch runs before its answers; the budget

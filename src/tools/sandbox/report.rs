@@ -54,6 +54,14 @@ impl Sandbox {
     pub fn guarantees(&self) -> serde_json::Value {
         let support = self.layout.as_ref().ok();
         let enforce = self.mode == SandboxMode::Enforce;
+        let weaker = self.weaker();
+        let presets = if weaker.is_empty() {
+            "enabled"
+        } else if self.allow_weaker {
+            "enabled_weaker"
+        } else {
+            "refused"
+        };
         serde_json::json!({
             "mode": if enforce { "enforce" } else { "off" },
             "own_mount_namespace": enforce && support.is_some(),
@@ -62,15 +70,9 @@ impl Sandbox {
             "own_proc": enforce && support.is_some_and(|s| s.pids == Pids::Own),
             "user_per_run": enforce && self.uids.is_some(),
             "signals_scoped_by_landlock": enforce && self.landlock.scopes,
-            "weaker": self.weaker(),
+            "weaker": weaker,
             "allow_weaker": self.allow_weaker,
-            "presets": if !enforce || self.weaker().is_empty() {
-                "enabled"
-            } else if self.allow_weaker {
-                "enabled_weaker"
-            } else {
-                "refused"
-            },
+            "presets": presets,
         })
     }
 

@@ -324,9 +324,9 @@ impl Workspace {
                 source: errno.into(),
             }
         })?;
+        // The walk meets the files in the order of their paths.
         let mut files = Vec::new();
         let truncated = collect_files(root, limit, &mut files)?;
-        files.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(FileListing { files, truncated })
     }
 

@@ -158,29 +158,25 @@ async fn attack(
         .await;
     let victim_id = victim["id"].as_str().unwrap().to_owned();
     let kept = dir.join("workspaces").join(&victim_id).join("keep.txt");
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let victim_pid = loop {
+    // Its sleeper running, or its command refused (or never run): then so
+    // will the attacker's be.
+    let victim_pid = eventually("the sleeper to start, or its refusal", async || {
         if let Some((pid, _)) = process_with(marker) {
-            break pid;
+            return Some(Ok(pid));
         }
         let run = remote.get_json(&format!("/v1/runs/{victim_id}")).await;
-        if run["status"] != "running" {
-            // Its command was refused (or never ran): so will the
-            // attacker's be.
-            let messages = remote
-                .get_json(&format!("/v1/runs/{victim_id}/messages"))
-                .await;
-            return Err(messages["messages"][2]["content"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned());
+        if run["status"] == "running" {
+            return None;
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the sleeper never started"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+        let messages = remote
+            .get_json(&format!("/v1/runs/{victim_id}/messages"))
+            .await;
+        Some(Err(messages["messages"][2]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()))
+    })
+    .await?;
     let script = format!(
         r#"
 import json, os, signal

@@ -391,14 +391,10 @@ print('server', server)
             .exists()
     );
     // Its pid is its namespace's: found by what it runs.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while let Some((pid, _)) = process_with("300.4242") {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the setsid sleeper {pid} outlived its run"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    crate::helpers::eventually("the setsid sleeper to end with its run", async || {
+        process_with("300.4242").is_none().then_some(())
+    })
+    .await;
 }
 
 /// A live (not zombie) process of the machine with `argument` on its
