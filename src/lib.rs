@@ -7,6 +7,8 @@
 //! - [`tools`]: the built-in tools: a confined workspace and preset commands.
 //! - [`mcp`]: tools from MCP servers, connected for each run that uses them.
 //! - [`run`]: the service's vocabulary for a run (request and run object).
+//! - [`agent`]: the service's vocabulary for agents (stored, versioned
+//!   definitions that runs name).
 //! - [`runner`]: accepts runs and executes each as a task of its own: stop
 //!   signals, workspaces, pauses, webhooks, retention.
 //! - [`scheduler`]: which run starts next, and the slots runs execute in
@@ -20,6 +22,7 @@
 //! - [`cli`]: the command-line client (`agent-runner run`, `runs ...`).
 //! - [`sync`]: locks that log a poisoning instead of hiding it.
 
+pub mod agent;
 pub mod api;
 pub mod app;
 pub mod cli;

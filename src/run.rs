@@ -125,6 +125,14 @@ pub struct RunLimits {
     /// `interrupted` instead).
     #[serde(default = "default_max_resumes")]
     pub max_resumes: u32,
+    /// How often a final answer that is not valid under the run's
+    /// `output_schema` is sent back before the run fails.
+    #[serde(default = "default_output_retries")]
+    pub output_retries: u32,
+}
+
+fn default_output_retries() -> u32 {
+    crate::harness::output::DEFAULT_OUTPUT_RETRIES
 }
 
 /// How often a run is resumed after its process stopped, when the request
@@ -156,6 +164,7 @@ pub const DEFAULT_LIMITS: RunLimits = RunLimits {
     timeout_ms: agent::DEFAULT_TIMEOUT_MS,
     action_timeout_ms: DEFAULT_ACTION_TIMEOUT_MS,
     max_resumes: DEFAULT_MAX_RESUMES,
+    output_retries: crate::harness::output::DEFAULT_OUTPUT_RETRIES,
 };
 pub const DEFAULT_CONTEXT: RunContext = RunContext {
     max_context_chars: agent::DEFAULT_MAX_CONTEXT_CHARS,
@@ -179,6 +188,13 @@ pub struct ModelInfo {
     pub profile: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+}
+
+/// The agent a run was made from: its name and the version it ran.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentRef {
+    pub name: String,
+    pub version: u32,
 }
 
 /// A validated, accepted request for a run.
@@ -209,6 +225,10 @@ pub struct RunSpec {
     /// The trace its spans belong to: the caller's (`traceparent`), or one
     /// of its own.
     pub trace: RunTrace,
+    /// The agent whose definition it was made from.
+    pub agent: Option<AgentRef>,
+    /// The JSON Schema its final answer must be valid under.
+    pub output_schema: Option<Arc<Value>>,
 }
 
 /// Where a run's ends and pauses are posted (signed; see
@@ -240,6 +260,8 @@ impl RunSpec {
             mcp_servers: run.mcp_servers.clone(),
             webhook: run.webhook.clone(),
             trace: run.trace(),
+            agent: run.agent.clone(),
+            output_schema: run.output_schema.clone(),
         }
     }
 }
@@ -332,6 +354,16 @@ pub struct Run {
     /// when nowhere).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub webhook: Option<Webhook>,
+    /// The agent (and version) it was made from, if any.
+    #[serde(default)]
+    pub agent: Option<AgentRef>,
+    /// The JSON Schema its final answer must be valid under, if any.
+    #[serde(default)]
+    pub output_schema: Option<Arc<Value>>,
+    /// Its final answer's JSON document, once it completed under an output
+    /// schema.
+    #[serde(default)]
+    pub output: Option<Value>,
     #[serde(serialize_with = "rfc3339")]
     pub created_at: DateTime<Utc>,
     #[serde(serialize_with = "rfc3339_opt")]
@@ -383,6 +415,9 @@ impl Run {
             thread_id: id,
             previous_run_id: spec.previous_run_id,
             webhook: spec.webhook.clone(),
+            agent: spec.agent.clone(),
+            output_schema: spec.output_schema.clone(),
+            output: None,
             created_at,
             started_at: None,
             finished_at: None,
@@ -488,6 +523,7 @@ impl RunSpec {
                 timeout_ms: 10_000,
                 action_timeout_ms: 10_000,
                 max_resumes: 0,
+                output_retries: 0,
             },
             context: RunContext {
                 max_context_chars: 1000,
@@ -501,6 +537,8 @@ impl RunSpec {
             mcp_servers: Vec::new(),
             webhook: None,
             trace: RunTrace::new(),
+            agent: None,
+            output_schema: None,
         }
     }
 }

@@ -82,6 +82,9 @@ Options:
   --data-dir DIR   where each server's fresh data directory is made (default:
                    cargo's target tmp directory, on the same disk as target/)
   --log FILTER     the server's RUST_LOG (default: info, its own default)
+  --agent          throughput: each run names a stored agent (made first, for
+                   every tenant) that holds its definition, instead of
+                   carrying it
   --keep           keep the data directory (its path is printed)";
 
 /// The run of the throughput mode: one `list_dir` call, then an answer.
@@ -142,6 +145,8 @@ struct Options {
     tenants: usize,
     /// Where the throughput mode's server exports spans, if anywhere.
     otlp: Option<String>,
+    /// Throughput: the runs name a stored agent holding their definition.
+    agent: bool,
 }
 
 impl Options {
@@ -172,6 +177,7 @@ impl Options {
             replicas: 1,
             tenants: 0,
             otlp: None,
+            agent: false,
         };
         let mut args = args.iter().filter(|a| *a != "--bench");
         while let Some(arg) = args.next() {
@@ -203,6 +209,7 @@ impl Options {
                 "--replicas" => options.replicas = number("--replicas", &value("--replicas")?)?,
                 "--tenants" => options.tenants = number("--tenants", &value("--tenants")?)?,
                 "--otlp" => options.otlp = Some(value("--otlp")?),
+                "--agent" => options.agent = true,
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }

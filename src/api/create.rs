@@ -67,6 +67,8 @@ pub struct CreateRunRequest {
     pub mcp_servers: Option<Vec<String>>,
     #[serde(default)]
     pub webhook: Option<crate::run::Webhook>,
+    #[serde(default)]
+    pub output_schema: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -146,6 +148,7 @@ pub struct LimitsRequest {
     pub timeout_ms: Option<u64>,
     pub action_timeout_ms: Option<u64>,
     pub max_resumes: Option<u64>,
+    pub output_retries: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -156,6 +159,7 @@ pub struct ContextRequest {
 }
 
 /// What validation needs to know of the server.
+#[derive(Clone, Copy)]
 pub struct Ceilings<'a> {
     pub limits: &'a LimitsConfig,
     pub profiles: &'a ModelProfiles,
@@ -165,6 +169,21 @@ pub struct Ceilings<'a> {
     pub webhooks: &'a crate::runner::webhooks::Webhooks,
     /// For a run with built-in tools and no instructions (none: none).
     pub default_instructions: Option<&'a std::sync::Arc<str>>,
+}
+
+impl<'a> Ceilings<'a> {
+    /// The server's, as the API holds them.
+    pub fn of(state: &'a super::state::AppState) -> Self {
+        Self {
+            limits: &state.limits,
+            profiles: state.runner.profiles(),
+            presets: state.runner.presets(),
+            mcp: state.runner.mcp(),
+            default_model: &state.default_model,
+            webhooks: state.runner.webhooks(),
+            default_instructions: state.default_instructions.as_ref(),
+        }
+    }
 }
 
 impl CreateRunRequest {
@@ -296,6 +315,13 @@ impl CreateRunRequest {
                 0,
                 ceilings.max_resumes.into(),
             )? as u32,
+            output_retries: bounded(
+                "limits.output_retries",
+                requested.output_retries,
+                DEFAULT_LIMITS.output_retries.into(),
+                0,
+                ceilings.output_retries.into(),
+            )? as u32,
         };
         let requested = self.context.unwrap_or_default();
         let context = RunContext {
@@ -368,6 +394,7 @@ impl CreateRunRequest {
                 .check(&webhook.url)
                 .map_err(|why| ApiError::Validation(format!("webhook.url: {why}")))?;
         }
+        let output_schema = self.output_schema.map(output_schema).transpose()?;
 
         Ok(RunSpec {
             prompt: self.prompt,
@@ -386,8 +413,25 @@ impl CreateRunRequest {
             mcp_servers,
             webhook: self.webhook,
             trace: Default::default(),
+            agent: None,
+            output_schema,
         })
     }
+}
+
+/// A run's output schema: a JSON Schema object that compiles, within the
+/// size a client tool's schema may have.
+fn output_schema(schema: Value) -> Result<std::sync::Arc<Value>, ApiError> {
+    let size = serde_json::to_string(&schema).map_or(usize::MAX, |s| s.len());
+    if size > MAX_CLIENT_SCHEMAS_BYTES {
+        return Err(ApiError::Validation(format!(
+            "output_schema: at most {MAX_CLIENT_SCHEMAS_BYTES} bytes of JSON (got {size})"
+        )));
+    }
+    crate::harness::output::compile_output_schema(&schema).map_err(|why| {
+        ApiError::Validation(format!("output_schema: not a valid JSON Schema: {why}"))
+    })?;
+    Ok(std::sync::Arc::new(schema))
 }
 
 /// Whether `tools` names some of the MCP tools of `name`'s server, and not

@@ -33,6 +33,10 @@ pub enum ApiError {
     NotFound(&'static str),
     #[error("no route for {0}")]
     NoRoute(String),
+    /// An agent (or a version of one) the tenant does not have, or one
+    /// archived, for a new run: the message says which.
+    #[error("{0}")]
+    AgentNotFound(String),
     #[error("method {0} is not allowed here")]
     MethodNotAllowed(String),
     /// A request that contradicts the resource's state.
@@ -119,6 +123,7 @@ impl ApiError {
             Self::Validation(_) => C::InvalidRequest,
             Self::Unauthorized => C::Unauthorized,
             Self::NotFound(_) | Self::NoRoute(_) => C::NotFound,
+            Self::AgentNotFound(_) => C::AgentNotFound,
             Self::MethodNotAllowed(_) => C::MethodNotAllowed,
             Self::Conflict { code, .. } => *code,
             Self::PayloadTooLarge(_) => C::PayloadTooLarge,
@@ -155,6 +160,8 @@ pub enum ErrorCode {
     RunNotLive,
     RunNotPaused,
     RunLive,
+    AgentExists,
+    AgentNotFound,
     PayloadTooLarge,
     UriTooLong,
     UnsupportedMediaType,
@@ -174,7 +181,7 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 27] = [
+    pub const ALL: [ErrorCode; 29] = [
         Self::InvalidJson,
         Self::InvalidQuery,
         Self::InvalidPath,
@@ -186,6 +193,8 @@ impl ErrorCode {
         Self::RunNotLive,
         Self::RunNotPaused,
         Self::RunLive,
+        Self::AgentExists,
+        Self::AgentNotFound,
         Self::PayloadTooLarge,
         Self::UriTooLong,
         Self::UnsupportedMediaType,
@@ -217,6 +226,8 @@ impl ErrorCode {
             Self::RunNotLive => "run_not_live",
             Self::RunNotPaused => "run_not_paused",
             Self::RunLive => "run_live",
+            Self::AgentExists => "agent_exists",
+            Self::AgentNotFound => "agent_not_found",
             Self::PayloadTooLarge => "payload_too_large",
             Self::UriTooLong => "uri_too_long",
             Self::UnsupportedMediaType => "unsupported_media_type",
@@ -242,11 +253,13 @@ impl ErrorCode {
                 StatusCode::BAD_REQUEST
             }
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
-            Self::NotFound => StatusCode::NOT_FOUND,
+            Self::NotFound | Self::AgentNotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            Self::IdempotencyKeyReused | Self::RunNotLive | Self::RunNotPaused | Self::RunLive => {
-                StatusCode::CONFLICT
-            }
+            Self::IdempotencyKeyReused
+            | Self::RunNotLive
+            | Self::RunNotPaused
+            | Self::RunLive
+            | Self::AgentExists => StatusCode::CONFLICT,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UriTooLong => StatusCode::URI_TOO_LONG,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,

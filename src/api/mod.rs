@@ -4,6 +4,7 @@
 
 pub mod access;
 pub mod actions;
+pub mod agents;
 pub mod auth;
 pub mod clients;
 pub mod console;

@@ -7,11 +7,11 @@ use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use axum::http::Method;
-use axum::routing::{MethodRouter, delete, get, post};
+use axum::routing::{MethodRouter, delete, get, post, put};
 
 use super::state::AppState;
 use super::{
-    actions, console, events, runs, statuses, stream_tokens, system, transcript, workspace,
+    actions, agents, console, events, runs, statuses, stream_tokens, system, transcript, workspace,
 };
 
 /// One path and what it answers.
@@ -62,7 +62,7 @@ pub fn table() -> Vec<Route> {
             [
                 (
                     M::GET,
-                    &["status", "thread_id", "limit", "cursor"][..],
+                    &["status", "thread_id", "agent", "limit", "cursor"][..],
                     get(runs::list),
                 ),
                 (M::POST, &["wait", "stream"][..], post(runs::create)),
@@ -120,6 +120,37 @@ pub fn table() -> Vec<Route> {
             "/v1/runs/{id}/workspace/{*path}",
             false,
             [(M::GET, NONE, get(workspace::file))],
+        ),
+        route(
+            "/v1/agents",
+            false,
+            [
+                (
+                    M::GET,
+                    &["archived", "limit", "cursor"][..],
+                    get(agents::list),
+                ),
+                (M::POST, NONE, post(agents::create)),
+            ],
+        ),
+        route(
+            "/v1/agents/{name}",
+            false,
+            [
+                (M::GET, NONE, get(agents::get)),
+                (M::PUT, NONE, put(agents::update)),
+                (M::DELETE, NONE, delete(agents::archive)),
+            ],
+        ),
+        route(
+            "/v1/agents/{name}/versions",
+            false,
+            [(M::GET, &["limit", "cursor"][..], get(agents::versions))],
+        ),
+        route(
+            "/v1/agents/{name}/versions/{version}",
+            false,
+            [(M::GET, NONE, get(agents::version))],
         ),
         route("/v1/models", false, [(M::GET, NONE, get(system::models))]),
         route("/v1/mcp", false, [(M::GET, NONE, get(system::mcp))]),

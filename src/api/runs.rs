@@ -51,16 +51,11 @@ async fn create_run(
     let wait = flag(&query, "wait")? && !stream;
     let key = idempotency_key(&headers)?;
     let hash = key.as_ref().map(|_| request_hash(&body));
+    // The agent it names is the base of its body.
+    let (body, agent) = super::agents::under_agent(&state, &tenant, body).await?;
     let request: CreateRunRequest = super::json::from_value(body)?;
-    let mut spec = request.validate(&Ceilings {
-        limits: &state.limits,
-        profiles: state.runner.profiles(),
-        presets: state.runner.presets(),
-        mcp: state.runner.mcp(),
-        default_model: &state.default_model,
-        webhooks: state.runner.webhooks(),
-        default_instructions: state.default_instructions.as_ref(),
-    })?;
+    let mut spec = request.validate(&Ceilings::of(&state))?;
+    spec.agent = agent;
     // The caller's trace (W3C Trace Context); one that is not valid is
     // ignored, as the standard asks, and the run has a trace of its own.
     if let Some(trace) = headers
@@ -263,11 +258,28 @@ pub async fn list(
             .transpose()
     };
     let thread_id = id_param("thread_id", "a run id")?;
+    let agent = query.get("agent").map(String::as_str);
+    if let Some(name) = agent
+        && !crate::agent::is_valid_name(name)
+    {
+        return Err(ApiError::InvalidQuery(format!(
+            "agent {name:?} is not an agent's name (^[a-z0-9][a-z0-9_-]{{0,63}}$)"
+        )));
+    }
     let cursor = id_param("cursor", "a valid cursor")?;
     let mut runs = state
         .runner
         .store()
-        .list_runs(&tenant, RunFilter { status, thread_id }, cursor, limit + 1)
+        .list_runs(
+            &tenant,
+            RunFilter {
+                status,
+                thread_id,
+                agent,
+            },
+            cursor,
+            limit + 1,
+        )
         .await?;
     let next_cursor = if runs.len() > limit as usize {
         runs.truncate(limit as usize);
@@ -368,7 +380,7 @@ async fn cancel_run(state: &AppState, tenant: &Tenant, run: Run) -> Result<Cance
 }
 
 /// A boolean query parameter: absent, `false` or `0`; `true`, `1` or empty.
-fn flag(query: &HashMap<String, String>, name: &str) -> Result<bool, ApiError> {
+pub(super) fn flag(query: &HashMap<String, String>, name: &str) -> Result<bool, ApiError> {
     match query.get(name).map(String::as_str) {
         None | Some("false") | Some("0") => Ok(false),
         Some("true") | Some("1") | Some("") => Ok(true),

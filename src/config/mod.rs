@@ -268,6 +268,9 @@ pub struct LimitsConfig {
     pub action_timeout_ms: u64,
     /// Most resumes a run may ask for after its process stopped.
     pub max_resumes: u32,
+    /// Most retries a run may ask for of a final answer that is not valid
+    /// under its output schema.
+    pub output_retries: u32,
     /// Ceiling of a run's transcript as stored (its messages' JSON, with
     /// the conversation it continues): a result crossing it is cut and the
     /// run ends `context_limit`.
@@ -286,6 +289,7 @@ impl Default for LimitsConfig {
             max_tool_result_chars: 1_000_000,
             action_timeout_ms: 86_400_000,
             max_resumes: 10,
+            output_retries: 5,
             max_run_bytes: crate::harness::DEFAULT_MAX_RUN_BYTES,
             max_concurrent_downloads: 4,
         }

@@ -128,6 +128,10 @@ pub enum EventKind {
         answer: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
+        /// The final answer's JSON document, under an output schema (null
+        /// otherwise).
+        #[serde(default)]
+        output: Option<serde_json::Value>,
     },
 }
 

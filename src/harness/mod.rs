@@ -8,6 +8,7 @@ pub mod context;
 pub mod events;
 pub mod message;
 pub mod model;
+pub mod output;
 pub mod pause;
 pub mod registry;
 pub mod render;

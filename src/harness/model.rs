@@ -30,6 +30,11 @@ pub struct ModelRequest<'a> {
     /// require a tool call (OpenAI's `tool_choice: "required"`, Anthropic's
     /// `{"type": "any"}`); never together with `answer_now`.
     pub must_use_tool: bool,
+    /// The JSON Schema the run's final answer must be valid under, if it
+    /// has one: an adapter whose provider takes one natively sends it
+    /// (OpenAI's `response_format`), where its profile allows. The harness
+    /// tells the model of it in the instructions either way.
+    pub output_schema: Option<&'a Value>,
     /// Fires on client cancel and on the run's deadline. The harness also stops
     /// waiting for the model when it fires, so an adapter that ignores it is
     /// merely dropped.

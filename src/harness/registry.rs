@@ -240,7 +240,9 @@ pub fn is_valid_tool_name(name: &str) -> bool {
 /// there); each missing and each unexpected property is its own message, and
 /// missing properties come first, so the model reads the most basic problem
 /// first and the order never depends on keyword order in the schema.
-fn describe_errors<'a>(errors: impl Iterator<Item = ValidationError<'a>>) -> Vec<String> {
+pub(crate) fn describe_errors<'a>(
+    errors: impl Iterator<Item = ValidationError<'a>>,
+) -> Vec<String> {
     let errors: Vec<_> = errors.collect();
     let type_error_paths: Vec<String> = errors
         .iter()

@@ -42,6 +42,8 @@ pub struct OpenAiConfig {
     pub temperature: Option<f64>,
     /// Ask for a stream of server-sent events and forward text as it comes.
     pub stream: bool,
+    /// Send a run's output schema as `response_format`.
+    pub native_output_schema: bool,
 }
 
 impl OpenAiConfig {
@@ -52,6 +54,7 @@ impl OpenAiConfig {
             max_tokens: None,
             temperature: None,
             stream: false,
+            native_output_schema: true,
         }
     }
 }
@@ -65,6 +68,7 @@ pub struct OpenAi {
     model: String,
     max_tokens: Option<u32>,
     temperature: Option<f64>,
+    native_output_schema: bool,
 }
 
 impl OpenAiModel {
@@ -82,6 +86,7 @@ impl OpenAiModel {
                 model: config.model,
                 max_tokens: config.max_tokens,
                 temperature: config.temperature,
+                native_output_schema: config.native_output_schema,
             },
             stream: config.stream,
         })
@@ -111,6 +116,18 @@ impl Dialect for OpenAi {
             if request.must_use_tool {
                 body["tool_choice"] = json!("required");
             }
+        }
+        // The run's output schema, as the API's own structured output; not
+        // when a tool call is required, which a schema for the answer would
+        // contradict.
+        if let Some(schema) = request.output_schema
+            && self.native_output_schema
+            && !request.must_use_tool
+        {
+            body["response_format"] = json!({
+                "type": "json_schema",
+                "json_schema": {"name": "output", "schema": schema, "strict": false},
+            });
         }
         if let Some(max_tokens) = self.max_tokens {
             body["max_tokens"] = json!(max_tokens);

@@ -194,6 +194,7 @@ impl RunObserver {
                 usage,
                 answer: None,
                 error,
+                output: None,
             },
         };
         let _ = self.on_event(&event);
@@ -279,6 +280,7 @@ impl Observer for RunObserver {
                 usage,
                 answer,
                 error,
+                output,
             } => {
                 if self.ended.get().is_some() {
                     return Err("a second run_end was refused".into());
@@ -298,6 +300,8 @@ impl Observer for RunObserver {
                     usage: *usage,
                     finished_at: format_time(&event.timestamp),
                     finished: event.timestamp,
+                    output: output.as_ref().map(storable_json).transpose()?,
+                    document: output.clone(),
                     webhook: self.webhook,
                 }));
             }
@@ -408,6 +412,12 @@ fn is_answer(kind: &EventKind) -> bool {
 /// `text` with every NUL replaced by U+FFFD.
 fn storable_text(text: &str) -> String {
     text.replace('\0', "\u{FFFD}")
+}
+
+/// A document as stored: its JSON (in which a NUL is an escape, never a
+/// byte).
+fn storable_json(document: &serde_json::Value) -> Result<String, serde_json::Error> {
+    serde_json::to_string(document)
 }
 
 /// The event's JSON. A `message` event reuses the JSON the harness made of

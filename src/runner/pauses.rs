@@ -107,6 +107,9 @@ impl Runner {
             | Transitioned::Forwarded { .. }
             | Transitioned::Purged
             | Transitioned::Live(_)
+            | Transitioned::AgentSaved(_)
+            | Transitioned::AgentExists
+            | Transitioned::AgentArchived
             | Transitioned::HandedOver(_)
             | Transitioned::Expired(_) => {
                 return Err(SubmitError::Store(StoreError::Corrupt(

@@ -12,6 +12,7 @@ use chrono::Utc;
 use futures_util::FutureExt;
 
 use super::{Entry, LiveRun, Origin, Runner, observer};
+use crate::harness::output::OutputSchema;
 use crate::harness::{
     Answers, Approval, Checkpoint, ContextLimits, Harness, Limits, Message, Model, Outcome,
     Progress, RunConfig, StopReason,
@@ -497,6 +498,13 @@ impl RunTask {
             check_answers: shared.check_answers,
             write_code_blocks: shared.write_code_blocks,
             draft_first: shared.draft_first,
+            output: spec
+                .output_schema
+                .as_ref()
+                .map(|schema| OutputSchema::new(Arc::clone(schema), spec.limits.output_retries))
+                .transpose()
+                .map_err(|why| format!("the output schema does not compile: {why}"))?
+                .map(Arc::new),
         };
         let harness = Harness {
             model: &*model,

@@ -15,6 +15,8 @@
 //! engines, with what differs between them kept to connecting, the
 //! migrations and what counts as storage refusing writes.
 
+mod agents;
+pub use agents::Saved;
 pub mod cluster;
 mod connect;
 pub mod live;
@@ -136,9 +138,11 @@ pub struct StoredRecovery {
 
 /// Which runs a listing shows.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct RunFilter {
+pub struct RunFilter<'a> {
     pub status: Option<RunStatus>,
     pub thread_id: Option<Uuid>,
+    /// The runs made from this agent (any version).
+    pub agent: Option<&'a str>,
 }
 
 /// A paused run, answered, as stored: what its resume starts from.
@@ -174,6 +178,8 @@ pub struct Store {
     cluster: Option<Arc<cluster::Cluster>>,
     /// On a SQLite file: this server's hold on it, let go at close.
     lock: Option<DatabaseLock>,
+    /// The agents' versions runs named (on SQLite; see [`agents`]).
+    agents: Arc<agents::Cache>,
 }
 
 impl Store {
@@ -259,6 +265,7 @@ impl Store {
                     channels,
                     cluster: None,
                     lock,
+                    agents: Default::default(),
                 };
                 (store, recovered)
             }
@@ -284,6 +291,7 @@ impl Store {
                     channels,
                     cluster: Some(cluster),
                     lock: None,
+                    agents: Default::default(),
                 };
                 (store, Recovered::default())
             }
@@ -421,6 +429,7 @@ pub(crate) fn run_end_body(
             usage: run.usage,
             answer: None,
             error,
+            output: None,
         },
     };
     serde_json::to_string(&event)

@@ -80,10 +80,23 @@ impl Store {
     pub async fn list_runs(
         &self,
         tenant: &Tenant,
-        filter: RunFilter,
+        filter: RunFilter<'_>,
         cursor: Option<Uuid>,
         limit: u32,
     ) -> Result<Vec<Run>, StoreError> {
+        if let Some(agent) = filter.agent {
+            let query = sqlx::query(rows::SELECT_RUNS_PAGE_BY_AGENT)
+                .bind(&tenant.0)
+                .bind(cursor.map(|c| c.to_string()))
+                .bind(i64::from(limit))
+                .bind(agent)
+                .bind(filter.status.map(RunStatus::as_str))
+                .bind(filter.thread_id.map(|thread| thread.to_string()));
+            let rows = self
+                .read(async |connection| query.fetch_all(connection).await)
+                .await?;
+            return rows.iter().map(rows::run_from_row).collect();
+        }
         let statement = match (filter.status, filter.thread_id) {
             (None, None) => rows::SELECT_RUNS_PAGE,
             (Some(_), None) => rows::SELECT_RUNS_PAGE_BY_STATUS,

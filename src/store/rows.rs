@@ -20,7 +20,8 @@ macro_rules! select_runs {
             "commands, model, metadata, model_spec, request_hash, created_at, started_at, ",
             "finished_at, approval, client_tools, pending_actions, answers, running_ms, ",
             "action_deadline, instructions, thread_id, previous_run_id, mcp_servers, webhook, ",
-            "resumes, owner, trace_id, parent_span_id, trace_sampled ",
+            "resumes, owner, trace_id, parent_span_id, trace_sampled, agent_name, agent_version, ",
+            "output_schema, output ",
             "FROM runs ",
             $filter
         )
@@ -70,6 +71,12 @@ pub(super) const SELECT_RUNS_PAGE_BY_STATUS_AND_THREAD: &str = select_runs!(
     "WHERE tenant = $1 AND ($2 IS NULL OR id < $2) AND thread_id = $4 AND status = $5 \
      ORDER BY id DESC LIMIT $3"
 );
+/// An agent's runs (`runs_by_tenant_agent`), of one status or thread when
+/// bound non-null.
+pub(super) const SELECT_RUNS_PAGE_BY_AGENT: &str = select_runs!(
+    "WHERE tenant = $1 AND ($2 IS NULL OR id < $2) AND agent_name = $4 \
+     AND ($5 IS NULL OR status = $5) AND ($6 IS NULL OR thread_id = $6) ORDER BY id DESC LIMIT $3"
+);
 
 pub(super) fn run_from_row(row: &AnyRow) -> Result<Run, StoreError> {
     Ok(Run {
@@ -115,6 +122,15 @@ pub(super) fn run_from_row(row: &AnyRow) -> Result<Run, StoreError> {
             .map(|text| serde_json::from_str(&text))
             .transpose()
             .map_err(|e| StoreError::Corrupt(format!("webhook: {e}")))?,
+        agent: match row.get::<Option<String>, _>("agent_name") {
+            Some(name) => Some(crate::run::AgentRef {
+                name,
+                version: count(row, "agent_version")?,
+            }),
+            None => None,
+        },
+        output_schema: optional_json(row, "output_schema")?.map(std::sync::Arc::new),
+        output: optional_json(row, "output")?,
         created_at: time(&row.get::<String, _>("created_at"))?,
         started_at: row
             .get::<Option<String>, _>("started_at")
@@ -168,6 +184,14 @@ fn count<T: TryFrom<i64>>(row: &AnyRow, column: &str) -> Result<T, StoreError> {
 
 pub(super) fn json<T: DeserializeOwned>(row: &AnyRow, column: &str) -> Result<T, StoreError> {
     serde_json::from_str(&row.get::<String, _>(column))
+        .map_err(|e| StoreError::Corrupt(format!("{column}: {e}")))
+}
+
+/// A column of JSON that may be null.
+fn optional_json<T: DeserializeOwned>(row: &AnyRow, column: &str) -> Result<Option<T>, StoreError> {
+    row.get::<Option<String>, _>(column)
+        .map(|text| serde_json::from_str(&text))
+        .transpose()
         .map_err(|e| StoreError::Corrupt(format!("{column}: {e}")))
 }
 

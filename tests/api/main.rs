@@ -5,6 +5,7 @@
 
 mod helpers;
 
+mod agents;
 mod blocks;
 mod browsers;
 mod cancel;

@@ -628,7 +628,10 @@ async fn the_document_is_served_at_openapi_json() {
 
 /// A concrete URL for a documented path.
 fn concrete(path: &str, run_id: &str, file: &str) -> String {
-    path.replace("{id}", run_id).replace("{path}", file)
+    path.replace("{id}", run_id)
+        .replace("{path}", file)
+        .replace("{name}", "probe")
+        .replace("{version}", "1")
 }
 
 fn is_no_route(reply: &Reply) -> bool {
@@ -1364,11 +1367,13 @@ fn the_schemas_refuse_wrong_shapes() {
         "steps": 1, "tool_calls": 0,
         "usage": {"input_tokens": 0, "output_tokens": 0, "model_calls_with_usage": 0},
         "resumes": 0,
-        "limits": {"max_steps": 10, "max_tool_calls": 30, "timeout_ms": 120000, "action_timeout_ms": 3600000, "max_resumes": 3},
+        "limits": {"max_steps": 10, "max_tool_calls": 30, "timeout_ms": 120000, "action_timeout_ms": 3600000, "max_resumes": 3, "output_retries": 2},
         "context": {"max_context_chars": 32000, "max_tool_result_chars": 8000},
         "tools": ["read_file"], "commands": [], "model": {"provider": "scripted"}, "metadata": {},
         "pending_actions": [], "approval": {"tools": []}, "client_tools": [], "mcp_servers": [],
         "instructions": null, "thread_id": run_id, "previous_run_id": null,
+        "agent": {"name": "triage", "version": 2}, "output_schema": {"type": "object"},
+        "output": {"severity": "low"},
         "created_at": "2026-01-02T03:04:05.123Z", "started_at": null, "finished_at": null,
         "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736"
     });
@@ -1389,6 +1394,9 @@ fn the_schemas_refuse_wrong_shapes() {
     let mut missing = run.clone();
     missing.as_object_mut().unwrap().remove("finished_at");
     assert_refused(run_schema, &missing, "a run without finished_at");
+    let mut agent = run.clone();
+    agent["agent"] = json!({"name": "Triage", "version": 0});
+    assert_refused(run_schema, &agent, "a run with an agent that is not one");
 
     let messages = response_schema("get", "/v1/runs/{id}/messages", "200");
     assert_matches(

@@ -51,6 +51,9 @@ async fn a_created_run_is_answered_with_its_object_and_location() {
         "instructions",
         "thread_id",
         "previous_run_id",
+        "agent",
+        "output_schema",
+        "output",
         "created_at",
         "started_at",
         "finished_at",
@@ -64,7 +67,7 @@ async fn a_created_run_is_answered_with_its_object_and_location() {
     assert_eq!(run["resumes"], 0);
     assert_eq!(
         run["limits"],
-        json!({"max_steps": 3, "max_tool_calls": 4, "timeout_ms": 5000, "action_timeout_ms": 3_600_000, "max_resumes": 3})
+        json!({"max_steps": 3, "max_tool_calls": 4, "timeout_ms": 5000, "action_timeout_ms": 3_600_000, "max_resumes": 3, "output_retries": 2})
     );
     assert_eq!(
         run["context"],

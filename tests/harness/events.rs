@@ -100,6 +100,7 @@ async fn events_come_in_order_with_a_gap_free_sequence() {
             },
             answer: Some("Done".into()),
             error: None,
+            output: None,
         }
     );
 }

@@ -9,5 +9,6 @@ mod cancellation;
 mod context;
 mod events;
 mod failures;
+mod output;
 mod pause;
 mod tools;

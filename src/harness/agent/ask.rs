@@ -69,6 +69,13 @@ impl Run<'_, '_> {
             tools: if draft { &[] } else { tools.definitions() },
             answer_now: stuck::is_stuck(&self.messages),
             must_use_tool: !draft && unread::was_noted(&self.messages),
+            // Not with a draft, which is no final answer.
+            output_schema: self
+                .config
+                .output
+                .as_ref()
+                .filter(|_| !draft)
+                .map(|output| &**output.schema()),
             cancel: token,
             deadline,
             traceparent: self.emitter.traceparent(),

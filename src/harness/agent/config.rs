@@ -97,6 +97,9 @@ pub struct RunConfig {
     /// is a draft made without tool definitions (see
     /// [`crate::harness::agent`]'s `draft` note).
     pub draft_first: bool,
+    /// The JSON Schema its final answer must be valid under, if any (see
+    /// [`crate::harness::output`]).
+    pub output: Option<Arc<crate::harness::output::OutputSchema>>,
 }
 
 impl RunConfig {
@@ -114,6 +117,7 @@ impl RunConfig {
             check_answers: false,
             write_code_blocks: false,
             draft_first: false,
+            output: None,
         }
     }
 }

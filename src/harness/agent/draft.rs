@@ -154,7 +154,7 @@ impl Run<'_, '_> {
         if draft && self.config.default_instructions {
             return None;
         }
-        self.config.instructions.as_deref()
+        self.sent_instructions()
     }
 }
 

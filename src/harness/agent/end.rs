@@ -34,8 +34,13 @@ impl Run<'_, '_> {
     }
 
     pub(super) fn finish(mut self, end: End, stopped: Stopped) -> RunResult {
+        let mut output = None;
         let (status, answer, error) = match end {
-            End::Completed(answer) => (Outcome::Completed, Some(answer), None),
+            End::Completed(answer, document) => {
+                output = document;
+                (Outcome::Completed, Some(answer), None)
+            }
+            End::OutputInvalid(answer, error) => (Outcome::Failed, Some(answer), Some(error)),
             End::StepLimit => (Outcome::StepLimit, None, None),
             End::ToolLimit => (Outcome::ToolLimit, None, None),
             End::Stopped => match stopped {
@@ -63,6 +68,7 @@ impl Run<'_, '_> {
             usage,
             answer: answer.clone(),
             error: error.clone(),
+            output: output.clone(),
         });
         RunResult {
             run_id: self.config.run_id,
@@ -73,6 +79,7 @@ impl Run<'_, '_> {
             steps,
             tool_calls,
             usage,
+            output,
         }
     }
 }

@@ -20,6 +20,7 @@ mod cut_off;
 mod draft;
 mod end;
 mod notes;
+mod output;
 mod recover;
 
 pub use config::{
@@ -80,6 +81,9 @@ pub struct RunResult {
     /// Tool calls dispatched (unknown and invalid ones included).
     pub tool_calls: u32,
     pub usage: UsageTotals,
+    /// The final answer's JSON document, when the run has an output schema
+    /// and completed.
+    pub output: Option<Value>,
 }
 
 /// The inputs of a run that outlive it: the model, the tools, and who listens.
@@ -98,7 +102,12 @@ enum Stopped {
 
 /// How the loop ended, before it is turned into a status.
 enum End {
-    Completed(String),
+    /// The final answer, and its document when the run has an output
+    /// schema.
+    Completed(String, Option<Value>),
+    /// The last answer was not valid output, and no retry is left: the
+    /// answer, and the run's error.
+    OutputInvalid(String, String),
     StepLimit,
     ToolLimit,
     /// The run's token fired: its deadline, or a stop from outside.
@@ -316,6 +325,9 @@ struct Run<'h, 'c> {
     /// A result was cut at the ceiling: the batch's other calls are not
     /// run, and the run ends.
     at_ceiling: bool,
+    /// The instructions sent, when the run has an output schema: its own
+    /// followed by what the model is told of the schema.
+    told_instructions: Option<String>,
 }
 
 impl<'h, 'c> Run<'h, 'c> {
@@ -334,6 +346,12 @@ impl<'h, 'c> Run<'h, 'c> {
             began: Instant::now(),
             transcript_bytes: 0,
             at_ceiling: false,
+            told_instructions: config.output.as_ref().map(|output| {
+                match config.instructions.as_deref() {
+                    Some(own) => format!("{own}\n\n{}", output.told()),
+                    None => output.told().to_owned(),
+                }
+            }),
         }
     }
 
@@ -383,7 +401,7 @@ impl<'h, 'c> Run<'h, 'c> {
     /// counted in it (the characters of their JSON string).
     fn select_context(&self) -> Result<Selection, ContextError> {
         let limit = self.config.context.max_context_chars.get();
-        let text = self.config.instructions.as_deref().unwrap_or_default();
+        let text = self.sent_instructions().unwrap_or_default();
         // As a JSON string the instructions take at most six characters a
         // byte (`\u00XX`), and their quotes: when the whole transcript fits
         // beside that, nothing is left out, and they need not be measured.
@@ -391,12 +409,9 @@ impl<'h, 'c> Run<'h, 'c> {
         let instructions = if self.index.total() + at_most <= limit {
             at_most
         } else {
-            *self.instructions_chars.get_or_init(|| {
-                self.config
-                    .instructions
-                    .as_deref()
-                    .map_or(0, json_string_chars)
-            })
+            *self
+                .instructions_chars
+                .get_or_init(|| self.sent_instructions().map_or(0, json_string_chars))
         };
         self.index
             .select(limit.saturating_sub(instructions))
@@ -473,7 +488,9 @@ impl Run<'_, '_> {
                 Asked::Again => continue,
                 Asked::End(end) => return end,
             };
-            self.add_block_calls(&mut response).await;
+            if !self.is_output(&response) {
+                self.add_block_calls(&mut response).await;
+            }
             self.add_check_calls(&mut response);
             let batch = response.tool_calls.len();
             if batch > limits.max_tool_calls.saturating_sub(self.tool_calls) as usize {
@@ -498,7 +515,10 @@ impl Run<'_, '_> {
                     self.append(Message::user(note));
                     continue;
                 }
-                return End::Completed(answer);
+                match self.complete(answer) {
+                    Some(end) => return end,
+                    None => continue,
+                }
             }
             let assistant = match self
                 .append_response(Message::assistant(response.content, response.tool_calls))
@@ -531,7 +551,10 @@ impl Run<'_, '_> {
                 return self.ceiling_end();
             }
             if let Some(answer) = added::checked_answer(&assistant, &self.messages) {
-                return End::Completed(answer);
+                match self.complete(answer) {
+                    Some(end) => return end,
+                    None => continue,
+                }
             }
             if let Some(note) = self.passed_note() {
                 self.append(Message::user(note));

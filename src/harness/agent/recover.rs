@@ -40,7 +40,7 @@ impl Run<'_, '_> {
             let Message::Assistant { content, .. } = &*assistant else {
                 return None;
             };
-            return Some(End::Completed(content.clone()));
+            return self.complete(content.clone());
         }
         let answered: HashSet<&str> = self.messages[batch + 1..]
             .iter()

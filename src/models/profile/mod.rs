@@ -89,6 +89,8 @@ struct RawProfile {
     script: Option<Vec<Value>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     instructions: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    native_output_schema: Option<bool>,
 }
 
 impl ModelProfile {
@@ -120,6 +122,7 @@ impl From<ModelProfile> for RawProfile {
             stream: None,
             script: None,
             instructions: None,
+            native_output_schema: None,
         };
         match profile {
             ModelProfile::Scripted(scripted) => {
@@ -146,6 +149,8 @@ impl From<ModelProfile> for RawProfile {
                 raw.retry_max_ms = http.retry_max_ms;
                 raw.stream = Some(http.stream);
                 raw.instructions = http.instructions;
+                raw.native_output_schema =
+                    (kind == ProfileKind::OpenAi).then_some(http.native_output_schema);
             }
         }
         raw
@@ -170,6 +175,7 @@ impl TryFrom<RawProfile> for ModelProfile {
                 ("retry_base_ms", raw.retry_base_ms.is_some()),
                 ("retry_max_ms", raw.retry_max_ms.is_some()),
                 ("stream", raw.stream.is_some()),
+                ("native_output_schema", raw.native_output_schema.is_some()),
             ];
             if let Some((field, _)) = http_fields.iter().find(|(_, present)| *present) {
                 return Err(format!("`{field}` is not a setting of kind scripted"));
@@ -182,6 +188,13 @@ impl TryFrom<RawProfile> for ModelProfile {
         }
         if raw.script.is_some() {
             return Err(format!("`script` is only for kind scripted, not {kind}"));
+        }
+        if kind == ProfileKind::Anthropic && raw.native_output_schema.is_some() {
+            return Err(
+                "`native_output_schema` is only for kind openai (Anthropic's Messages API is told \
+                 the schema in the system prompt)"
+                    .into(),
+            );
         }
         let profile = HttpProfile {
             base_url: raw.base_url,
@@ -196,6 +209,7 @@ impl TryFrom<RawProfile> for ModelProfile {
             retry_max_ms: raw.retry_max_ms,
             stream: raw.stream.unwrap_or(false),
             instructions: raw.instructions,
+            native_output_schema: raw.native_output_schema.unwrap_or(true),
         };
         Ok(match kind {
             ProfileKind::Anthropic => Self::Anthropic(profile),
@@ -205,7 +219,7 @@ impl TryFrom<RawProfile> for ModelProfile {
 }
 
 /// The settings of a profile served over HTTP.
-#[derive(Clone, PartialEq, Default)]
+#[derive(Clone, PartialEq)]
 pub struct HttpProfile {
     /// Default: `https://api.openai.com/v1` (requests go to
     /// `{base_url}/chat/completions`) or `https://api.anthropic.com`
@@ -236,6 +250,30 @@ pub struct HttpProfile {
     pub stream: bool,
     /// The system prompt of a run of this profile that gives none.
     pub instructions: Option<String>,
+    /// Send a run's output schema as the provider's own (OpenAI's
+    /// `response_format`); off for servers that cannot combine it with
+    /// tools. Default on.
+    pub native_output_schema: bool,
+}
+
+impl Default for HttpProfile {
+    fn default() -> Self {
+        Self {
+            base_url: None,
+            model: None,
+            api_key_env: None,
+            headers: BTreeMap::new(),
+            timeout_ms: None,
+            max_tokens: None,
+            temperature: None,
+            max_attempts: None,
+            retry_base_ms: None,
+            retry_max_ms: None,
+            stream: false,
+            instructions: None,
+            native_output_schema: true,
+        }
+    }
 }
 
 // Header values may be sensitive even when they are not the key: show names
@@ -255,6 +293,7 @@ impl fmt::Debug for HttpProfile {
             .field("retry_max_ms", &self.retry_max_ms)
             .field("stream", &self.stream)
             .field("instructions", &self.instructions.as_ref().map(String::len))
+            .field("native_output_schema", &self.native_output_schema)
             .finish()
     }
 }

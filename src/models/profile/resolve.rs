@@ -46,6 +46,7 @@ impl ModelProfile {
                     max_tokens: profile.max_tokens,
                     temperature: profile.temperature,
                     stream: profile.stream,
+                    native_output_schema: profile.native_output_schema,
                 }))
             }
             Self::Anthropic(profile) => {

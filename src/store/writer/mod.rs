@@ -41,6 +41,7 @@
 //! - [`transition`]: checked changes to paused runs, and [`retention`]:
 //!   removing runs that have ended.
 
+mod agents;
 mod death;
 mod health;
 mod ops;

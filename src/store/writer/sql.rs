@@ -37,6 +37,9 @@ pub(crate) struct RunRow {
     trace_id: String,
     parent_span_id: Option<String>,
     trace_sampled: bool,
+    agent_name: Option<String>,
+    agent_version: Option<i64>,
+    output_schema: Option<String>,
     /// The change of status its insert commits.
     change: StatusChange,
 }
@@ -83,6 +86,9 @@ impl RunRow {
             trace_id: run.trace_id.clone(),
             parent_span_id: run.parent_span_id.clone(),
             trace_sampled: run.trace_sampled,
+            agent_name: run.agent.as_ref().map(|agent| agent.name.clone()),
+            agent_version: run.agent.as_ref().map(|agent| i64::from(agent.version)),
+            output_schema: run.output_schema.as_deref().map(json).transpose()?,
             change: StatusChange {
                 run_id: run.id,
                 tenant: new.tenant.0.clone(),
@@ -271,9 +277,10 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
             "INSERT INTO runs (id, tenant, status, prompt, limits, context, tools, commands, \
              model, metadata, approval, client_tools, mcp_servers, instructions, thread_id, \
              previous_run_id, model_spec, idempotency_key, request_hash, created_at, started_at, \
-             owner, webhook, trace_id, parent_span_id, trace_sampled) ",
+             owner, webhook, trace_id, parent_span_id, trace_sampled, agent_name, agent_version, \
+             output_schema) ",
             chunk.len(),
-            26,
+            29,
             "",
         );
         let mut query = sqlx::query(&sql);
@@ -304,7 +311,10 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
                 .bind(row.webhook.as_deref())
                 .bind(row.trace_id.as_str())
                 .bind(row.parent_span_id.as_deref())
-                .bind(i64::from(row.trace_sampled));
+                .bind(i64::from(row.trace_sampled))
+                .bind(row.agent_name.as_deref())
+                .bind(row.agent_version)
+                .bind(row.output_schema.as_deref());
         }
         query.execute(&mut *connection).await?;
     }
@@ -447,10 +457,10 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
             "UPDATE runs SET status = v.column2, answer = v.column3, error = v.column4, \
              steps = v.column5, tool_calls = v.column6, input_tokens = v.column7, \
              output_tokens = v.column8, model_calls_with_usage = v.column9, \
-             finished_at = v.column10, pending_actions = '[]', answers = '{}', \
-             action_deadline = NULL FROM (",
+             finished_at = v.column10, output = v.column11, pending_actions = '[]', \
+             answers = '{}', action_deadline = NULL FROM (",
             chunk.len(),
-            10,
+            11,
             ") AS v WHERE runs.id = v.column1",
         );
         let mut query = sqlx::query(&sql);
@@ -465,7 +475,8 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
                 .bind(saturate(finish.usage.input_tokens))
                 .bind(saturate(finish.usage.output_tokens))
                 .bind(saturate(finish.usage.model_calls_with_usage))
-                .bind(finish.finished_at.as_str());
+                .bind(finish.finished_at.as_str())
+                .bind(finish.output.as_deref());
         }
         query.execute(&mut *connection).await?;
     }

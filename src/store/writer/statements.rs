@@ -6,7 +6,7 @@ use sqlx::AnyConnection;
 
 use crate::store::Engine;
 
-/// Most rows one statement writes (the runs insert binds 26 values a row,
+/// Most rows one statement writes (the runs insert binds 29 values a row,
 /// well within SQLite's 32,766 variables).
 const MAX_ROWS_PER_STATEMENT: usize = 256;
 

@@ -57,6 +57,15 @@ pub enum Transition {
     /// Removes up to `limit` runs that ended before `before` (RFC 3339),
     /// oldest first (the retention sweep).
     Expire { before: String, limit: u32 },
+    /// A new version of an agent of `tenant`: its first (`create`), or the
+    /// next of a live one.
+    SaveAgent {
+        tenant: Tenant,
+        version: crate::agent::NewVersion,
+        create: bool,
+    },
+    /// Archives an agent of `tenant`.
+    ArchiveAgent { tenant: Tenant, name: String },
 }
 
 /// What a transition found and did.
@@ -95,6 +104,12 @@ pub enum Transitioned {
     Live(RunStatus),
     /// The runs removed.
     Expired(Vec<Uuid>),
+    /// The agent's new version, stored.
+    AgentSaved(crate::agent::Agent),
+    /// A live agent of that name exists: nothing was written.
+    AgentExists,
+    /// The agent is archived.
+    AgentArchived,
 }
 
 /// Applies `transitions` in order in one transaction, each deciding on
@@ -254,6 +269,14 @@ async fn decide_one(
         Transition::HandOver { run_id, holder, at } => {
             return hand_over(connection, *run_id, holder.as_deref(), *at).await;
         }
+        Transition::SaveAgent {
+            tenant,
+            version,
+            create,
+        } => return super::agents::save(connection, tenant, version, *create).await,
+        Transition::ArchiveAgent { tenant, name } => {
+            return super::agents::archive(connection, tenant, name).await;
+        }
     };
     let Some(row) = lock_run(connection, run_id).await? else {
         return Ok(Transitioned::NotFound);
@@ -343,9 +366,11 @@ async fn decide_one(
         }
         Transition::Cancel { at, .. } => end(connection, run, Outcome::Aborted, None, *at).await,
         // Decided before the run is read.
-        Transition::Purge { .. } | Transition::Expire { .. } | Transition::HandOver { .. } => {
-            Ok(Transitioned::NotDue)
-        }
+        Transition::Purge { .. }
+        | Transition::Expire { .. }
+        | Transition::HandOver { .. }
+        | Transition::SaveAgent { .. }
+        | Transition::ArchiveAgent { .. } => Ok(Transitioned::NotDue),
         Transition::End {
             status,
             error,
