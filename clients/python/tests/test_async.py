@@ -85,3 +85,45 @@ async def test_list_runs_and_errors(server: Server) -> None:
 
     assert [run.id for run in runs] == [second.id, first.id]
     assert (refused.value.status, refused.value.code) == (404, "not_found")
+
+
+async def test_agents_and_structured_output(server: Server) -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    async with AsyncClient(server.url) as client:
+        created = await client.create_agent(
+            "async-counter",
+            description="Counts",
+            output_schema=schema,
+            model=scripted({"content": '{"n": 1}'}),
+        )
+        updated = await client.update_agent(
+            "async-counter", output_schema=schema, model=scripted({"content": '{"n": 2}'})
+        )
+        first = await client.get_agent("async-counter", version=1)
+        versions = [agent async for agent in client.list_agent_versions("async-counter", limit=1)]
+        page = await client.list_agent_versions_page("async-counter")
+        live = [agent.name async for agent in client.list_agents(limit=1)]
+        latest = await client.create_run("Count", agent="async-counter", wait=True)
+        pinned = await client.create_run("Count", agent="async-counter@1", wait=True)
+        runs = [run async for run in client.list_runs(agent="async-counter", limit=1)]
+        with pytest.raises(AgentRunnerError) as exists:
+            await client.create_agent("async-counter")
+        await client.delete_agent("async-counter")
+        archived = await client.get_agent("async-counter")
+        archived_names = [agent.name async for agent in client.list_agents(archived=True)]
+        listed = await client.list_agents_page()
+        with pytest.raises(AgentRunnerError) as unknown:
+            await client.get_agent("async-nobody")
+
+    assert (created.version, updated.version, first) == (1, 2, created)
+    assert [agent.version for agent in versions] == [2, 1]
+    assert [agent.version for agent in page.versions] == [2, 1] and page.next_cursor is None
+    assert "async-counter" in live
+    assert (latest.output, latest.agent) == ({"n": 2}, {"name": "async-counter", "version": 2})
+    assert (pinned.output, pinned.agent) == ({"n": 1}, {"name": "async-counter", "version": 1})
+    assert latest.output_schema == schema
+    assert [run.id for run in runs] == [pinned.id, latest.id]
+    assert (exists.value.status, exists.value.code) == (409, "agent_exists")
+    assert archived.archived and "async-counter" in archived_names
+    assert "async-counter" not in [agent.name for agent in listed.agents]
+    assert (unknown.value.status, unknown.value.code) == (404, "agent_not_found")

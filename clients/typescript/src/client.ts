@@ -1,9 +1,15 @@
-import { sendJson, type Transport } from "./http.js";
+import { send, sendJson, type Transport } from "./http.js";
 import { followRunEvents, type EventsOptions } from "./stream.js";
 import type {
   ActionAnswer,
   ActionsRequest,
+  Agent,
+  AgentList,
+  AgentVersionList,
+  CreateAgentRequest,
   CreateRunRequest,
+  ListAgentsQuery,
+  ListAgentVersionsQuery,
   ListRunsQuery,
   Message,
   MessageList,
@@ -11,6 +17,7 @@ import type {
   RunEvent,
   RunList,
   RunStatus,
+  UpdateAgentRequest,
 } from "./types.js";
 
 /** Where the server is and how to talk to it. */
@@ -51,12 +58,46 @@ export interface ListRunsOptions extends RequestOptions {
   status?: RunStatus;
   /** Only the runs of this conversation. */
   threadId?: string;
+  /** Only the runs made from this agent (any of its versions), by its name. */
+  agent?: string;
   /** Page size, 1 to 100 (default 20). */
   limit?: number;
 }
 
 /** Options of {@link AgentRunner.listRunsPage}. */
 export interface ListRunsPageOptions extends ListRunsOptions {
+  /** The `next_cursor` of the previous page; absent or `null` for the first. */
+  cursor?: string | null;
+}
+
+/** Options of {@link AgentRunner.getAgent}. */
+export interface GetAgentOptions extends RequestOptions {
+  /** That version of the agent (1 for the first); absent: its latest. */
+  version?: number;
+}
+
+/** Filters of {@link AgentRunner.listAgents}. */
+export interface ListAgentsOptions extends RequestOptions {
+  /** `true`: the archived agents only; absent or `false`: the live ones. */
+  archived?: boolean;
+  /** Page size, 1 to 100 (default 20). */
+  limit?: number;
+}
+
+/** Options of {@link AgentRunner.listAgentsPage}. */
+export interface ListAgentsPageOptions extends ListAgentsOptions {
+  /** The `next_cursor` of the previous page; absent or `null` for the first. */
+  cursor?: string | null;
+}
+
+/** Options of {@link AgentRunner.listAgentVersions}. */
+export interface ListAgentVersionsOptions extends RequestOptions {
+  /** Page size, 1 to 100 (default 20). */
+  limit?: number;
+}
+
+/** Options of {@link AgentRunner.listAgentVersionsPage}. */
+export interface ListAgentVersionsPageOptions extends ListAgentVersionsOptions {
   /** The `next_cursor` of the previous page; absent or `null` for the first. */
   cursor?: string | null;
 }
@@ -109,6 +150,7 @@ export class AgentRunner {
     const query: ListRunsQuery = {};
     if (options.status !== undefined) query.status = options.status;
     if (options.threadId !== undefined) query.thread_id = options.threadId;
+    if (options.agent !== undefined) query.agent = options.agent;
     if (options.limit !== undefined) query.limit = options.limit;
     if (options.cursor != null) query.cursor = options.cursor;
     return sendJson<RunList>(this.transport, "GET", "/v1/runs", {
@@ -196,8 +238,111 @@ export class AgentRunner {
   events(id: string, options: EventsOptions = {}): AsyncGenerator<RunEvent, void, undefined> {
     return followRunEvents(this.transport, id, options);
   }
+
+  /**
+   * Stores an agent (`POST /v1/agents`): its name, description and
+   * definition (the fields of a run body but `prompt`, `workspace`,
+   * `previous_run_id` and `agent`), validated as a run's. Answers its
+   * version 1, or the next version of an archived agent of that name, which
+   * it brings back. A live agent of that name is a 409 `agent_exists`.
+   */
+  async createAgent(request: CreateAgentRequest, options: RequestOptions = {}): Promise<Agent> {
+    return sendJson<Agent>(this.transport, "POST", "/v1/agents", {
+      body: request,
+      signal: options.signal,
+    });
+  }
+
+  /**
+   * Makes the agent's next version from `request` (`PUT /v1/agents/{name}`);
+   * the versions before it stay as they were. Answers the new version.
+   */
+  async updateAgent(name: string, request: UpdateAgentRequest, options: RequestOptions = {}): Promise<Agent> {
+    return sendJson<Agent>(this.transport, "PUT", agentPath(name), {
+      body: request,
+      signal: options.signal,
+    });
+  }
+
+  /**
+   * The agent's latest version (`GET /v1/agents/{name}`), or with `version`
+   * that one (`GET /v1/agents/{name}/versions/{version}`). An archived
+   * agent is answered too, with `archived` true.
+   */
+  async getAgent(name: string, options: GetAgentOptions = {}): Promise<Agent> {
+    const path =
+      options.version === undefined
+        ? agentPath(name)
+        : `${agentPath(name)}/versions/${encodeURIComponent(String(options.version))}`;
+    return sendJson<Agent>(this.transport, "GET", path, { signal: options.signal });
+  }
+
+  /** One page of agents, by name (`GET /v1/agents`); pass its `next_cursor` for the next. */
+  async listAgentsPage(options: ListAgentsPageOptions = {}): Promise<AgentList> {
+    const query: ListAgentsQuery = {};
+    if (options.archived !== undefined) query.archived = options.archived ? "true" : "false";
+    if (options.limit !== undefined) query.limit = options.limit;
+    if (options.cursor != null) query.cursor = options.cursor;
+    return sendJson<AgentList>(this.transport, "GET", "/v1/agents", {
+      query: { ...query },
+      signal: options.signal,
+    });
+  }
+
+  /**
+   * Every agent (the live ones, or with `archived` the archived ones), each
+   * as its latest version, by name, fetching page after page as the
+   * iteration goes on.
+   */
+  async *listAgents(options: ListAgentsOptions = {}): AsyncGenerator<Agent, void, undefined> {
+    let cursor: string | null = null;
+    do {
+      const page: AgentList = await this.listAgentsPage({ ...options, cursor });
+      yield* page.agents;
+      cursor = page.next_cursor;
+    } while (cursor !== null);
+  }
+
+  /** One page of the agent's versions, newest first (`GET /v1/agents/{name}/versions`). */
+  async listAgentVersionsPage(name: string, options: ListAgentVersionsPageOptions = {}): Promise<AgentVersionList> {
+    const query: ListAgentVersionsQuery = {};
+    if (options.limit !== undefined) query.limit = options.limit;
+    if (options.cursor != null) query.cursor = options.cursor;
+    return sendJson<AgentVersionList>(this.transport, "GET", `${agentPath(name)}/versions`, {
+      query: { ...query },
+      signal: options.signal,
+    });
+  }
+
+  /** Every version of the agent, newest first, fetching page after page. */
+  async *listAgentVersions(
+    name: string,
+    options: ListAgentVersionsOptions = {},
+  ): AsyncGenerator<Agent, void, undefined> {
+    let cursor: string | null = null;
+    do {
+      const page: AgentVersionList = await this.listAgentVersionsPage(name, { ...options, cursor });
+      yield* page.versions;
+      cursor = page.next_cursor;
+    } while (cursor !== null);
+  }
+
+  /**
+   * Archives the agent (`DELETE /v1/agents/{name}`): runs can no longer name
+   * it, its versions stay readable, and the runs made from it keep their
+   * record. Archiving it again is no error; `createAgent` with its name
+   * brings it back.
+   */
+  async deleteAgent(name: string, options: RequestOptions = {}): Promise<void> {
+    const response = await send(this.transport, "DELETE", agentPath(name), { signal: options.signal });
+    await response.body?.cancel();
+  }
 }
 
 function runPath(id: string): string {
   return `/v1/runs/${encodeURIComponent(id)}`;
+}
+
+function agentPath(name: string): string {
+  return `/v1/agents/${encodeURIComponent(name)}`;
 }

@@ -7,6 +7,11 @@ export { AgentRunner } from "./client.js";
 export type {
   AgentRunnerOptions,
   CreateRunOptions,
+  GetAgentOptions,
+  ListAgentsOptions,
+  ListAgentsPageOptions,
+  ListAgentVersionsOptions,
+  ListAgentVersionsPageOptions,
   ListRunsOptions,
   ListRunsPageOptions,
   RequestOptions,

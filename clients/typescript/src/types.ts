@@ -70,6 +70,8 @@ export interface RunLimits {
   timeout_ms: number;
   action_timeout_ms: number;
   max_resumes: number;
+  /** How often an answer not valid under the run's `output_schema` is sent back. */
+  output_retries: number;
 }
 
 /** A run's context bounds, as the server settled them. */
@@ -114,13 +116,27 @@ export interface PendingAction {
   arguments: unknown;
 }
 
+/** The agent, and the version of it, a run was made from. */
+export interface AgentRef {
+  name: string;
+  version: number;
+}
+
 /** A run, as `GET /v1/runs/{id}` answers it. */
 export interface Run {
   id: string;
   status: RunStatus;
   prompt: string;
-  /** The final answer of a `completed` run. */
+  /**
+   * The final answer of a `completed` run; the last answer of one that never
+   * became valid under its `output_schema` (`failed`, `output_invalid`).
+   */
   answer: string | null;
+  /**
+   * The JSON document the final answer of a completed run with an
+   * `output_schema` is (any JSON value); `null` otherwise.
+   */
+  output: unknown;
   /** Why the run did not complete, when known. */
   error: string | null;
   /** Model responses so far. */
@@ -146,6 +162,10 @@ export interface Run {
   thread_id: string;
   previous_run_id: string | null;
   webhook?: Webhook;
+  /** The agent (and version) the run was made from; `null` when none. */
+  agent: AgentRef | null;
+  /** The JSON Schema its final answer must be valid under; `null` when none. */
+  output_schema: Record<string, unknown> | null;
   created_at: string;
   started_at: string | null;
   finished_at: string | null;
@@ -163,6 +183,8 @@ export interface RunList {
 export interface ListRunsQuery {
   status?: RunStatus;
   thread_id?: string;
+  /** An agent's name: the runs made from any of its versions. */
+  agent?: string;
   /** Page size, 1 to 100 (default 20). */
   limit?: number;
   /** The `next_cursor` of the previous page. */
@@ -205,6 +227,8 @@ export interface RunLimitsRequest {
   timeout_ms?: number | null;
   action_timeout_ms?: number | null;
   max_resumes?: number | null;
+  /** How often an answer not valid under the `output_schema` is sent back (default 2). */
+  output_retries?: number | null;
 }
 
 /** A request's context bounds; each absent or `null` one takes the server's default. */
@@ -218,10 +242,12 @@ export interface WorkspaceSeed {
   files?: Record<string, string>;
 }
 
-/** The body of `POST /v1/runs`. Every field but `prompt` is optional; `null` is as absent. */
-export interface CreateRunRequest {
-  /** The task; not empty nor only whitespace. */
-  prompt: string;
+/**
+ * What a run is made of besides its prompt, its workspace and what it
+ * continues: the fields an agent's definition holds. Every one is optional;
+ * `null` is as absent.
+ */
+export interface RunDefinition {
   /** A profile (or its name alone) or an inline script; absent: the server's default. */
   model?: ProfileModel | ScriptedModel | string | null;
   /** The built-in tools the run may use; absent: all of them. */
@@ -230,17 +256,113 @@ export interface CreateRunRequest {
   mcp_servers?: string[] | null;
   /** Command presets the run may execute through `run_command`. */
   commands?: string[] | null;
-  workspace?: WorkspaceSeed | null;
   limits?: RunLimitsRequest | null;
   context?: RunContextRequest | null;
   /** Free JSON kept with the run; at most 16 KiB serialised. */
   metadata?: Record<string, unknown> | null;
   /** The run's system prompt; `""` for none. */
   instructions?: string | null;
-  /** Continue a conversation from that run's transcript and workspace. */
-  previous_run_id?: string | null;
   approval?: Approval | null;
   client_tools?: ClientTool[] | null;
+  /**
+   * A JSON Schema (draft 2020-12) the final answer must be valid under, as one
+   * JSON document: the run's `output` is then that document.
+   */
+  output_schema?: Record<string, unknown> | null;
+}
+
+/**
+ * The body of `POST /v1/runs`. Every field but `prompt` is optional; `null` is
+ * as absent. With `agent`, the agent's definition is the base: each field
+ * given replaces its whole field, but `limits` and `context`, key by key.
+ */
+export interface CreateRunRequest extends RunDefinition {
+  /** The task; not empty nor only whitespace. */
+  prompt: string;
+  workspace?: WorkspaceSeed | null;
+  /** Continue a conversation from that run's transcript and workspace. */
+  previous_run_id?: string | null;
+  /** A stored agent to start from: `NAME` (its latest version) or `NAME@VERSION`. */
+  agent?: string | null;
+}
+
+// ---------------------------------------------------------------- agents
+
+/**
+ * The body of `POST /v1/agents`: a name (`^[a-z0-9][a-z0-9_-]{0,63}$`), a
+ * description, and the definition, validated as a run's.
+ */
+export interface CreateAgentRequest extends RunDefinition {
+  name: string;
+  /** What the agent is for, for people. */
+  description?: string | null;
+}
+
+/** The body of `PUT /v1/agents/{name}`: `name`, if given, must be the path's. */
+export interface UpdateAgentRequest extends RunDefinition {
+  name?: string;
+  /** What the agent is for, for people. */
+  description?: string | null;
+}
+
+/**
+ * An inline scripted model as a stored definition holds it: its responses as
+ * given (each is read as a {@link ScriptedResponse} when a run reaches it).
+ */
+export interface AcceptedScriptedModel {
+  scripted: unknown[];
+}
+
+/** An agent's definition, as accepted: the fields of a {@link RunDefinition}. */
+export interface AgentDefinition extends Omit<RunDefinition, "model"> {
+  /** A profile (or its name alone) or an inline script, as given. */
+  model?: ProfileModel | AcceptedScriptedModel | string | null;
+}
+
+/** One version of an agent. */
+export interface Agent {
+  name: string;
+  /** 1 for the first; each update makes the next. */
+  version: number;
+  description: string | null;
+  /** The definition, as accepted. */
+  definition: AgentDefinition;
+  /** When this version was made (RFC 3339). */
+  created_at: string;
+  /** Whether the agent is archived now (the same on every version). */
+  archived: boolean;
+}
+
+/** One page of agents (the latest version of each), by name. */
+export interface AgentList {
+  agents: Agent[];
+  /** Pass as `cursor` for the next page; `null` on the last page. */
+  next_cursor: string | null;
+}
+
+/** One page of an agent's versions, newest first. */
+export interface AgentVersionList {
+  versions: Agent[];
+  /** Pass as `cursor` for the next page; `null` on the last page. */
+  next_cursor: string | null;
+}
+
+/** The query of `GET /v1/agents`. */
+export interface ListAgentsQuery {
+  /** `true` (or `1`, or empty): the archived agents only; `false`, `0` or absent: the live ones. */
+  archived?: "true" | "false" | "1" | "0" | "";
+  /** Page size, 1 to 100 (default 20). */
+  limit?: number;
+  /** The `next_cursor` of the previous page. */
+  cursor?: string;
+}
+
+/** The query of `GET /v1/agents/{name}/versions`. */
+export interface ListAgentVersionsQuery {
+  /** Page size, 1 to 100 (default 20). */
+  limit?: number;
+  /** The `next_cursor` of the previous page. */
+  cursor?: string;
 }
 
 // ------------------------------------------------ answering a paused run
@@ -402,6 +524,8 @@ export interface RunEndEvent extends StoredEvent {
   answer?: string;
   /** Present when the run ended on an error. */
   error?: string;
+  /** The run's `output` (`null` without an output schema); absent from events stored before it existed. */
+  output?: unknown;
 }
 
 /** Text a streaming model produced: live only, never stored, no `sequence`. */
@@ -436,11 +560,13 @@ export type ApiErrorCode =
   | "bad_request"
   | "unauthorized"
   | "not_found"
+  | "agent_not_found"
   | "method_not_allowed"
   | "idempotency_key_reused"
   | "run_not_live"
   | "run_not_paused"
   | "run_live"
+  | "agent_exists"
   | "payload_too_large"
   | "uri_too_long"
   | "unsupported_media_type"

@@ -1,8 +1,9 @@
 """A client of agent-runner, the HTTP service that runs AI-agent loops.
 
 ``Client`` (sync) and ``AsyncClient`` (async) create runs, follow their
-events, answer their pending actions and cancel them; every refusal or
-failure raises ``AgentRunnerError``, which carries the error's ``code``.
+events, answer their pending actions and cancel them, and store the agents
+runs are made from; every refusal or failure raises ``AgentRunnerError``,
+which carries the error's ``code``.
 """
 
 from ._async import AsyncClient
@@ -12,6 +13,9 @@ from ._errors import AgentRunnerError
 from ._types import (
     LIVE_STATUSES,
     TERMINAL_STATUSES,
+    Agent,
+    AgentPage,
+    AgentVersionPage,
     Event,
     PendingAction,
     Run,
@@ -24,7 +28,10 @@ __all__ = [
     "DEFAULT_BASE_URL",
     "LIVE_STATUSES",
     "TERMINAL_STATUSES",
+    "Agent",
+    "AgentPage",
     "AgentRunnerError",
+    "AgentVersionPage",
     "AsyncClient",
     "Client",
     "Event",

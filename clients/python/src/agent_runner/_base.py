@@ -10,7 +10,7 @@ from urllib.parse import quote
 import httpx
 
 from ._errors import INVALID_RESPONSE, AgentRunnerError, error_from_response
-from ._types import Run
+from ._types import Agent, Run
 from ._version import __version__
 
 #: The server when neither ``base_url`` nor ``AGENT_RUNNER_URL`` names one.
@@ -61,9 +61,20 @@ def run_path(run_id: str, suffix: str = "") -> str:
     return f"/v1/runs/{quote(str(run_id), safe='')}{suffix}"
 
 
-def create_body(prompt: str, fields: Mapping[str, Any]) -> dict[str, Any]:
-    """The body of ``POST /v1/runs``: ``prompt`` and every field that is not ``None``."""
-    body: dict[str, Any] = {"prompt": prompt}
+def agent_path(name: str, suffix: str = "") -> str:
+    """The path of agent ``name`` (percent-encoded), with ``suffix``."""
+    return f"/v1/agents/{quote(str(name), safe='')}{suffix}"
+
+
+def agent_version_path(name: str, version: Optional[int]) -> str:
+    """The path of agent ``name``'s latest version, or of ``version`` of it."""
+    if version is None:
+        return agent_path(name)
+    return agent_path(name, f"/versions/{int(version)}")
+
+
+def _fields(body: dict[str, Any], fields: Mapping[str, Any]) -> dict[str, Any]:
+    """``body`` with every field of ``fields`` that is not ``None``."""
     for name, value in fields.items():
         if value is None:
             continue
@@ -71,6 +82,17 @@ def create_body(prompt: str, fields: Mapping[str, Any]) -> dict[str, Any]:
             value = {"tools": [value] if isinstance(value, str) else list(value)}
         body[name] = value
     return body
+
+
+def create_body(prompt: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The body of ``POST /v1/runs``: ``prompt`` and every field that is not ``None``."""
+    return _fields({"prompt": prompt}, fields)
+
+
+def agent_body(name: Optional[str], fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The body of ``POST /v1/agents`` (``name`` given) or ``PUT /v1/agents/{name}``
+    (``None``): every field that is not ``None``."""
+    return _fields({} if name is None else {"name": name}, fields)
 
 
 def create_params(wait: bool) -> dict[str, str]:
@@ -88,10 +110,34 @@ def list_params(
     thread_id: Optional[str],
     limit: Optional[int],
     cursor: Optional[str],
+    agent: Optional[str] = None,
 ) -> dict[str, Union[str, int]]:
     """The query of ``GET /v1/runs``, without the parameters not given."""
-    given = {"status": status, "thread_id": thread_id, "limit": limit, "cursor": cursor}
+    given = {
+        "status": status,
+        "thread_id": thread_id,
+        "agent": agent,
+        "limit": limit,
+        "cursor": cursor,
+    }
     return {name: value for name, value in given.items() if value is not None}
+
+
+def agent_list_params(
+    archived: Optional[bool],
+    limit: Optional[int],
+    cursor: Optional[str],
+) -> dict[str, Union[str, int]]:
+    """The query of ``GET /v1/agents`` (``archived`` only when given), or of an
+    agent's versions (``None``), without the parameters not given."""
+    params: dict[str, Union[str, int]] = {}
+    if archived is not None:
+        params["archived"] = "true" if archived else "false"
+    if limit is not None:
+        params["limit"] = limit
+    if cursor is not None:
+        params["cursor"] = cursor
+    return params
 
 
 def approve_answer(call_id: str) -> dict[str, Any]:
@@ -148,6 +194,18 @@ def json_object(response: httpx.Response) -> dict[str, Any]:
             status=response.status_code,
         )
     return value
+
+
+def agent_of(response: httpx.Response) -> Agent:
+    """The agent object ``response`` carries."""
+    data = json_object(response)
+    if "name" not in data or "version" not in data:
+        raise AgentRunnerError(
+            INVALID_RESPONSE,
+            f"{response.request.method} {response.request.url.path} answered without an agent",
+            status=response.status_code,
+        )
+    return Agent.from_dict(data)
 
 
 def run_of(response: httpx.Response) -> Run:

@@ -15,6 +15,11 @@ from ._base import (
     Model,
     Settings,
     actions_body,
+    agent_body,
+    agent_list_params,
+    agent_of,
+    agent_path,
+    agent_version_path,
     approve_answer,
     checked,
     create_body,
@@ -30,7 +35,7 @@ from ._base import (
 )
 from ._errors import error_from_response, error_from_transport
 from ._events import EventStream
-from ._types import Event, Run, RunPage
+from ._types import Agent, AgentPage, AgentVersionPage, Event, Run, RunPage
 
 
 class Client:
@@ -96,6 +101,8 @@ class Client:
         metadata: Optional[Mapping[str, Any]] = None,
         approval: Optional[Approval] = None,
         client_tools: Optional[Sequence[Mapping[str, Any]]] = None,
+        output_schema: Optional[Mapping[str, Any]] = None,
+        agent: Optional[str] = None,
         previous_run_id: Optional[str] = None,
         idempotency_key: Optional[str] = None,
         wait: bool = False,
@@ -106,7 +113,12 @@ class Client:
         The keyword arguments are the fields of the API's
         ``CreateRunRequest`` (``None`` leaves one out); ``extra`` passes any
         other field as is (``webhook``, ``mcp_servers``, ``commands``).
-        ``approval`` may be a list of tool names. With ``wait=True`` the
+        ``approval`` may be a list of tool names. ``agent`` names a stored
+        agent to start from (``"NAME"``, its latest version, or
+        ``"NAME@VERSION"``): the fields given replace its definition's
+        (``limits`` and ``context`` key by key). With ``output_schema`` (a
+        JSON Schema) the final answer must be one JSON document valid under
+        it, which the run's ``output`` then is. With ``wait=True`` the
         answer comes once the run has ended, in its final state; without,
         at once (``queued`` or ``running``). ``idempotency_key`` makes a
         repeat of the same request return the first run.
@@ -121,6 +133,8 @@ class Client:
             "metadata": metadata,
             "approval": approval,
             "client_tools": client_tools,
+            "output_schema": output_schema,
+            "agent": agent,
             "previous_run_id": previous_run_id,
             **extra,
         }
@@ -144,10 +158,12 @@ class Client:
         thread_id: Optional[str] = None,
         limit: Optional[int] = None,
         cursor: Optional[str] = None,
+        agent: Optional[str] = None,
     ) -> RunPage:
         """One page of runs, newest first: pass its ``next_cursor`` as ``cursor``
-        for the next. ``limit`` is the page's size (the server's default 20)."""
-        params = list_params(status, thread_id, limit, cursor)
+        for the next. ``limit`` is the page's size (the server's default 20);
+        ``agent`` keeps the runs made from that agent (any of its versions)."""
+        params = list_params(status, thread_id, limit, cursor, agent)
         return RunPage.from_dict(json_object(self._request("GET", "/v1/runs", params=params)))
 
     def list_runs(
@@ -156,11 +172,13 @@ class Client:
         thread_id: Optional[str] = None,
         limit: Optional[int] = None,
         cursor: Optional[str] = None,
+        agent: Optional[str] = None,
     ) -> Generator[Run, None, None]:
-        """Every run (with ``status``, of ``thread_id`` when given), newest
-        first, fetched ``limit`` at a time as the iteration goes on."""
+        """Every run (with ``status``, of ``thread_id``, made from ``agent``
+        when given), newest first, fetched ``limit`` at a time as the
+        iteration goes on."""
         while True:
-            page = self.list_runs_page(status, thread_id, limit, cursor)
+            page = self.list_runs_page(status, thread_id, limit, cursor, agent)
             yield from page.runs
             if page.next_cursor is None:
                 return
@@ -252,6 +270,145 @@ class Client:
         for _ in self.events(run_id):
             pass
         return self.get_run(run_id)
+
+    def create_agent(
+        self,
+        name: str,
+        *,
+        description: Optional[str] = None,
+        model: Optional[Model] = None,
+        tools: Optional[Sequence[str]] = None,
+        instructions: Optional[str] = None,
+        limits: Optional[Mapping[str, Any]] = None,
+        context: Optional[Mapping[str, Any]] = None,
+        metadata: Optional[Mapping[str, Any]] = None,
+        approval: Optional[Approval] = None,
+        client_tools: Optional[Sequence[Mapping[str, Any]]] = None,
+        output_schema: Optional[Mapping[str, Any]] = None,
+        **extra: Any,
+    ) -> Agent:
+        """Store an agent (``POST /v1/agents``) and return its first version.
+
+        The keyword arguments are its description and its definition: the
+        fields of a run body (as ``create_run`` takes them) but ``prompt``,
+        ``workspace``, ``previous_run_id`` and ``agent``, validated as a
+        run's. A live agent of that name is ``409 agent_exists``; an
+        archived one is brought back, as its next version.
+        """
+        fields = {
+            "description": description,
+            "model": model,
+            "tools": tools,
+            "instructions": instructions,
+            "limits": limits,
+            "context": context,
+            "metadata": metadata,
+            "approval": approval,
+            "client_tools": client_tools,
+            "output_schema": output_schema,
+            **extra,
+        }
+        return agent_of(self._request("POST", "/v1/agents", json=agent_body(name, fields)))
+
+    def update_agent(
+        self,
+        name: str,
+        *,
+        description: Optional[str] = None,
+        model: Optional[Model] = None,
+        tools: Optional[Sequence[str]] = None,
+        instructions: Optional[str] = None,
+        limits: Optional[Mapping[str, Any]] = None,
+        context: Optional[Mapping[str, Any]] = None,
+        metadata: Optional[Mapping[str, Any]] = None,
+        approval: Optional[Approval] = None,
+        client_tools: Optional[Sequence[Mapping[str, Any]]] = None,
+        output_schema: Optional[Mapping[str, Any]] = None,
+        **extra: Any,
+    ) -> Agent:
+        """Make the next version of agent ``name`` (``PUT /v1/agents/{name}``)
+        from the same fields as ``create_agent``, and return it. The versions
+        before it stay as they were."""
+        fields = {
+            "description": description,
+            "model": model,
+            "tools": tools,
+            "instructions": instructions,
+            "limits": limits,
+            "context": context,
+            "metadata": metadata,
+            "approval": approval,
+            "client_tools": client_tools,
+            "output_schema": output_schema,
+            **extra,
+        }
+        return agent_of(self._request("PUT", agent_path(name), json=agent_body(None, fields)))
+
+    def get_agent(self, name: str, version: Optional[int] = None) -> Agent:
+        """Agent ``name``'s latest version, or its ``version`` (an archived
+        agent's too, with ``archived`` true)."""
+        return agent_of(self._request("GET", agent_version_path(name, version)))
+
+    def list_agents_page(
+        self,
+        archived: Optional[bool] = None,
+        limit: Optional[int] = None,
+        cursor: Optional[str] = None,
+    ) -> AgentPage:
+        """One page of agents (each its latest version), by name: the live
+        ones, or with ``archived=True`` the archived ones. Pass its
+        ``next_cursor`` as ``cursor`` for the next."""
+        params = agent_list_params(archived, limit, cursor)
+        return AgentPage.from_dict(json_object(self._request("GET", "/v1/agents", params=params)))
+
+    def list_agents(
+        self,
+        archived: Optional[bool] = None,
+        limit: Optional[int] = None,
+        cursor: Optional[str] = None,
+    ) -> Generator[Agent, None, None]:
+        """Every agent (live, or archived with ``archived=True``), by name,
+        fetched ``limit`` at a time as the iteration goes on."""
+        while True:
+            page = self.list_agents_page(archived, limit, cursor)
+            yield from page.agents
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    def list_agent_versions_page(
+        self,
+        name: str,
+        limit: Optional[int] = None,
+        cursor: Optional[str] = None,
+    ) -> AgentVersionPage:
+        """One page of agent ``name``'s versions, newest first: pass its
+        ``next_cursor`` as ``cursor`` for the next."""
+        params = agent_list_params(None, limit, cursor)
+        response = self._request("GET", agent_path(name, "/versions"), params=params)
+        return AgentVersionPage.from_dict(json_object(response))
+
+    def list_agent_versions(
+        self,
+        name: str,
+        limit: Optional[int] = None,
+        cursor: Optional[str] = None,
+    ) -> Generator[Agent, None, None]:
+        """Every version of agent ``name``, newest first, fetched ``limit`` at
+        a time as the iteration goes on."""
+        while True:
+            page = self.list_agent_versions_page(name, limit, cursor)
+            yield from page.versions
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    def delete_agent(self, name: str) -> None:
+        """Archive agent ``name`` (``DELETE /v1/agents/{name}``): runs can no
+        longer name it, its versions stay readable, the runs made from it
+        keep their record. Archiving it again is no error; ``create_agent``
+        with its name brings it back."""
+        self._request("DELETE", agent_path(name))
 
     def _request(
         self,

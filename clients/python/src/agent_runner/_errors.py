@@ -20,9 +20,10 @@ class AgentRunnerError(Exception):
 
     For a refusal, ``status`` is the HTTP status and ``code`` and ``message``
     come from the body ``{"error": {"code": ..., "message": ...}}`` (``code``
-    is one of the server's ``ErrorCode`` values, such as ``not_found`` or
-    ``invalid_request``); ``retry_after`` holds the ``Retry-After`` header in
-    seconds when the answer has one.
+    is one of the server's ``ErrorCode`` values, such as ``not_found``,
+    ``invalid_request``, ``agent_not_found`` or ``agent_exists``);
+    ``retry_after`` holds the ``Retry-After`` header in seconds when the
+    answer has one.
 
     Failures of the client's own have ``status`` ``None`` and one of these
     codes: ``unreachable`` (nothing answers at the base URL), ``timeout``,

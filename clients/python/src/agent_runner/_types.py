@@ -1,4 +1,5 @@
-"""Typed views of the API's objects: runs, their usage and pending actions, events.
+"""Typed views of the API's objects: runs, their usage and pending actions,
+events, agents.
 
 Each is built from the server's JSON tolerantly: a field the server adds
 later is ignored, and a missing one takes its empty value. Timestamps stay
@@ -79,14 +80,18 @@ class Run:
     """A run as the server describes it (the ``Run`` schema, field for field).
 
     Nested objects without a class of their own (``limits``, ``context``,
-    ``model``, ``metadata``, ``approval``, ``client_tools``, ``webhook``) are
-    the server's JSON as dicts.
+    ``model``, ``metadata``, ``approval``, ``client_tools``, ``webhook``,
+    ``agent``, ``output_schema``) are the server's JSON as dicts. ``output``
+    is the JSON document (any JSON value) the final answer of a completed
+    run with an ``output_schema`` is, ``None`` otherwise; ``agent`` is
+    ``{"name": ..., "version": ...}`` for a run made from an agent.
     """
 
     id: str
     status: str
     prompt: str = ""
     answer: Optional[str] = None
+    output: Any = None
     error: Optional[str] = None
     steps: int = 0
     tool_calls: int = 0
@@ -106,6 +111,8 @@ class Run:
     thread_id: str = ""
     previous_run_id: Optional[str] = None
     webhook: Optional[dict[str, Any]] = None
+    agent: Optional[dict[str, Any]] = None
+    output_schema: Optional[dict[str, Any]] = None
     created_at: str = ""
     started_at: Optional[str] = None
     finished_at: Optional[str] = None
@@ -119,6 +126,7 @@ class Run:
             status=str(data["status"]),
             prompt=data.get("prompt") or "",
             answer=data.get("answer"),
+            output=data.get("output"),
             error=data.get("error"),
             steps=int(data.get("steps") or 0),
             tool_calls=int(data.get("tool_calls") or 0),
@@ -140,6 +148,8 @@ class Run:
             thread_id=data.get("thread_id") or "",
             previous_run_id=data.get("previous_run_id"),
             webhook=data.get("webhook"),
+            agent=data.get("agent"),
+            output_schema=data.get("output_schema"),
             created_at=data.get("created_at") or "",
             started_at=data.get("started_at"),
             finished_at=data.get("finished_at"),
@@ -209,3 +219,70 @@ class Event:
     def actions(self) -> list[PendingAction]:
         """The calls an ``actions_required`` event waits on (empty for other types)."""
         return [PendingAction.from_dict(action) for action in self.data.get("actions") or []]
+
+    @property
+    def output(self) -> Any:
+        """The run's ``output`` a ``run_end`` carries (``None`` without an output schema)."""
+        return self.data.get("output")
+
+
+@dataclass(frozen=True)
+class Agent:
+    """One version of an agent: a run's definition stored under a name.
+
+    ``definition`` is the server's JSON (the fields of a run body but
+    ``prompt``, ``workspace``, ``previous_run_id`` and ``agent``, as
+    accepted); ``archived`` is the agent's state now, the same on every
+    version.
+    """
+
+    name: str
+    version: int
+    description: Optional[str] = None
+    definition: dict[str, Any] = field(default_factory=dict)
+    created_at: str = ""
+    archived: bool = False
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Agent:
+        """An ``Agent`` from the API's object of that name."""
+        return cls(
+            name=str(data["name"]),
+            version=int(data["version"]),
+            description=data.get("description"),
+            definition=dict(data.get("definition") or {}),
+            created_at=data.get("created_at") or "",
+            archived=bool(data.get("archived")),
+        )
+
+
+@dataclass(frozen=True)
+class AgentPage:
+    """One page of ``GET /v1/agents``, by name: ``next_cursor`` is ``None`` on the last."""
+
+    agents: list[Agent]
+    next_cursor: Optional[str]
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AgentPage:
+        """An ``AgentPage`` from the API's ``AgentList`` object."""
+        return cls(
+            agents=[Agent.from_dict(agent) for agent in data.get("agents") or []],
+            next_cursor=data.get("next_cursor"),
+        )
+
+
+@dataclass(frozen=True)
+class AgentVersionPage:
+    """One page of an agent's versions, newest first: ``next_cursor`` is ``None`` on the last."""
+
+    versions: list[Agent]
+    next_cursor: Optional[str]
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AgentVersionPage:
+        """An ``AgentVersionPage`` from the API's ``AgentVersionList`` object."""
+        return cls(
+            versions=[Agent.from_dict(agent) for agent in data.get("versions") or []],
+            next_cursor=data.get("next_cursor"),
+        )
