@@ -1,10 +1,12 @@
-// The console: the runs of a tenant, live, and one run at a time in detail.
+// The console: the runs of a tenant, live, and one run at a time in detail;
+// the tenant's stored agents, and one agent's versions at a time.
 //
 // It holds at most two connections to the server: the tenant-wide status
 // stream (GET /v1/runs/events), which keeps the list live, and the event
 // stream of the open run. Both are read with fetch, so that they carry the
 // token as a header. Everything a run produced (prompts, model output, tool
-// results) is untrusted text: it is only ever set as text, never as markup.
+// results) and everything an agent holds (its description and definition)
+// is untrusted text: it is only ever set as text, never as markup.
 
 const TOKEN_KEY = "agent-runner-token";
 const LIVE = new Set(["queued", "running", "requires_action"]);
@@ -15,9 +17,19 @@ const state = {
   runs: new Map(),
   cursor: null,
   filter: "",
+  // The name of the agent whose runs the list shows ("": every run's).
+  agentFilter: "",
   open: null,
   statusStream: null,
   runStream: null,
+  // Which list is shown: "runs" or "agents".
+  tab: null,
+  agents: new Map(),
+  agentsCursor: null,
+  archived: false,
+  // Reads of the agents' list asked for: only the latest one's answer is shown.
+  agentReads: 0,
+  openAgent: null,
 };
 
 const $ = (id) => document.getElementById(id);
@@ -270,12 +282,17 @@ function remember(run) {
 async function loadRuns(more = false) {
   const query = new URLSearchParams({ limit: String(PAGE) });
   if (state.filter) query.set("status", state.filter);
+  if (state.agentFilter) query.set("agent", state.agentFilter);
   if (more && state.cursor) query.set("cursor", state.cursor);
+  const filters = `${state.filter} ${state.agentFilter}`;
   try {
     const page = await api("GET", `/v1/runs?${query}`);
     for (const run of page.runs) remember(run);
-    state.cursor = page.next_cursor || null;
-    $("more").hidden = !state.cursor;
+    // The filters changed meanwhile: the next page is that of another list.
+    if (filters === `${state.filter} ${state.agentFilter}`) {
+      state.cursor = page.next_cursor || null;
+      $("more").hidden = !state.cursor;
+    }
     renderList();
   } catch (error) {
     if (error.status !== 401) showListError(error.message);
@@ -287,10 +304,16 @@ function showListError(message) {
   $("runs-empty").textContent = `Cannot read the runs: ${message}`;
 }
 
+/** Whether a run is one the list shows, with its filters. */
+function shown(run) {
+  if (state.filter && run.status !== state.filter) return false;
+  return !state.agentFilter || (run.agent && run.agent.name === state.agentFilter);
+}
+
 function renderList() {
   const list = $("run-list");
   const runs = [...state.runs.values()]
-    .filter((run) => !state.filter || run.status === state.filter)
+    .filter(shown)
     // Ids are UUID v7: in the order the runs were created.
     .sort((a, b) => (a.id < b.id ? 1 : a.id > b.id ? -1 : 0));
   list.replaceChildren(
@@ -303,13 +326,31 @@ function renderList() {
           { href: `#/runs/${run.id}` },
           h("span", { class: `status ${run.status}` }, run.status),
           h("span", { class: "prompt" }, excerpt(run.prompt, 90)),
-          h("span", { class: "when" }, when(run.created_at)),
+          h("span", { class: "when" }, when(run.created_at), run.agent ? h("span", { class: "agent-tag" }, agentLabel(run.agent)) : null),
         ),
       ),
     ),
   );
   $("runs-empty").hidden = runs.length > 0;
-  if (runs.length === 0) $("runs-empty").textContent = state.filter ? `No ${state.filter} runs.` : "No runs yet.";
+  if (runs.length === 0) {
+    const of = state.agentFilter ? ` of agent ${state.agentFilter}` : "";
+    $("runs-empty").textContent = state.filter ? `No ${state.filter} runs${of}.` : of ? `No runs${of}.` : "No runs yet.";
+  }
+}
+
+/** `name@version`, how a run names the agent it ran. */
+function agentLabel(agent) {
+  return `${agent.name}@${agent.version}`;
+}
+
+/** Shows the runs of one agent (any version), or every run's with "". */
+function filterByAgent(name) {
+  state.agentFilter = name;
+  state.cursor = null;
+  $("agent-filter").hidden = !name;
+  $("agent-filter-name").textContent = name;
+  renderList();
+  loadRuns();
 }
 
 function excerpt(text, length) {
@@ -325,18 +366,36 @@ function when(time) {
 
 // ------------------------------------------------------------ one run
 
+// #/runs/ID opens a run, #/agents the list of agents, #/agents/NAME an
+// agent; anything else shows the runs.
 function route() {
-  const match = location.hash.match(/^#\/runs\/([0-9a-fA-F-]{36})$/);
-  if (match) openRun(match[1].toLowerCase());
-  else closeRun();
+  const run = location.hash.match(/^#\/runs\/([0-9a-fA-F-]{36})$/);
+  const agent = location.hash.match(/^#\/agents\/([a-z0-9][a-z0-9_-]{0,63})$/);
+  showTab(/^#\/agents(\/|$)/.test(location.hash) ? "agents" : "runs");
+  if (run) {
+    closeAgent();
+    openRun(run[1].toLowerCase());
+  } else if (agent) {
+    closeRun();
+    openAgent(agent[1]);
+  } else {
+    closeRun();
+    closeAgent();
+  }
+}
+
+/** Shows one of the detail pane's views: "empty", "run" or "agent". */
+function showDetail(view) {
+  $("detail-empty").hidden = view !== "empty";
+  $("run").hidden = view !== "run";
+  $("agent").hidden = view !== "agent";
 }
 
 function closeRun() {
   if (state.runStream) state.runStream.stop();
   state.runStream = null;
   state.open = null;
-  $("run").hidden = true;
-  $("detail-empty").hidden = false;
+  if (!state.openAgent) showDetail("empty");
   renderList();
 }
 
@@ -346,12 +405,12 @@ async function openRun(id) {
   state.runStream = null;
   const open = { id, run: null, delta: null, refreshes: 0 };
   state.open = open;
-  $("detail-empty").hidden = true;
-  $("run").hidden = false;
+  showDetail("run");
   $("transcript").replaceChildren();
   $("events").replaceChildren();
   $("pending").hidden = true;
   $("run-error").hidden = true;
+  $("run-output-box").hidden = true;
   $("run-title").textContent = `Run ${id}`;
   renderList();
   let run;
@@ -416,12 +475,20 @@ function renderRun(run) {
     if (!value) continue;
     list.push(h("dt", {}, name), h("dd", {}, value));
   }
+  if (run.agent) {
+    list.push(h("dt", {}, "Agent"), h("dd", {}, h("a", { href: `#/agents/${encodeURIComponent(run.agent.name)}` }, agentLabel(run.agent))));
+  }
   if (run.previous_run_id) {
     list.push(h("dt", {}, "Continues"), h("dd", {}, h("a", { href: `#/runs/${run.previous_run_id}` }, run.previous_run_id)));
   }
   $("run-facts").replaceChildren(...list);
   if (run.error) showRunError(run.error);
   else $("run-error").hidden = true;
+  // The parsed document of a run with an output schema (null otherwise, and
+  // until it completes).
+  const hasOutput = run.output !== null && run.output !== undefined;
+  $("run-output-box").hidden = !hasOutput;
+  $("run-output").textContent = hasOutput ? JSON.stringify(run.output, null, 2) : "";
   renderPending(run);
 }
 
@@ -558,6 +625,173 @@ function messageItem(message) {
   return h("li", { class: kind }, parts);
 }
 
+// ------------------------------------------------------------- agents
+
+/** Shows one of the lists: "runs" or "agents" (read again on each showing:
+ *  no stream tells of agents). */
+function showTab(tab) {
+  const changed = state.tab !== tab;
+  state.tab = tab;
+  $("runs").hidden = tab !== "runs";
+  $("agents").hidden = tab !== "agents";
+  for (const [id, name] of [
+    ["tab-runs", "runs"],
+    ["tab-agents", "agents"],
+  ]) {
+    const link = $(id);
+    link.classList.toggle("selected", name === tab);
+    if (name === tab) link.setAttribute("aria-current", "page");
+    else link.removeAttribute("aria-current");
+  }
+  if (changed && tab === "agents") loadAgents();
+}
+
+async function loadAgents(more = false) {
+  const query = new URLSearchParams({ limit: String(PAGE) });
+  if (state.archived) query.set("archived", "true");
+  if (more && state.agentsCursor) query.set("cursor", state.agentsCursor);
+  // Answers may come out of order (the archived box ticked meanwhile): only
+  // the latest asked for is shown.
+  state.agentReads += 1;
+  const asked = state.agentReads;
+  try {
+    const page = await api("GET", `/v1/agents?${query}`);
+    if (asked !== state.agentReads) return;
+    if (!more) state.agents.clear();
+    for (const agent of page.agents) state.agents.set(agent.name, agent);
+    state.agentsCursor = page.next_cursor || null;
+    $("agents-more").hidden = !state.agentsCursor;
+    renderAgents();
+  } catch (error) {
+    if (asked === state.agentReads && error.status !== 401) {
+      $("agents-empty").hidden = false;
+      $("agents-empty").textContent = `Cannot read the agents: ${error.message}`;
+    }
+  }
+}
+
+function renderAgents() {
+  const open = state.openAgent && state.openAgent.name;
+  const agents = [...state.agents.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  $("agent-list").replaceChildren(
+    ...agents.map((agent) =>
+      h(
+        "li",
+        { class: agent.name === open ? "agent-item selected" : "agent-item", dataset: { agent: agent.name, archived: String(agent.archived) } },
+        h(
+          "a",
+          { href: `#/agents/${encodeURIComponent(agent.name)}` },
+          h("span", { class: "name" }, agent.name),
+          h("span", { class: "version" }, `v${agent.version}`),
+          agent.archived ? h("span", { class: "badge archived" }, "archived") : null,
+          agent.description ? h("span", { class: "description" }, excerpt(agent.description, 90)) : null,
+        ),
+      ),
+    ),
+  );
+  $("agents-empty").hidden = agents.length > 0;
+  if (agents.length === 0) $("agents-empty").textContent = state.archived ? "No archived agents." : "No agents yet.";
+}
+
+function closeAgent() {
+  state.openAgent = null;
+  if (!state.open) showDetail("empty");
+  renderAgents();
+}
+
+async function openAgent(name) {
+  if (state.openAgent && state.openAgent.name === name) return;
+  const open = { name, latest: null, cursor: null };
+  state.openAgent = open;
+  showDetail("agent");
+  $("agent-title").textContent = `Agent ${name}`;
+  $("agent-archived").hidden = true;
+  $("agent-description").hidden = true;
+  $("agent-facts").replaceChildren();
+  $("agent-versions").replaceChildren();
+  $("agent-more-versions").hidden = true;
+  $("agent-error").hidden = true;
+  renderAgents();
+  let agent;
+  try {
+    agent = await api("GET", `/v1/agents/${encodeURIComponent(name)}`);
+  } catch (error) {
+    if (state.openAgent === open && error.status !== 401) {
+      showAgentError(error.status === 404 ? "There is no such agent." : error.message);
+    }
+    return;
+  }
+  // Another agent was opened meanwhile.
+  if (state.openAgent !== open) return;
+  renderAgent(agent);
+  await loadVersions(open);
+}
+
+function showAgentError(message) {
+  const element = $("agent-error");
+  element.textContent = message;
+  element.hidden = false;
+}
+
+/** The agent as it is now: its latest version. */
+function renderAgent(agent) {
+  state.openAgent.latest = agent.version;
+  $("agent-archived").hidden = !agent.archived;
+  $("agent-description").textContent = agent.description || "";
+  $("agent-description").hidden = !agent.description;
+  const facts = [
+    ["Latest version", String(agent.version)],
+    ["Since", when(agent.created_at)],
+  ];
+  $("agent-facts").replaceChildren(...facts.flatMap(([name, value]) => [h("dt", {}, name), h("dd", {}, value)]));
+  if (state.agents.has(agent.name)) {
+    state.agents.set(agent.name, agent);
+    renderAgents();
+  }
+}
+
+/** The next page of the open agent's versions, newest first. */
+async function loadVersions(open) {
+  const query = new URLSearchParams({ limit: String(PAGE) });
+  if (open.cursor) query.set("cursor", open.cursor);
+  const more = $("agent-more-versions");
+  more.disabled = true;
+  try {
+    const page = await api("GET", `/v1/agents/${encodeURIComponent(open.name)}/versions?${query}`);
+    if (state.openAgent !== open) return;
+    $("agent-versions").append(...page.versions.map((version) => versionItem(open, version)));
+    open.cursor = page.next_cursor || null;
+    more.hidden = !open.cursor;
+  } catch (error) {
+    if (state.openAgent === open && error.status !== 401) showAgentError(error.message);
+  } finally {
+    more.disabled = false;
+  }
+}
+
+/** One version: its number and when it was made, and (unfolded for the
+ *  latest) its description and its definition as JSON. */
+function versionItem(open, version) {
+  const latest = version.version === open.latest;
+  return h(
+    "li",
+    { class: "version", dataset: { version: version.version } },
+    h(
+      "details",
+      { open: latest },
+      h(
+        "summary",
+        {},
+        h("strong", {}, `Version ${version.version}`),
+        h("span", { class: "when" }, when(version.created_at)),
+        latest ? h("span", { class: "badge" }, "latest") : null,
+      ),
+      version.description ? h("p", { class: "description" }, version.description) : null,
+      h("pre", { class: "json definition" }, JSON.stringify(version.definition, null, 2)),
+    ),
+  );
+}
+
 // ----------------------------------------------------------- creating
 
 async function showCreate() {
@@ -636,6 +870,9 @@ function forgetToken() {
 function start() {
   state.runs.clear();
   state.open = null;
+  state.openAgent = null;
+  // Shown afresh (the agents' list read again) by the route.
+  state.tab = null;
   watchStatuses();
   route();
 }
@@ -647,6 +884,30 @@ $("filter").addEventListener("change", (event) => {
   loadRuns();
 });
 $("more").addEventListener("click", () => loadRuns(true));
+$("agent-filter-clear").addEventListener("click", () => filterByAgent(""));
+$("agents-archived").addEventListener("change", (event) => {
+  state.archived = event.target.checked;
+  state.agents.clear();
+  state.agentsCursor = null;
+  $("agent-list").replaceChildren();
+  $("agents-empty").hidden = true;
+  $("agents-more").hidden = true;
+  loadAgents();
+});
+$("agents-more").addEventListener("click", () => loadAgents(true));
+// The tab of the list already shown reads it again.
+$("tab-agents").addEventListener("click", () => {
+  if (state.tab === "agents") loadAgents();
+});
+$("agent-more-versions").addEventListener("click", () => {
+  if (state.openAgent) loadVersions(state.openAgent);
+});
+$("agent-runs").addEventListener("click", () => {
+  const open = state.openAgent;
+  if (!open) return;
+  filterByAgent(open.name);
+  location.hash = "#/";
+});
 $("new-run").addEventListener("click", showCreate);
 $("create").addEventListener("submit", create);
 $("create-cancel").addEventListener("click", () => $("create-dialog").close());

@@ -112,6 +112,34 @@ async fn the_console_creates_a_run_from_its_form() {
 }
 
 #[tokio::test]
+async fn the_console_lists_agents_their_versions_and_runs_and_shows_a_run_s_output() {
+    let app = spawn_app().await;
+    let seen = browse(&app, "agents").await;
+    assert_eq!(seen["streams"], 2, "the status stream and the open run's");
+    let agent = app.get("/v1/agents/triage").await;
+    assert_eq!(agent.body["version"], 2);
+    let run = app
+        .get(&format!("/v1/runs/{}", seen["run"].as_str().unwrap()))
+        .await;
+    assert_eq!(
+        run.body["agent"],
+        serde_json::json!({"name": "triage", "version": 2})
+    );
+    assert_eq!(run.body["output"]["label"], "bug");
+    let older = app
+        .get(&format!("/v1/runs/{}", seen["older"].as_str().unwrap()))
+        .await;
+    assert_eq!(older.body["agent"]["version"], 1);
+    assert_eq!(older.body["output"]["label"], "question");
+    let listed = app.get("/v1/runs?agent=triage").await;
+    assert_eq!(
+        listed.body["runs"].as_array().unwrap().len(),
+        2,
+        "what the page showed as the agent's runs"
+    );
+}
+
+#[tokio::test]
 async fn the_console_asks_for_a_token_and_keeps_it_in_the_tab() {
     let mut app = spawn_with(|config| {
         config.auth.tokens =

@@ -244,6 +244,114 @@ const scenarios = {
     return { run: run.id };
   },
 
+  // The agents of the tenant, an agent's versions and its runs, and the
+  // output of a run with an output schema; what an agent holds and what a
+  // run answered are shown as text.
+  async agents() {
+    const hostile = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>';
+    const schema = {
+      type: "object",
+      properties: { label: { enum: ["bug", "question"] }, note: { type: "string" } },
+      required: ["label"],
+    };
+    const answer = (label) => scripted([{ content: JSON.stringify({ label, note: `sorted ${hostile}` }) }]);
+    const first = await api("POST", "/v1/agents", {
+      name: "triage",
+      description: "Sorts tickets",
+      instructions: "Sort the ticket.",
+      model: answer("question"),
+      output_schema: schema,
+    });
+    assert.equal(first.version, 1);
+    const second = await api("PUT", "/v1/agents/triage", {
+      description: `Sorts tickets, better ${hostile}`,
+      instructions: `Sort the ticket carefully. ${hostile}`,
+      model: answer("bug"),
+      output_schema: schema,
+      limits: { max_steps: 4 },
+    });
+    assert.equal(second.version, 2);
+    await api("POST", "/v1/agents", { name: "old-helper", description: "Retired", instructions: "Help." });
+    await api("DELETE", "/v1/agents/old-helper");
+    const older = await api("POST", "/v1/runs?wait=true", { prompt: "The app crashes", agent: "triage@1" });
+    const run = await api("POST", "/v1/runs?wait=true", { prompt: "The app crashes again", agent: "triage" });
+    const other = await api("POST", "/v1/runs?wait=true", { prompt: "no agent here" });
+
+    // The list: the live agents, their latest version and description.
+    await page.goto(`${base}/#/agents`);
+    const agent = (name) => page.locator(`.agent-item[data-agent="${name}"]`);
+    await agent("triage").waitFor({ timeout: WAIT });
+    await expectText(agent("triage").locator(".version"), "v2", "the agent's latest version");
+    // (An excerpt: the whole of it is the agent's.)
+    await expectText(agent("triage").locator(".description"), "Sorts tickets, better <img src=x", "the agent's description, as text");
+    assert.equal(await agent("old-helper").count(), 0, "an archived agent is not listed with the live ones");
+    // The archived ones, on asking.
+    await page.check("#agents-archived");
+    await agent("old-helper").waitFor({ timeout: WAIT });
+    await expectText(agent("old-helper").locator(".badge"), "archived", "the archived agent's mark");
+    await agent("triage").waitFor({ state: "detached", timeout: WAIT });
+    await page.uncheck("#agents-archived");
+    await agent("triage").waitFor({ timeout: WAIT });
+
+    // An agent: its versions, newest first, each with its definition.
+    await agent("triage").locator("a").click();
+    await page.waitForURL(/#\/agents\/triage$/, { timeout: WAIT });
+    await expectText(page.locator("#agent-title"), "triage", "the open agent");
+    await expectText(page.locator("#agent-description"), `Sorts tickets, better ${hostile}`, "the description, as text");
+    const version = (n) => page.locator(`#agent-versions .version[data-version="${n}"]`);
+    await version(1).waitFor({ timeout: WAIT });
+    const numbers = await page.locator("#agent-versions .version").evaluateAll((items) => items.map((item) => Number(item.dataset.version)));
+    assert.deepEqual(numbers, [2, 1], "every version, newest first");
+    // The latest unfolded, an older one folded until asked for.
+    const definition = async (n) => {
+      await version(n).locator(".definition").waitFor({ timeout: WAIT });
+      return JSON.parse(await version(n).locator(".definition").textContent());
+    };
+    const latest = await definition(2);
+    assert.equal(latest.instructions, `Sort the ticket carefully. ${hostile}`, "the latest definition, as text");
+    assert.deepEqual(latest.output_schema, schema, "the definition, as JSON");
+    assert.ok(await version(1).locator(".definition").isHidden(), "an older version is folded");
+    await version(1).locator("summary").click();
+    assert.equal((await definition(1)).instructions, "Sort the ticket.", "the first version's definition");
+    await shot("console-agent");
+
+    // Its runs: those of every version, and no other.
+    await page.click("#agent-runs");
+    await page.waitForURL(/#\/$/, { timeout: WAIT });
+    await expectText(page.locator("#agent-filter-name"), "triage", "the list's agent");
+    await item(run.id).waitFor({ timeout: WAIT });
+    await item(older.id).waitFor({ timeout: WAIT });
+    await page.waitForFunction(
+      (ids) => [...document.querySelectorAll(".run-item")].map((item) => item.dataset.runId).sort().join() === ids,
+      [run.id, older.id].sort().join(),
+      { timeout: WAIT },
+    );
+    await expectText(item(run.id).locator(".agent-tag"), "triage@2", "the run's agent in the list");
+
+    // A run's output, as JSON, and the agent it ran.
+    await item(run.id).locator("a").click();
+    await expectText(page.locator("#run-status"), "completed", "the agent's run");
+    await expectText(page.locator("#run-facts dd"), "triage@2", "the run's agent");
+    await page.locator("#run-output").waitFor({ timeout: WAIT });
+    const shown = await page.locator("#run-output").textContent();
+    assert.equal(shown, JSON.stringify({ label: "bug", note: `sorted ${hostile}` }, null, 2), "the output, pretty-printed");
+    await shot("console-output");
+    assert.equal(await page.evaluate(() => window.__pwned), undefined, "nothing an agent or a run holds ran as code");
+    assert.equal(await page.locator("#detail img, #detail script, #agents img, #agents script").count(), 0);
+    // A run without an output schema shows no output; every run again.
+    await page.click("#agent-filter-clear");
+    await item(other.id).waitFor({ timeout: WAIT });
+    await item(other.id).locator("a").click();
+    await expectText(page.locator("#run-status"), "completed", "the run without an agent");
+    assert.ok(await page.locator("#run-output-box").isHidden(), "no output without a schema");
+    // The run's agent links to the agent.
+    await page.evaluate((to) => { location.hash = `#/runs/${to}`; }, run.id);
+    await page.locator("#run-facts a", { hasText: "triage@2" }).click();
+    await page.waitForURL(/#\/agents\/triage$/, { timeout: WAIT });
+    await version(2).waitFor({ timeout: WAIT });
+    return { agent: "triage", run: run.id, older: older.id, other: other.id };
+  },
+
   // A server with tokens: the page asks for one, refuses a wrong one, and
   // keeps the right one in the tab's session storage only.
   async token() {
