@@ -3,11 +3,16 @@
 the task set's format whose model is scripted, one that solves its problem,
 one that does not, a fact answered, and a one-shot answer, so that the runner
 and its scorer are tested without a real model (the project's tests run it).
+And three extractions of one order line: answered right (in a fenced block),
+answered with two of six fields wrong (and the other four right only as the
+scorer normalises them), and not answered with JSON at all.
 
     python3 eval/build_sample.py > eval/tasks/sample.jsonl
 """
 
 import json
+
+from build_extraction_tasks import BOOLEAN, NUMBER, STRING, array, enum, task
 
 STUB = 'def add(a, b):\n    """The sum of a and b.\n    >>> add(2, 3)\n    5\n    """\n'
 RIGHT = STUB + "    return a + b\n"
@@ -53,6 +58,27 @@ def coding(name, model):
     }
 
 
+ORDER = "Order 4471: 3 blue mugs at 4.50 each, gift-wrapped. Tags: kitchen, gift.\n"
+ORDER_FIELDS = [
+    ("item", STRING, "what was ordered, in the singular", "Blue mug"),
+    ("quantity", NUMBER, "how many", 3),
+    ("unit_price", NUMBER, "the price of one", 4.5),
+    ("gift_wrap", BOOLEAN, "whether it is gift-wrapped", True),
+    ("colour", enum("blue", "red", "green"), None, "blue"),
+    ("tags", array(STRING), "the order's tags", ["kitchen", "gift"]),
+]
+
+
+def extraction(name, *answers):
+    """An extraction of the order line whose model answers `answers` in
+    turn (a run with a schema asks again after an answer that is not
+    valid output, twice by default)."""
+    sample = task(name, "order line", ORDER, ORDER_FIELDS)
+    sample["request"]["limits"] = {"max_steps": 4}
+    sample["request"]["model"] = {"scripted": [{"content": answer} for answer in answers]}
+    return sample
+
+
 def main():
     print(json.dumps(coding("sample-solved", solving(RIGHT, "Done: add returns a + b."))))
     wrong = coding("sample-wrong", solving(WRONG, "Done."))
@@ -76,6 +102,16 @@ def main():
             }
         )
     )
+    right = {"item": "Blue mug", "quantity": 3, "unit_price": 4.5, "gift_wrap": True,
+             "colour": "blue", "tags": ["kitchen", "gift"]}
+    print(json.dumps(extraction("sample-json-right", "```json\n" + json.dumps(right) + "\n```")))
+    # Right as normalised: case and spacing, 3.0 for 3, the tags in another
+    # order; wrong: gift_wrap and colour.
+    wrong = ('{"item": "  BLUE  mug ", "quantity": 3.0, "unit_price": 4.50, "gift_wrap": false, '
+             '"colour": "red", "tags": ["Gift", "kitchen"]}')
+    print(json.dumps(extraction("sample-json-wrong", wrong)))
+    prose = "The order is for three blue mugs."
+    print(json.dumps(extraction("sample-json-prose", prose, prose, prose)))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,14 @@ and a check made once the run ended:
   file is fetched from the server and run here, in a temporary directory,
   with a timeout: it is code a model wrote, so run this where that is
   acceptable). With `"module": NAME`, the file is saved as NAME and CODE
-  imports it instead.
+  imports it instead;
+- `{"expect_json": DOCUMENT}`: an extraction, scored field by field (see
+  `score_fields`): the run's `output` when its request has an
+  `output_schema`, else its answer parsed as JSON (the whole answer, or its
+  first fenced block that parses). A run that did not complete scores 0.
+  The task passes when every field is right; the totals also count the
+  fields right, and the runs that ended `failed` with `output_invalid`.
+  `--no-schema` removes `output_schema` from every request, to compare.
 
 A task with `one_shot` (`{"prompt", "check": {"python": CODE}}`) is also
 asked, with --one-shot, of the same model without tools: the first
@@ -20,6 +27,7 @@ asked, with --one-shot, of the same model without tools: the first
 
     python3 eval/run.py --server http://127.0.0.1:8080 --model qwen \\
         eval/tasks/humaneval-0-81.jsonl --one-shot --out results.jsonl
+    python3 eval/run.py --model qwen eval/tasks/extraction.jsonl --no-schema
 
 Prints a row per task and the totals; --out keeps every result as JSONL.
 Standard library only.
@@ -134,6 +142,107 @@ def check_one_shot(run, check):
     return run_python(code + "\n\n" + check["python"], {})
 
 
+JSON_BLOCK = re.compile(r"```[ \t]*(?:json)?[ \t]*\n(.*?)```", re.S | re.I)
+
+
+def answer_json(answer):
+    """The JSON document of an answer given without a schema: the whole
+    answer, or else the first fenced block (```json or a bare ```) that
+    parses, text around it allowed. None when there is neither."""
+    for text in [answer] + JSON_BLOCK.findall(answer):
+        try:
+            return json.loads(text)
+        except ValueError:
+            continue
+    return None
+
+
+def normalised(value):
+    """`value` as fields are compared: strings trimmed, their inner runs of
+    whitespace made one space, case-folded; numbers (integers or not) as
+    floats; arrays as multisets (sorted, so order does not count but
+    duplicates do); objects key by key. Booleans and null stay themselves,
+    and a type never equals another: "12.5" is not 12.5, 1 is not true."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        return " ".join(value.split()).casefold()
+    if isinstance(value, list):
+        return sorted((normalised(item) for item in value), key=canonical)
+    if isinstance(value, dict):
+        return {key: normalised(item) for key, item in value.items()}
+    return value
+
+
+def canonical(value):
+    return json.dumps(value, sort_keys=True)
+
+
+def same(expected, got):
+    return canonical(normalised(expected)) == canonical(normalised(got))
+
+
+def score_fields(expected, document):
+    """Each field of the object `expected` compared with the same field of
+    `document` (see `normalised`): `{field: {"right", "expected", "got"}}`,
+    without "got" for a field the document lacks. An array is one field,
+    right only when all its items are. Fields the document has beyond the
+    expected ones do not count."""
+    fields = {}
+    for name, want in expected.items():
+        if isinstance(document, dict) and name in document:
+            got = document[name]
+            fields[name] = {"right": same(want, got), "expected": want, "got": got}
+        else:
+            fields[name] = {"right": False, "expected": want}
+    return fields
+
+
+def extracted(run, schema):
+    """The document a run extracted (its `output` when it had a schema,
+    else its answer parsed), or None, and what went wrong."""
+    if run["status"] != "completed":
+        return None, f"ended {run['status']}: {run.get('error')}"
+    if schema:
+        if "output" not in run:
+            return None, "the run has no output (a server without output_schema?)"
+        return run["output"], None
+    document = answer_json(run.get("answer") or "")
+    if document is None:
+        return None, "the answer is not JSON: " + (run.get("answer") or "")[:120]
+    return document, None
+
+
+def check_extraction(run, expected, schema):
+    """The fields of a run's extraction compared with `expected`: a result's
+    extraction part."""
+    document, problem = extracted(run, schema)
+    fields = score_fields(expected, document)
+    right = sum(field["right"] for field in fields.values())
+    wrong = [name for name, field in fields.items() if not field["right"]]
+    if problem is None and not isinstance(document, dict):
+        problem = "the answer is not a JSON object"
+    detail = f"{right}/{len(fields)} fields"
+    if problem:
+        detail += "; " + problem
+    elif wrong:
+        detail += "; wrong: " + ", ".join(wrong)
+    return {
+        "passed": right == len(fields),
+        "schema": schema,
+        "fields_right": right,
+        "fields": len(fields),
+        "score": round(right / len(fields), 3) if fields else 0,
+        "output_invalid": run["status"] == "failed"
+        and str(run.get("error") or "").startswith("output_invalid"),
+        "document": document,
+        "field_results": fields,
+        "detail": detail,
+    }
+
+
 def with_model(request, model, ablate=()):
     """`request` with the model profile (unless it names its own), less
     what `ablate` turns off: `instructions` (the server's default ones),
@@ -148,8 +257,9 @@ def with_model(request, model, ablate=()):
     return request
 
 
-def attempt(server, task, model, one_shot, ablate=()):
+def attempt(server, task, model, one_shot, ablate=(), no_schema=False):
     began = time.monotonic()
+    extraction = None
     if one_shot:
         spec = task["one_shot"]
         request = with_model(
@@ -161,9 +271,16 @@ def attempt(server, task, model, one_shot, ablate=()):
         run = server.run(request)
         passed, detail = check_one_shot(run, spec["check"])
     else:
-        run = server.run(with_model(task["request"], model, ablate))
-        passed, detail = check_run(server, run, task["check"])
-    return {
+        request = with_model(task["request"], model, ablate)
+        if no_schema:
+            request.pop("output_schema", None)
+        run = server.run(request)
+        if "expect_json" in task["check"]:
+            extraction = check_extraction(run, task["check"]["expect_json"], "output_schema" in request)
+            passed, detail = extraction.pop("passed"), extraction.pop("detail")
+        else:
+            passed, detail = check_run(server, run, task["check"])
+    result = {
         "task": task["id"],
         "mode": "one_shot" if one_shot else "harness",
         "passed": passed,
@@ -174,6 +291,23 @@ def attempt(server, task, model, one_shot, ablate=()):
         "run_id": run["id"],
         "detail": detail,
     }
+    if extraction is not None:
+        result.update(extraction)
+    return result
+
+
+def extraction_totals(totals, result):
+    """Adds an extraction's result to `totals`, kept apart with a schema and
+    without."""
+    key = "with schema" if result["schema"] else "without schema"
+    total = totals.setdefault(key, {"fields_right": 0, "fields": 0, "tasks": 0, "full": 0,
+                                    "output_invalid": 0, "seconds": 0.0})
+    total["fields_right"] += result["fields_right"]
+    total["fields"] += result["fields"]
+    total["tasks"] += 1
+    total["full"] += result["passed"]
+    total["output_invalid"] += result["output_invalid"]
+    total["seconds"] += result["seconds"]
 
 
 def main():
@@ -194,6 +328,11 @@ def main():
         choices=["instructions", "edit_file", "search"],
         help="turn one aid off (repeatable): the default instructions, or a tool",
     )
+    parser.add_argument(
+        "--no-schema",
+        action="store_true",
+        help="remove output_schema from every request (extractions are then read from the answer)",
+    )
     args = parser.parse_args()
 
     server = Server(args.server, args.token)
@@ -205,6 +344,7 @@ def main():
         tasks = [task for task in tasks if re.search(args.only, task["id"])]
     out = open(args.out, "a") if args.out else None
     totals = {}
+    extractions = {}
     print(f"{'task':<18} {'mode':<9} {'result':<6} {'steps':>5} {'seconds':>8}  detail")
     for task in tasks:
         modes = [] if args.no_harness else [False]
@@ -213,11 +353,22 @@ def main():
         for one_shot in modes:
             for _ in range(args.repeat):
                 try:
-                    result = attempt(server, task, args.model, one_shot, args.ablate)
+                    result = attempt(server, task, args.model, one_shot, args.ablate,
+                                     args.no_schema)
                 except Exception as error:  # a task's failure is its own
                     result = {"task": task["id"], "mode": "one_shot" if one_shot else "harness",
                               "passed": False, "status": "error", "steps": None,
                               "seconds": 0, "detail": str(error)}
+                    if not one_shot and "expect_json" in task["check"]:
+                        expected = task["check"]["expect_json"]
+                        result.update(
+                            schema="output_schema" in task["request"] and not args.no_schema,
+                            fields_right=0, fields=len(expected), score=0,
+                            output_invalid=False, document=None,
+                            field_results=score_fields(expected, None),
+                        )
+                if "fields" in result:
+                    extraction_totals(extractions, result)
                 passed, seconds = totals.get(result["mode"], (0, 0)), result["seconds"]
                 count, took = totals.get(result["mode"] + "_n", (0, 0.0))
                 totals[result["mode"]] = (passed[0] + result["passed"], 0)
@@ -240,6 +391,13 @@ def main():
                 f"{mode}: {totals[mode][0]}/{count} passed, "
                 f"{took / count:.1f} s per task on average"
             )
+    for key, total in extractions.items():
+        print(
+            f"extraction, {key}: {total['fields_right']}/{total['fields']} fields right, "
+            f"{total['full']}/{total['tasks']} tasks fully right, "
+            f"{total['output_invalid']} ended output_invalid, "
+            f"{total['seconds'] / total['tasks']:.1f} s per task on average"
+        )
 
 
 if __name__ == "__main__":
