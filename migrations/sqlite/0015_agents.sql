@@ -25,5 +25,3 @@ ALTER TABLE runs ADD COLUMN agent_name TEXT;
 ALTER TABLE runs ADD COLUMN agent_version INTEGER;
 ALTER TABLE runs ADD COLUMN output_schema TEXT;
 ALTER TABLE runs ADD COLUMN output TEXT;
-CREATE INDEX runs_by_tenant_agent ON runs (tenant, agent_name, id DESC)
-    WHERE agent_name IS NOT NULL;

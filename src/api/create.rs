@@ -30,6 +30,9 @@ pub const MAX_CLIENT_TOOLS: usize = 64;
 /// of them.
 pub const MAX_CLIENT_SCHEMA_BYTES: usize = 16 * 1024;
 pub const MAX_CLIENT_SCHEMAS_BYTES: usize = 64 * 1024;
+/// Largest output schema, serialised: it is compiled, and sent with the
+/// instructions on every step.
+pub const MAX_OUTPUT_SCHEMA_BYTES: usize = 64 * 1024;
 /// Longest tool name (what providers take).
 pub const MAX_TOOL_NAME_BYTES: usize = 64;
 /// Longest workspace path a request may name (seeds and downloads), in
@@ -395,6 +398,23 @@ impl CreateRunRequest {
                 .map_err(|why| ApiError::Validation(format!("webhook.url: {why}")))?;
         }
         let output_schema = self.output_schema.map(output_schema).transpose()?;
+        if let Some(schema) = &output_schema {
+            // Sent with the instructions on every step: what the two take
+            // of the context must leave room for the rest.
+            let told = crate::harness::output::told(schema);
+            let sent = match &instructions {
+                Some(own) => format!("{own}\n\n{told}"),
+                None => told,
+            };
+            let chars = crate::harness::message::json_string_chars(&sent);
+            if chars >= context.max_context_chars {
+                return invalid(format!(
+                    "output_schema: with the instructions it takes {chars} characters of the \
+                     context, and context.max_context_chars is {}",
+                    context.max_context_chars
+                ));
+            }
+        }
 
         Ok(RunSpec {
             prompt: self.prompt,
@@ -419,13 +439,13 @@ impl CreateRunRequest {
     }
 }
 
-/// A run's output schema: a JSON Schema object that compiles, within the
-/// size a client tool's schema may have.
+/// A run's output schema: a JSON Schema object of at most
+/// [`MAX_OUTPUT_SCHEMA_BYTES`] that compiles.
 fn output_schema(schema: Value) -> Result<std::sync::Arc<Value>, ApiError> {
     let size = serde_json::to_string(&schema).map_or(usize::MAX, |s| s.len());
-    if size > MAX_CLIENT_SCHEMAS_BYTES {
+    if size > MAX_OUTPUT_SCHEMA_BYTES {
         return Err(ApiError::Validation(format!(
-            "output_schema: at most {MAX_CLIENT_SCHEMAS_BYTES} bytes of JSON (got {size})"
+            "output_schema: at most {MAX_OUTPUT_SCHEMA_BYTES} bytes of JSON (got {size})"
         )));
     }
     crate::harness::output::compile_output_schema(&schema).map_err(|why| {

@@ -15,7 +15,7 @@ use super::error::{ApiError, ErrorCode};
 use super::json::ApiJson;
 use super::state::AppState;
 use super::tenant_run::{TenantRun, read};
-use crate::run::{Run, RunStatus, Tenant};
+use crate::run::{Run, RunSpec, RunStatus, Tenant};
 use crate::runner::{Purged, SubmitError};
 use crate::store::RunFilter;
 use crate::telemetry::RunTrace;
@@ -51,11 +51,20 @@ async fn create_run(
     let wait = flag(&query, "wait")? && !stream;
     let key = idempotency_key(&headers)?;
     let hash = key.as_ref().map(|_| request_hash(&body));
-    // The agent it names is the base of its body.
-    let (body, agent) = super::agents::under_agent(&state, &tenant, body).await?;
-    let request: CreateRunRequest = super::json::from_value(body)?;
-    let mut spec = request.validate(&Ceilings::of(&state))?;
-    spec.agent = agent;
+    let mut spec = match accept(&state, &tenant, body).await {
+        Ok(spec) => spec,
+        Err(error) => {
+            // A repeat of a run accepted before stays that run, even if
+            // the request would not be accepted now (its agent archived
+            // or changed since, the server's configuration changed).
+            if let (Some(key), Some(hash)) = (&key, &hash)
+                && let Ok(Some(existing)) = replay(&state, &tenant, key, hash, stream).await
+            {
+                return Ok(existing);
+            }
+            return Err(error);
+        }
+    };
     // The caller's trace (W3C Trace Context); one that is not valid is
     // ignored, as the standard asks, and the run has a trace of its own.
     if let Some(trace) = headers
@@ -126,6 +135,25 @@ async fn create_run(
         response.headers_mut().insert(header::LOCATION, value);
     }
     Ok(response)
+}
+
+/// The run a body asks for, validated: on the agent it names, if any.
+async fn accept(state: &AppState, tenant: &Tenant, body: Value) -> Result<RunSpec, ApiError> {
+    let (body, agent) = super::agents::under_agent(state, tenant, body).await?;
+    let request: CreateRunRequest = super::json::from_value(body)?;
+    let mut spec =
+        request
+            .validate(&Ceilings::of(state))
+            .map_err(|error| match (&agent, error) {
+                // What is wrong may be the definition's, not the request's.
+                (Some(agent), ApiError::Validation(message)) => ApiError::Validation(format!(
+                    "{message} (the request on agent {}@{})",
+                    agent.name, agent.version
+                )),
+                (_, error) => error,
+            })?;
+    spec.agent = agent;
+    Ok(spec)
 }
 
 /// The answer to a repeated `Idempotency-Key`: the first run (200) for the

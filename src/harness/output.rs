@@ -3,12 +3,13 @@
 //! is sent, never in the transcript), how an answer is read as a document,
 //! and what the model is told when it is not valid.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use jsonschema::Validator;
 use serde_json::Value;
 
-use super::registry::describe_errors;
+use super::registry::{describe_errors, schema_options};
 
 /// How often an answer that is not valid output is sent back, when the
 /// request names no number.
@@ -27,7 +28,7 @@ const MAX_MESSAGES: usize = 20;
 /// A run's output schema, compiled, with what the model is told of it.
 pub struct OutputSchema {
     schema: Arc<Value>,
-    validator: Validator,
+    validator: Arc<Validator>,
     /// How often an answer that is not valid is sent back before the run
     /// fails.
     retries: u32,
@@ -48,11 +49,7 @@ impl OutputSchema {
     /// Compiles `schema` (see [`compile_output_schema`]).
     pub fn new(schema: Arc<Value>, retries: u32) -> Result<Self, String> {
         let validator = compile_output_schema(&schema)?;
-        let told = format!(
-            "Your final answer must be one JSON document, valid under this JSON Schema, and \
-             nothing else: no text before or after it, no code fence.\n{}",
-            serde_json::to_string(&*schema).unwrap_or_default()
-        );
+        let told = told(&schema);
         Ok(Self {
             schema,
             validator,
@@ -87,19 +84,46 @@ impl OutputSchema {
     }
 }
 
-/// Compiles an output schema: JSON Schema, draft 2020-12 unless it names
-/// another with `$schema`, checked against its meta-schema. Patterns use a
-/// linear-time engine, and no reference is ever fetched.
-pub fn compile_output_schema(schema: &Value) -> Result<Validator, String> {
+/// What the instructions sent to the model say of `schema`.
+pub fn told(schema: &Value) -> String {
+    format!(
+        "Your final answer must be one JSON document, valid under this JSON Schema, and \
+         nothing else: no text before or after it, no code fence.\n{schema}"
+    )
+}
+
+/// Compiles an output schema: JSON Schema, read as draft 2020-12 (a
+/// `$schema` naming another draft is not followed), checked against its
+/// meta-schema. Patterns use a linear-time engine, each bounded in size,
+/// and no reference is ever fetched. The schemas compiled last are kept:
+/// a run's is compiled when it is accepted and again when it starts, and
+/// an agent's for each of its runs.
+pub fn compile_output_schema(schema: &Value) -> Result<Arc<Validator>, String> {
+    static COMPILED: std::sync::LazyLock<std::sync::Mutex<HashMap<String, Arc<Validator>>>> =
+        std::sync::LazyLock::new(Default::default);
     if !schema.is_object() {
         return Err("the schema must be a JSON object".into());
     }
-    jsonschema::options()
-        .with_draft(jsonschema::Draft::Draft202012)
-        .with_pattern_options(jsonschema::PatternOptions::regex())
-        .build(schema)
-        .map_err(|e| e.to_string())
+    let key = schema.to_string();
+    if let Some(found) = crate::sync::lock(&COMPILED).get(&key) {
+        return Ok(Arc::clone(found));
+    }
+    let compiled = Arc::new(
+        schema_options()
+            .with_draft(jsonschema::Draft::Draft202012)
+            .build(schema)
+            .map_err(|e| e.to_string())?,
+    );
+    let mut kept = crate::sync::lock(&COMPILED);
+    if kept.len() >= COMPILED_KEPT {
+        kept.clear();
+    }
+    kept.insert(key, Arc::clone(&compiled));
+    Ok(compiled)
 }
+
+/// Output schemas kept compiled; past it, the cache starts over.
+const COMPILED_KEPT: usize = 256;
 
 /// The JSON document an answer is: its whole text, or a fenced block
 /// (```` ```json ```` or a bare ```` ``` ````) that is its whole text.
@@ -143,15 +167,20 @@ pub fn note(errors: &[String]) -> String {
     note
 }
 
-/// The `error` of a run whose last answer was not valid output.
-pub fn invalid_error(retries: u32, errors: &[String]) -> String {
-    let tries = match retries {
+/// How many retries a run had, as its `error` says it.
+pub fn after_retries(retries: u32) -> String {
+    match retries {
         0 => "with no retry allowed".to_owned(),
         1 => "after 1 retry".to_owned(),
         n => format!("after {n} retries"),
-    };
+    }
+}
+
+/// The `error` of a run whose last answer was not valid output, `when`
+/// the run gave up (`after 2 retries`).
+pub fn invalid_error(when: &str, errors: &[String]) -> String {
     format!(
-        "{OUTPUT_INVALID}: the final answer is not valid under output_schema {tries}: {}",
+        "{OUTPUT_INVALID}: the final answer is not valid under output_schema {when}: {}",
         errors.join("; ")
     )
 }
@@ -232,5 +261,24 @@ mod tests {
         assert!(compile_output_schema(&json!({"minimum": "one"})).is_err());
         assert!(compile_output_schema(&json!(true)).is_err());
         assert!(compile_output_schema(&json!({"type": "array"})).is_ok());
+    }
+
+    #[test]
+    fn a_pattern_too_large_to_compile_cheaply_is_refused() {
+        // Within the regex crate's own limit (10 MiB), past ours.
+        let huge = json!({"type": "string", "pattern": "^(\\w\\d){20000}$"});
+        assert!(jsonschema::validator_for(&huge).is_ok());
+        let error = compile_output_schema(&huge).unwrap_err();
+        assert!(error.contains("is not a \"regex\""), "{error}");
+        let fine = json!({"type": "string", "pattern": "^\\w{1,64}$"});
+        assert!(compile_output_schema(&fine).is_ok());
+    }
+
+    #[test]
+    fn a_schema_is_compiled_once_while_it_is_kept() {
+        let schema = json!({"type": "object", "title": "compiled once"});
+        let first = compile_output_schema(&schema).unwrap();
+        let again = compile_output_schema(&schema).unwrap();
+        assert!(Arc::ptr_eq(&first, &again));
     }
 }

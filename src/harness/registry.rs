@@ -77,10 +77,22 @@ pub fn compile_schema(schema: &Value) -> Result<Validator, String> {
     if schema.get("type") != Some(&Value::String("object".into())) {
         return Err("the parameters schema must declare \"type\": \"object\"".into());
     }
-    jsonschema::options()
-        .with_pattern_options(jsonschema::PatternOptions::regex())
-        .build(schema)
-        .map_err(|e| e.to_string())
+    schema_options().build(schema).map_err(|e| e.to_string())
+}
+
+/// Most bytes one pattern of a schema compiles to (its program, and its
+/// lazy DFA's cache): a schema is untrusted, and each of its patterns is
+/// compiled; `\w{1000}` alone would take megabytes.
+const PATTERN_SIZE_LIMIT: usize = 1024 * 1024;
+
+/// How every schema of a client or a model's server is compiled: patterns
+/// in a linear-time engine, each bounded in size.
+pub(crate) fn schema_options() -> jsonschema::ValidationOptions<'static> {
+    jsonschema::options().with_pattern_options(
+        jsonschema::PatternOptions::regex()
+            .size_limit(PATTERN_SIZE_LIMIT)
+            .dfa_size_limit(PATTERN_SIZE_LIMIT),
+    )
 }
 
 /// The tools of one run, with each one's compiled argument validator.
@@ -228,6 +240,9 @@ impl ToolRegistry {
     }
 }
 
+/// Most schema violations read of one value.
+const MAX_ERRORS: usize = 100;
+
 /// `^[a-zA-Z][a-zA-Z0-9_-]*$`
 pub fn is_valid_tool_name(name: &str) -> bool {
     let mut bytes = name.bytes();
@@ -243,8 +258,10 @@ pub fn is_valid_tool_name(name: &str) -> bool {
 pub(crate) fn describe_errors<'a>(
     errors: impl Iterator<Item = ValidationError<'a>>,
 ) -> Vec<String> {
-    let errors: Vec<_> = errors.collect();
-    let type_error_paths: Vec<String> = errors
+    // A value of the model's (or a client's) can be wrong in as many places
+    // as it is long: what is read of it is bounded, and so is the work.
+    let errors: Vec<_> = errors.take(MAX_ERRORS).collect();
+    let type_error_paths: std::collections::HashSet<String> = errors
         .iter()
         .filter(|e| matches!(e.kind(), ValidationErrorKind::Type { .. }))
         .map(|e| json_path(e.instance_path().segments()))

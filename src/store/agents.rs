@@ -5,7 +5,7 @@
 //! A run naming an agent reads its definition as it is created. On SQLite
 //! this server is the only writer, so what it read stays true until it
 //! writes that agent again: the versions runs name are kept, and an
-//! agent's are dropped when it is written (a generation counter keeps a
+//! agent's are dropped when it is written (its generation counter keeps a
 //! read that raced a write from keeping what it read). On PostgreSQL
 //! another replica may write an agent at any time, so every run reads it:
 //! a version made on one replica is the one the next run names on any.
@@ -53,50 +53,103 @@ pub(super) struct Cache {
 
 #[derive(Default)]
 struct Kept {
-    /// Bumped by every write of an agent: a read that began before it does
-    /// not keep what it read.
-    generation: u64,
-    agents: HashMap<(String, String), Versions>,
+    /// Bumped when everything kept is dropped (the cache full).
+    epoch: u64,
+    /// By tenant, then by name (looked up without making a key).
+    agents: HashMap<String, HashMap<String, Versions>>,
+    /// The agents kept (entries of `agents`' maps).
+    count: usize,
+    /// The definitions' bytes kept, about.
+    bytes: usize,
+}
+
+impl Kept {
+    fn versions(&self, tenant: &Tenant, name: &str) -> Option<&Versions> {
+        self.agents.get(&tenant.0)?.get(name)
+    }
+
+    fn versions_mut(&mut self, tenant: &Tenant, name: &str) -> &mut Versions {
+        let names = self.agents.entry(tenant.0.clone()).or_default();
+        if !names.contains_key(name) {
+            self.count += 1;
+        }
+        names.entry(name.to_owned()).or_default()
+    }
 }
 
 /// What is kept of one agent: its latest version, and versions named.
 #[derive(Default)]
 struct Versions {
+    /// Bumped by every write of the agent: a read that began before it
+    /// does not keep what it read. (An agent written is kept as an empty
+    /// entry, for its count.)
+    generation: u64,
     latest: Option<Arc<Agent>>,
     named: HashMap<u32, Arc<Agent>>,
 }
 
+/// When a read of an agent began, as the cache counts: what it read is kept
+/// only if neither changed meanwhile.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Began {
+    epoch: u64,
+    generation: u64,
+}
+
 impl Cache {
-    /// Agents kept at most; past it, the cache starts over.
+    /// Agents kept at most; past it, or past [`Self::MAX_BYTES`], the cache
+    /// starts over.
     const CAPACITY: usize = 4096;
+    /// Bytes of definitions kept at most (a definition may be as large as
+    /// a request's body).
+    const MAX_BYTES: usize = 32 * 1024 * 1024;
 
     fn get(&self, tenant: &Tenant, name: &str, version: Option<u32>) -> Option<Arc<Agent>> {
         let kept = lock(&self.inner);
-        let versions = kept.agents.get(&(tenant.0.clone(), name.to_owned()))?;
+        let versions = kept.versions(tenant, name)?;
         match version {
             None => versions.latest.clone(),
             Some(version) => versions.named.get(&version).cloned(),
         }
     }
 
-    fn generation(&self) -> u64 {
-        lock(&self.inner).generation
+    fn began(&self, tenant: &Tenant, name: &str) -> Began {
+        let kept = lock(&self.inner);
+        let generation = kept
+            .versions(tenant, name)
+            .map_or(0, |versions| versions.generation);
+        Began {
+            epoch: kept.epoch,
+            generation,
+        }
     }
 
-    /// Keeps `agent`, read since `generation`, unless an agent was written
-    /// meanwhile.
-    fn keep(&self, tenant: &Tenant, version: Option<u32>, agent: &Arc<Agent>, generation: u64) {
+    /// Keeps `agent` (read as `version` names it), read since `began`,
+    /// unless it was written meanwhile.
+    fn keep(&self, tenant: &Tenant, version: Option<u32>, agent: &Arc<Agent>, began: Began) {
+        let size = serde_json::to_string(&*agent.definition).map_or(usize::MAX, |text| text.len());
         let mut kept = lock(&self.inner);
-        if kept.generation != generation {
+        let now = Began {
+            epoch: kept.epoch,
+            generation: kept
+                .versions(tenant, &agent.name)
+                .map_or(0, |v| v.generation),
+        };
+        if now != began {
             return;
         }
-        if kept.agents.len() >= Self::CAPACITY {
+        if kept.count >= Self::CAPACITY || kept.bytes.saturating_add(size) > Self::MAX_BYTES {
             kept.agents.clear();
+            kept.count = 0;
+            kept.bytes = 0;
+            kept.epoch += 1;
+            if size > Self::MAX_BYTES {
+                return;
+            }
+            // What was read is still what is stored: kept in the new epoch.
         }
-        let versions = kept
-            .agents
-            .entry((tenant.0.clone(), agent.name.clone()))
-            .or_default();
+        kept.bytes += size;
+        let versions = kept.versions_mut(tenant, &agent.name);
         match version {
             None => versions.latest = Some(Arc::clone(agent)),
             Some(version) => {
@@ -108,8 +161,10 @@ impl Cache {
     /// Drops what is kept of an agent being written.
     fn forget(&self, tenant: &Tenant, name: &str) {
         let mut kept = lock(&self.inner);
-        kept.generation += 1;
-        kept.agents.remove(&(tenant.0.clone(), name.to_owned()));
+        let versions = kept.versions_mut(tenant, name);
+        versions.generation += 1;
+        versions.latest = None;
+        versions.named.clear();
     }
 }
 
@@ -124,14 +179,16 @@ impl Store {
     ) -> Result<Saved, StoreError> {
         let name = version.name.clone();
         let saved = self
-            .writer
-            .transition(Transition::SaveAgent {
-                tenant: tenant.clone(),
-                version,
-                create,
-            })
+            .agent_write(
+                tenant,
+                &name,
+                Transition::SaveAgent {
+                    tenant: tenant.clone(),
+                    version,
+                    create,
+                },
+            )
             .await;
-        self.agents.forget(tenant, &name);
         match saved? {
             Transitioned::AgentSaved(agent) => Ok(Saved::Saved(agent)),
             Transitioned::AgentExists => Ok(Saved::Exists),
@@ -145,13 +202,15 @@ impl Store {
     /// Archives an agent; `false` if the tenant has none of that name.
     pub async fn archive_agent(&self, tenant: &Tenant, name: &str) -> Result<bool, StoreError> {
         let archived = self
-            .writer
-            .transition(Transition::ArchiveAgent {
-                tenant: tenant.clone(),
-                name: name.to_owned(),
-            })
+            .agent_write(
+                tenant,
+                name,
+                Transition::ArchiveAgent {
+                    tenant: tenant.clone(),
+                    name: name.to_owned(),
+                },
+            )
             .await;
-        self.agents.forget(tenant, name);
         match archived? {
             Transitioned::AgentArchived => Ok(true),
             Transitioned::NotFound => Ok(false),
@@ -159,6 +218,26 @@ impl Store {
                 "an agent's archive came to {other:?}"
             ))),
         }
+    }
+
+    /// Writes a change of an agent, then drops what is kept of it: in a task
+    /// of its own, so that a request given up meanwhile (its client gone)
+    /// still drops it once the change is committed.
+    async fn agent_write(
+        &self,
+        tenant: &Tenant,
+        name: &str,
+        transition: Transition,
+    ) -> Result<Transitioned, StoreError> {
+        let store = self.clone();
+        let (tenant, name) = (tenant.clone(), name.to_owned());
+        tokio::spawn(async move {
+            let written = store.writer.transition(transition).await;
+            store.agents.forget(&tenant, &name);
+            written
+        })
+        .await
+        .map_err(|_| StoreError::Closed)?
     }
 
     /// A version of an agent (`None`: its latest), archived or not.
@@ -193,13 +272,13 @@ impl Store {
         {
             return Ok((!agent.archived).then_some(agent));
         }
-        let generation = self.agents.generation();
+        let began = self.agents.began(tenant, name);
         let Some(agent) = self.get_agent(tenant, name, version).await? else {
             return Ok(None);
         };
         let agent = Arc::new(agent);
         if self.cluster.is_none() {
-            self.agents.keep(tenant, version, &agent, generation);
+            self.agents.keep(tenant, version, &agent, began);
         }
         Ok((!agent.archived).then_some(agent))
     }

@@ -545,6 +545,21 @@ async fn an_output_schema_or_its_retries_out_of_bounds_are_refused() {
         .post_run(json!({"prompt": "p", "output_schema": big}))
         .await;
     assert_eq!(reply.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        reply.text.contains("output_schema: at most"),
+        "{}",
+        reply.text
+    );
+    // A schema that leaves the context no room is refused at once, not
+    // found out at the first step.
+    let wide = json!({"type": "object", "description": "x".repeat(3_000)});
+    let reply = app
+        .post_run(
+            json!({"prompt": "p", "output_schema": wide, "context": {"max_context_chars": 2000}}),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(reply.text.contains("max_context_chars"), "{}", reply.text);
     let reply = app
         .post_run(json!({"prompt": "p", "limits": {"output_retries": 4}}))
         .await;
@@ -612,7 +627,61 @@ async fn an_agent_s_output_schema_holds_for_its_runs() {
     let run = app
         .run_to_end(json!({"agent": "typed", "prompt": "p", "output_schema": {"type": "object"}}))
         .await;
+    assert_eq!(run["status"], "completed", "{run}");
     assert_eq!(run["output_schema"], json!({"type": "object"}));
+    assert_eq!(run["output"], json!({"severity": "low", "labels": []}));
+}
+
+#[tokio::test]
+async fn a_repeat_of_a_run_stays_that_run_once_its_agent_is_archived() {
+    let app = spawn_app().await;
+    app.post_agent(definition("triage", "Sort it.", "one"))
+        .await;
+    let body = json!({"agent": "triage", "prompt": "Ticket 1"});
+    let post = |key: &'static str| {
+        app.send(
+            app.request(Method::POST, "/v1/runs")
+                .header("idempotency-key", key)
+                .json(&body),
+        )
+    };
+    let first = post("ticket-1").await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.text);
+    assert_eq!(app.delete("/v1/agents/triage").await.status, 204);
+    let again = post("ticket-1").await;
+    assert_eq!(again.status, StatusCode::OK, "{}", again.text);
+    assert_eq!(again.body["id"], first.body["id"]);
+    // Another run of that agent is refused.
+    assert_eq!(post("ticket-2").await.error_code(), "agent_not_found");
+}
+
+#[tokio::test]
+async fn a_definition_the_server_no_longer_takes_is_refused_naming_the_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(&dir);
+    config.limits.max_steps = 50;
+    let app = spawn_in(dir, config).await;
+    let mut body = definition("long", "Go on.", "done");
+    body["limits"] = json!({"max_steps": 40});
+    assert_eq!(app.post_agent(body).await.status, StatusCode::CREATED);
+    let dir = app.stop().await;
+    // The same database, a lower ceiling.
+    let mut config = test_config(&dir);
+    config.limits.max_steps = 20;
+    let app = spawn_in(dir, config).await;
+    let reply = app.post_run(json!({"agent": "long", "prompt": "p"})).await;
+    assert_eq!(reply.status, StatusCode::UNPROCESSABLE_ENTITY);
+    let message = reply.body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("limits.max_steps")
+            && message.ends_with("(the request on agent long@1)"),
+        "{message}"
+    );
+    // The request's own value mends it.
+    let run = app
+        .run_to_end(json!({"agent": "long", "prompt": "p", "limits": {"max_steps": 5}}))
+        .await;
+    assert_eq!(run["status"], "completed", "{run}");
 }
 
 /// Two replicas on one PostgreSQL database see the same versions: one made
