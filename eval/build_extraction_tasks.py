@@ -7,9 +7,16 @@ same requests without it, so that the prompt alone asks for the same JSON.
 The texts are written for this set.
 
     python3 eval/build_extraction_tasks.py > eval/tasks/extraction.jsonl
+    python3 eval/build_extraction_tasks.py --terse > eval/tasks/extraction-terse.jsonl
+
+With `--terse` the prompt names the fields only, and what each one is
+(its meaning, its format) is in the schema, as each property's
+`description`: how a program that defines its output by a schema asks.
+Without the schema the model then has the names alone.
 """
 
 import json
+import sys
 
 DATE = {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"}
 STRING = {"type": "string"}
@@ -233,26 +240,38 @@ def describe(schema):
             "boolean": "true or false"}[schema["type"]]
 
 
-def task(name, kind, text, fields):
-    lines = []
-    for field, schema, wanted, _ in fields:
-        lines.append(f'- "{field}": {describe(schema)}' + (f" ({wanted})" if wanted else ""))
-    prompt = (
-        f"Extract these fields from the {kind} below and answer with one JSON object "
-        "that has exactly these fields and nothing else:\n"
-        + "\n".join(lines)
-        + f"\n\nAnswer with the JSON object only.\n\nThe {kind}:\n\"\"\"\n{text}\"\"\"\n"
-    )
+def task(name, kind, text, fields, terse=False):
+    if terse:
+        names = ", ".join(f'"{field}"' for field, _, _, _ in fields)
+        prompt = (
+            f"Extract from the {kind} below one JSON object with the fields {names}.\n\n"
+            f"Answer with the JSON object only.\n\nThe {kind}:\n\"\"\"\n{text}\"\"\"\n"
+        )
+    else:
+        lines = []
+        for field, schema, wanted, _ in fields:
+            lines.append(f'- "{field}": {describe(schema)}' + (f" ({wanted})" if wanted else ""))
+        prompt = (
+            f"Extract these fields from the {kind} below and answer with one JSON object "
+            "that has exactly these fields and nothing else:\n"
+            + "\n".join(lines)
+            + f"\n\nAnswer with the JSON object only.\n\nThe {kind}:\n\"\"\"\n{text}\"\"\"\n"
+        )
+    # Terse: the schema says what each field is.
+    properties = {
+        field: dict(schema, description=wanted) if terse and wanted else schema
+        for field, schema, wanted, _ in fields
+    }
     schema = {
         "type": "object",
-        "properties": {field: schema for field, schema, _, _ in fields},
+        "properties": properties,
         "required": [field for field, _, _, _ in fields],
         "additionalProperties": False,
     }
     expected = {field: value for field, _, _, value in fields}
     assert 3 <= len(fields) <= 6, name
     return {
-        "id": name,
+        "id": name + ("-terse" if terse else ""),
         "request": {
             "prompt": prompt,
             "tools": [],
@@ -264,8 +283,9 @@ def task(name, kind, text, fields):
 
 
 def main():
+    terse = "--terse" in sys.argv[1:]
     for name, kind, text, fields in TASKS:
-        print(json.dumps(task(name, kind, text, fields)))
+        print(json.dumps(task(name, kind, text, fields, terse)))
 
 
 if __name__ == "__main__":

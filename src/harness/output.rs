@@ -229,7 +229,7 @@ mod tests {
             vec![
                 "$.extra: unexpected property",
                 "$.labels[0]: expected string",
-                "$.severity: not an allowed value",
+                "$.severity: not an allowed value (allowed: \"low\", \"high\")",
             ],
         );
         let errors = output.check(r#"{"labels": []}"#).unwrap_err();

@@ -294,14 +294,38 @@ pub(crate) fn describe_errors<'a>(
                     messages.push(format!("{}: unexpected property", child_path(&path, key)));
                 }
             }
-            ValidationErrorKind::Enum { .. } | ValidationErrorKind::Constant { .. } => {
-                messages.push(format!("{path}: not an allowed value"));
+            ValidationErrorKind::Enum { options } => {
+                messages.push(format!("{path}: not an allowed value {}", allowed(options)));
+            }
+            ValidationErrorKind::Constant { expected_value } => {
+                let only = Value::Array(vec![Value::clone(expected_value)]);
+                messages.push(format!("{path}: not an allowed value {}", allowed(&only)));
             }
             _ => messages.push(format!("{path}: {}", error.masked())),
         }
     }
     required.append(&mut messages);
     required
+}
+
+/// `(allowed: "low", "high")`: the values of the schema (never the
+/// instance's), as many as fit a line, so that a model can pick one.
+fn allowed(options: &Value) -> String {
+    const MAX_CHARS: usize = 300;
+    let values = options.as_array().map(Vec::as_slice).unwrap_or_default();
+    let mut listed = String::new();
+    for (i, value) in values.iter().enumerate() {
+        let text = value.to_string();
+        if listed.len() + text.len() > MAX_CHARS {
+            let _ = write!(listed, ", and {} more", values.len() - i);
+            break;
+        }
+        if i > 0 {
+            listed.push_str(", ");
+        }
+        listed.push_str(&text);
+    }
+    format!("(allowed: {listed})")
 }
 
 fn json_path<'a>(segments: impl Iterator<Item = LocationSegment<'a>>) -> String {
@@ -408,6 +432,14 @@ mod tests {
     }
 
     #[test]
+    fn a_long_list_of_allowed_values_is_cut_with_what_is_left_counted() {
+        let values: Vec<String> = (0..100).map(|n| format!("value-{n}")).collect();
+        let listed = allowed(&json!(values));
+        assert!(listed.starts_with("(allowed: \"value-0\", \"value-1\""), "{listed}");
+        assert!(listed.ends_with(" more)") && listed.len() < 360, "{listed}");
+    }
+
+    #[test]
     fn reports_errors_with_paths() {
         let schema = json!({
             "type": "object",
@@ -436,7 +468,7 @@ mod tests {
         );
         assert_eq!(
             errors(schema.clone(), json!({"path": "a", "mode": "x"})),
-            ["$.mode: not an allowed value"]
+            ["$.mode: not an allowed value (allowed: \"r\", \"w\")"]
         );
         assert_eq!(
             errors(schema.clone(), json!({"path": "a", "mode": 3})),

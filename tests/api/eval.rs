@@ -244,6 +244,7 @@ async fn every_task_of_the_task_set_is_a_request_the_server_accepts() {
         "tasks/humaneval-0-81.jsonl",
         "tasks/own.jsonl",
         "tasks/extraction.jsonl",
+        "tasks/extraction-terse.jsonl",
     ] {
         let tasks = std::fs::read_to_string(eval_file(file)).unwrap();
         let mut count = 0;
