@@ -435,7 +435,10 @@ mod tests {
     fn a_long_list_of_allowed_values_is_cut_with_what_is_left_counted() {
         let values: Vec<String> = (0..100).map(|n| format!("value-{n}")).collect();
         let listed = allowed(&json!(values));
-        assert!(listed.starts_with("(allowed: \"value-0\", \"value-1\""), "{listed}");
+        assert!(
+            listed.starts_with("(allowed: \"value-0\", \"value-1\""),
+            "{listed}"
+        );
         assert!(listed.ends_with(" more)") && listed.len() < 360, "{listed}");
     }
 
