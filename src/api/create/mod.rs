@@ -7,14 +7,16 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
+mod bounds;
+mod tools;
+
 use super::error::ApiError;
 use crate::config::LimitsConfig;
-use crate::harness::{ToolDefinition, compile_schema, is_valid_tool_name};
-use crate::mcp::{McpServers, TOOL_PREFIX, server_of, server_prefix};
+use crate::mcp::McpServers;
 use crate::models::ModelProfiles;
-use crate::run::{ApprovalSpec, ModelInfo, ModelSpec, RunContext, RunLimits, RunSpec};
-use crate::tools::command::RUN_COMMAND;
+use crate::run::{ModelInfo, ModelSpec, RunSpec};
 use crate::tools::{BUILTIN_TOOL_NAMES, CommandPresets};
+use tools::{Selected, approval, client_tools};
 
 pub use crate::run::{DEFAULT_CONTEXT, DEFAULT_LIMITS};
 
@@ -222,127 +224,14 @@ impl CreateRunRequest {
             }
         };
 
-        let commands = match self.commands {
-            None => preset_names(server.presets),
-            Some(commands) => {
-                check_unique("commands", &commands)?;
-                if let Some(unknown) = commands.iter().find(|c| !server.presets.contains(c)) {
-                    return invalid(format!(
-                        "commands: unknown command {unknown:?} (configured: {})",
-                        list_or_none(&preset_names(server.presets))
-                    ));
-                }
-                commands
-            }
-        };
-        let mcp_servers = self.mcp_servers.unwrap_or_default();
-        check_unique("mcp_servers", &mcp_servers)?;
-        if let Some(unknown) = mcp_servers.iter().find(|name| !server.mcp.contains(name)) {
-            let configured: Vec<String> = server.mcp.names().map(str::to_owned).collect();
-            return invalid(format!(
-                "mcp_servers: unknown MCP server {unknown:?} (configured: {})",
-                list_or_none(&configured)
-            ));
-        }
-        let tools = match self.tools {
-            // By default every built-in tool, but `run_command` only when there
-            // is a command to run.
-            None => BUILTIN_TOOL_NAMES
-                .iter()
-                .filter(|&&t| t != RUN_COMMAND || !commands.is_empty())
-                .map(|t| (*t).to_owned())
-                .collect(),
-            Some(tools) => {
-                check_unique("tools", &tools)?;
-                if let Some(unknown) = tools.iter().find(|t| {
-                    !BUILTIN_TOOL_NAMES.contains(&t.as_str()) && !is_mcp_tool(t, &mcp_servers)
-                }) {
-                    if unknown.starts_with(TOOL_PREFIX) {
-                        return invalid(format!(
-                            "tools: {unknown:?} is not a tool of an MCP server of this run \
-                             (mcp__SERVER__TOOL, SERVER one of mcp_servers: {})",
-                            list_or_none(&mcp_servers)
-                        ));
-                    }
-                    return invalid(format!(
-                        "tools: unknown tool {unknown:?} (available: {}, and the tools of the \
-                         run's mcp_servers as mcp__SERVER__TOOL)",
-                        BUILTIN_TOOL_NAMES.join(", ")
-                    ));
-                }
-                if tools.iter().any(|t| t == RUN_COMMAND) && commands.is_empty() {
-                    return invalid(
-                        "tools: run_command needs at least one command in commands (none is configured or allowed)"
-                            .into(),
-                    );
-                }
-                tools
-            }
-        };
+        let Selected {
+            commands,
+            mcp_servers,
+            tools,
+        } = tools::select(server, self.commands, self.mcp_servers, self.tools)?;
 
-        let ceilings = server.limits;
-        let requested = self.limits.unwrap_or_default();
-        let limits = RunLimits {
-            max_steps: bounded(
-                "limits.max_steps",
-                requested.max_steps,
-                DEFAULT_LIMITS.max_steps.into(),
-                1,
-                ceilings.max_steps.into(),
-            )? as u32,
-            max_tool_calls: bounded(
-                "limits.max_tool_calls",
-                requested.max_tool_calls,
-                DEFAULT_LIMITS.max_tool_calls.into(),
-                0,
-                ceilings.max_tool_calls.into(),
-            )? as u32,
-            timeout_ms: bounded(
-                "limits.timeout_ms",
-                requested.timeout_ms,
-                DEFAULT_LIMITS.timeout_ms,
-                1,
-                ceilings.timeout_ms,
-            )?,
-            action_timeout_ms: bounded(
-                "limits.action_timeout_ms",
-                requested.action_timeout_ms,
-                DEFAULT_LIMITS.action_timeout_ms,
-                1,
-                ceilings.action_timeout_ms,
-            )?,
-            max_resumes: bounded(
-                "limits.max_resumes",
-                requested.max_resumes,
-                DEFAULT_LIMITS.max_resumes.into(),
-                0,
-                ceilings.max_resumes.into(),
-            )? as u32,
-            output_retries: bounded(
-                "limits.output_retries",
-                requested.output_retries,
-                DEFAULT_LIMITS.output_retries.into(),
-                0,
-                ceilings.output_retries.into(),
-            )? as u32,
-        };
-        let requested = self.context.unwrap_or_default();
-        let context = RunContext {
-            max_context_chars: bounded(
-                "context.max_context_chars",
-                requested.max_context_chars,
-                DEFAULT_CONTEXT.max_context_chars as u64,
-                1,
-                ceilings.max_context_chars as u64,
-            )? as usize,
-            max_tool_result_chars: bounded(
-                "context.max_tool_result_chars",
-                requested.max_tool_result_chars,
-                DEFAULT_CONTEXT.max_tool_result_chars as u64,
-                1,
-                ceilings.max_tool_result_chars as u64,
-            )? as usize,
-        };
+        let limits = bounds::limits(self.limits.unwrap_or_default(), server.limits)?;
+        let context = bounds::context(self.context.unwrap_or_default(), server.limits)?;
 
         let files = self.workspace.map(|w| w.files).unwrap_or_default();
         if files.len() > MAX_WORKSPACE_FILES {
@@ -397,24 +286,10 @@ impl CreateRunRequest {
                 .check(&webhook.url)
                 .map_err(|why| ApiError::Validation(format!("webhook.url: {why}")))?;
         }
-        let output_schema = self.output_schema.map(output_schema).transpose()?;
-        if let Some(schema) = &output_schema {
-            // Sent with the instructions on every step: what the two take
-            // of the context must leave room for the rest.
-            let told = crate::harness::output::told(schema);
-            let sent = match &instructions {
-                Some(own) => format!("{own}\n\n{told}"),
-                None => told,
-            };
-            let chars = crate::harness::message::json_string_chars(&sent);
-            if chars >= context.max_context_chars {
-                return invalid(format!(
-                    "output_schema: with the instructions it takes {chars} characters of the \
-                     context, and context.max_context_chars is {}",
-                    context.max_context_chars
-                ));
-            }
-        }
+        let output_schema = self
+            .output_schema
+            .map(|schema| bounds::output_schema(schema, instructions.as_deref(), &context))
+            .transpose()?;
 
         Ok(RunSpec {
             prompt: self.prompt,
@@ -439,39 +314,6 @@ impl CreateRunRequest {
     }
 }
 
-/// A run's output schema: a JSON Schema object of at most
-/// [`MAX_OUTPUT_SCHEMA_BYTES`] that compiles.
-fn output_schema(schema: Value) -> Result<std::sync::Arc<Value>, ApiError> {
-    let size = serde_json::to_string(&schema).map_or(usize::MAX, |s| s.len());
-    if size > MAX_OUTPUT_SCHEMA_BYTES {
-        return Err(ApiError::Validation(format!(
-            "output_schema: at most {MAX_OUTPUT_SCHEMA_BYTES} bytes of JSON (got {size})"
-        )));
-    }
-    crate::harness::output::compile_output_schema(&schema).map_err(|why| {
-        ApiError::Validation(format!("output_schema: not a valid JSON Schema: {why}"))
-    })?;
-    Ok(std::sync::Arc::new(schema))
-}
-
-/// Whether `tools` names some of the MCP tools of `name`'s server, and not
-/// `name`: the run will not have it.
-fn narrowed_out(name: &str, tools: &[String], servers: &[String]) -> bool {
-    server_of(name, servers).is_some_and(|server| {
-        let prefix = server_prefix(server);
-        tools.iter().any(|t| t.starts_with(&prefix)) && !tools.iter().any(|t| t == name)
-    })
-}
-
-/// A name of a tool of one of the run's MCP servers: `mcp__SERVER__TOOL`
-/// in the tool-name rule. Whether the server has it is known when the run
-/// starts.
-fn is_mcp_tool(name: &str, servers: &[String]) -> bool {
-    server_of(name, servers).is_some_and(|server| name.len() > server.len() + TOOL_PREFIX.len() + 2)
-        && is_valid_tool_name(name)
-        && name.len() <= MAX_TOOL_NAME_BYTES
-}
-
 fn profile_instructions(server: &Ceilings<'_>, name: &str) -> Option<std::sync::Arc<str>> {
     server
         .profiles
@@ -479,101 +321,6 @@ fn profile_instructions(server: &Ceilings<'_>, name: &str) -> Option<std::sync::
         .and_then(|profile| profile.instructions())
         .filter(|instructions| !instructions.is_empty())
         .map(std::sync::Arc::from)
-}
-
-/// The client's tools: named by the tool-name rule, clashing with no other
-/// tool of the run, each with an object schema that compiles.
-fn client_tools(
-    requested: Vec<ClientToolRequest>,
-    tools: &[String],
-) -> Result<Vec<ToolDefinition>, ApiError> {
-    let invalid = |message: String| Err(ApiError::Validation(message));
-    if requested.len() > MAX_CLIENT_TOOLS {
-        return invalid(format!(
-            "client_tools: at most {MAX_CLIENT_TOOLS} tools may be given (got {})",
-            requested.len()
-        ));
-    }
-    let mut definitions: Vec<ToolDefinition> = Vec::with_capacity(requested.len());
-    let mut schema_bytes = 0;
-    for (i, tool) in requested.into_iter().enumerate() {
-        let name = tool.name;
-        if !is_valid_tool_name(&name) || name.len() > MAX_TOOL_NAME_BYTES {
-            return invalid(format!(
-                "client_tools[{i}].name: {name:?} is not a valid tool name \
-                 (^[a-zA-Z][a-zA-Z0-9_-]*$, at most {MAX_TOOL_NAME_BYTES} characters)"
-            ));
-        }
-        if name.starts_with(TOOL_PREFIX) {
-            return invalid(format!(
-                "client_tools[{i}].name: {name:?}: names starting with {TOOL_PREFIX} are MCP tools'"
-            ));
-        }
-        if tools.contains(&name) || definitions.iter().any(|d| d.name == name) {
-            return invalid(format!(
-                "client_tools[{i}].name: {name:?} clashes with another tool of the run"
-            ));
-        }
-        let parameters = tool
-            .parameters
-            .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}}));
-        // Compiling a schema costs time in its size (each pattern is a
-        // regex to build): bounded, per tool and in all.
-        let size = serde_json::to_string(&parameters).map_or(usize::MAX, |s| s.len());
-        if size > MAX_CLIENT_SCHEMA_BYTES {
-            return invalid(format!(
-                "client_tools[{i}].parameters: at most {MAX_CLIENT_SCHEMA_BYTES} bytes of JSON (got {size})"
-            ));
-        }
-        schema_bytes += size;
-        if schema_bytes > MAX_CLIENT_SCHEMAS_BYTES {
-            return invalid(format!(
-                "client_tools: at most {MAX_CLIENT_SCHEMAS_BYTES} bytes of parameters schemas in all"
-            ));
-        }
-        if let Err(why) = compile_schema(&parameters) {
-            return invalid(format!(
-                "client_tools[{i}].parameters: the schema of tool {name} does not compile: {why}"
-            ));
-        }
-        definitions.push(ToolDefinition {
-            name,
-            description: tool.description,
-            parameters,
-        });
-    }
-    Ok(definitions)
-}
-
-/// Which tools' calls wait for approval: tools of the run, or `"*"`.
-fn approval(
-    requested: Option<ApprovalRequest>,
-    tools: &[String],
-    client_tools: &[ToolDefinition],
-    mcp_servers: &[String],
-) -> Result<ApprovalSpec, ApiError> {
-    let Some(requested) = requested else {
-        return Ok(ApprovalSpec::default());
-    };
-    check_unique("approval.tools", &requested.tools)?;
-    let known = |name: &str| {
-        name == "*"
-            || tools.iter().any(|t| t == name)
-            || client_tools.iter().any(|t| t.name == name)
-            || is_mcp_tool(name, mcp_servers) && !narrowed_out(name, tools, mcp_servers)
-    };
-    if let Some(unknown) = requested.tools.iter().find(|name| !known(name)) {
-        let mut names: Vec<String> = tools.to_vec();
-        names.extend(client_tools.iter().map(|t| t.name.clone()));
-        return Err(ApiError::Validation(format!(
-            "approval.tools: {unknown:?} is not a tool of this run (its tools: {}, and those of its \
-             mcp_servers as mcp__SERVER__TOOL; \"*\" is all of them)",
-            list_or_none(&names)
-        )));
-    }
-    Ok(ApprovalSpec {
-        tools: requested.tools,
-    })
 }
 
 fn profile(
@@ -604,22 +351,6 @@ fn check_script(script: &[Value]) -> Result<(), ApiError> {
         }
     }
     Ok(())
-}
-
-fn bounded(
-    field: &str,
-    value: Option<u64>,
-    default: u64,
-    min: u64,
-    max: u64,
-) -> Result<u64, ApiError> {
-    match value {
-        None => Ok(default.clamp(min, max)),
-        Some(value) if (min..=max).contains(&value) => Ok(value),
-        Some(value) => Err(ApiError::Validation(format!(
-            "{field} must be between {min} and {max} (got {value})"
-        ))),
-    }
 }
 
 fn check_unique(field: &str, names: &[String]) -> Result<(), ApiError> {
