@@ -16,7 +16,7 @@ use serde_json::{Map, Value, json};
 use super::create::{Ceilings, CreateRunRequest};
 use super::error::{ApiError, ErrorCode};
 use super::json::ApiJson;
-use super::runs::{DEFAULT_PAGE, MAX_PAGE, flag};
+use super::runs::{flag, next_cursor, page_limit};
 use super::state::AppState;
 use crate::agent::{Agent, NewVersion, is_valid_name};
 use crate::run::{AgentRef, Tenant};
@@ -148,24 +148,19 @@ pub async fn versions(
 pub async fn version(
     State(state): State<AppState>,
     Extension(tenant): Extension<Tenant>,
+    AgentName(name): AgentName,
     params: RawPathParams,
 ) -> Result<Json<Agent>, ApiError> {
-    let param = |wanted: &str| {
-        params
-            .iter()
-            .find_map(|(name, value)| (name == wanted).then(|| value.to_owned()))
-            .unwrap_or_default()
-    };
-    let name = param("name");
-    let version = param("version");
-    let Some(version) = version.parse::<u32>().ok().filter(|v| *v > 0) else {
-        return Err(ApiError::AgentNotFound(format!(
-            "{version:?} is not a version of an agent (1, 2, ...)"
-        )));
-    };
-    if !is_valid_name(&name) {
-        return Err(not_found(&name));
-    }
+    let version = params
+        .iter()
+        .find_map(|(key, value)| (key == "version").then_some(value))
+        .and_then(|version| version.parse::<u32>().ok())
+        .filter(|version| *version > 0)
+        .ok_or_else(|| {
+            ApiError::AgentNotFound(format!(
+                "agent {name:?} has no such version (versions are 1, 2, ...)"
+            ))
+        })?;
     read(&state, &tenant, &name, Some(version)).await.map(Json)
 }
 
@@ -384,31 +379,4 @@ async fn read(
 
 fn not_found(name: &str) -> ApiError {
     ApiError::AgentNotFound(format!("agent {name:?} not found"))
-}
-
-/// `limit`: default 20, 1 to 100.
-fn page_limit(query: &HashMap<String, String>) -> Result<u32, ApiError> {
-    match query.get("limit") {
-        None => Ok(DEFAULT_PAGE),
-        Some(text) => text
-            .parse::<u32>()
-            .ok()
-            .filter(|n| (1..=MAX_PAGE).contains(n))
-            .ok_or_else(|| {
-                ApiError::InvalidQuery(format!(
-                    "limit must be an integer from 1 to {MAX_PAGE} (got {text:?})"
-                ))
-            }),
-    }
-}
-
-/// Cuts a page read with one item more than `limit`, and the cursor of
-/// the next (the last item kept), if there is more.
-fn next_cursor<T>(items: &mut Vec<T>, limit: u32, cursor: impl Fn(&T) -> String) -> Option<String> {
-    if items.len() > limit as usize {
-        items.truncate(limit as usize);
-        items.last().map(cursor)
-    } else {
-        None
-    }
 }

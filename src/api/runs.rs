@@ -264,18 +264,7 @@ pub async fn list(
             })
         })
         .transpose()?;
-    let limit = match query.get("limit") {
-        None => DEFAULT_PAGE,
-        Some(text) => text
-            .parse::<u32>()
-            .ok()
-            .filter(|n| (1..=MAX_PAGE).contains(n))
-            .ok_or_else(|| {
-                ApiError::InvalidQuery(format!(
-                    "limit must be an integer from 1 to {MAX_PAGE} (got {text:?})"
-                ))
-            })?,
-    };
+    let limit = page_limit(&query)?;
     let id_param = |name: &str, what: &str| {
         query
             .get(name)
@@ -309,13 +298,39 @@ pub async fn list(
             limit + 1,
         )
         .await?;
-    let next_cursor = if runs.len() > limit as usize {
-        runs.truncate(limit as usize);
-        runs.last().map(|run| run.id.to_string())
+    let next_cursor = next_cursor(&mut runs, limit, |run| run.id.to_string());
+    Ok(Json(json!({"runs": runs, "next_cursor": next_cursor})))
+}
+
+/// A page's `limit`: default [`DEFAULT_PAGE`], 1 to [`MAX_PAGE`].
+pub(super) fn page_limit(query: &HashMap<String, String>) -> Result<u32, ApiError> {
+    match query.get("limit") {
+        None => Ok(DEFAULT_PAGE),
+        Some(text) => text
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=MAX_PAGE).contains(n))
+            .ok_or_else(|| {
+                ApiError::InvalidQuery(format!(
+                    "limit must be an integer from 1 to {MAX_PAGE} (got {text:?})"
+                ))
+            }),
+    }
+}
+
+/// Cuts a page read with one item more than `limit`, and gives the cursor
+/// of the next page (the last item kept's), if there is more.
+pub(super) fn next_cursor<T>(
+    items: &mut Vec<T>,
+    limit: u32,
+    cursor: impl Fn(&T) -> String,
+) -> Option<String> {
+    if items.len() > limit as usize {
+        items.truncate(limit as usize);
+        items.last().map(cursor)
     } else {
         None
-    };
-    Ok(Json(json!({"runs": runs, "next_cursor": next_cursor})))
+    }
 }
 
 /// How often a cancel looks for a run that is neither live here nor paused

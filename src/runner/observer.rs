@@ -300,8 +300,7 @@ impl Observer for RunObserver {
                     usage: *usage,
                     finished_at: format_time(&event.timestamp),
                     finished: event.timestamp,
-                    output: output.as_ref().map(storable_json).transpose()?,
-                    document: output.clone(),
+                    output: output.clone(),
                     webhook: self.webhook,
                 }));
             }
@@ -414,14 +413,6 @@ fn storable_text(text: &str) -> String {
     text.replace('\0', "\u{FFFD}")
 }
 
-/// A document as stored: its JSON (in which a NUL is an escape, never a
-/// byte).
-fn storable_json(document: &serde_json::Value) -> Result<String, serde_json::Error> {
-    serde_json::to_string(document)
-}
-
-/// The event's JSON. A `message` event reuses the JSON the harness made of
-/// its message rather than serialising the message again.
 /// A run's tools and client tools, by name: what [`tool_label`] needs.
 #[derive(Debug, Default)]
 struct ToolLabels {
@@ -445,6 +436,8 @@ fn tool_label(tools: &[String], client: &[String], name: &str) -> String {
     }
 }
 
+/// The event's JSON. A `message` event reuses the JSON the harness made of
+/// its message rather than serialising the message again.
 fn event_json(event: &Event) -> Result<String, serde_json::Error> {
     let EventKind::Message { json, .. } = &event.kind else {
         return serde_json::to_string(event);

@@ -27,10 +27,8 @@ pub struct Finish {
     /// When it ended, as stored (RFC 3339) and as it is.
     pub finished_at: String,
     pub finished: chrono::DateTime<chrono::Utc>,
-    /// The final answer's JSON document (under an output schema), as
-    /// stored, and as it is.
-    pub output: Option<String>,
-    pub document: Option<serde_json::Value>,
+    /// The final answer's JSON document, under an output schema.
+    pub output: Option<serde_json::Value>,
     /// Whether the run has a webhook: its end is then a delivery of the
     /// outbox, written with it (a run without one costs the outbox
     /// nothing).
@@ -292,7 +290,7 @@ fn apply_event(event: &NewEvent, channels: &Channels) {
             run.tool_calls = finish.tool_calls;
             run.usage = finish.usage;
             run.finished_at = Some(finish.finished);
-            run.output.clone_from(&finish.document);
+            run.output.clone_from(&finish.output);
         }),
         _ => {}
     }

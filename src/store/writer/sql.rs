@@ -1,5 +1,6 @@
 //! The rows of a batch and the statements that write it.
 
+use serde_json::Value;
 use sqlx::AnyConnection;
 use sqlx::Executor;
 
@@ -476,7 +477,7 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
                 .bind(saturate(finish.usage.output_tokens))
                 .bind(saturate(finish.usage.model_calls_with_usage))
                 .bind(finish.finished_at.as_str())
-                .bind(finish.output.as_deref());
+                .bind(finish.output.as_ref().map(Value::to_string));
         }
         query.execute(&mut *connection).await?;
     }
