@@ -31,6 +31,7 @@ pub mod harness;
 pub mod mcp;
 pub mod metrics;
 pub mod models;
+pub mod repo;
 pub mod run;
 pub mod runner;
 pub mod scheduler;

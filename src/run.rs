@@ -229,6 +229,8 @@ pub struct RunSpec {
     pub agent: Option<AgentRef>,
     /// The JSON Schema its final answer must be valid under.
     pub output_schema: Option<Arc<Value>>,
+    /// Where its workspace comes from besides `files`: a clone, an upload.
+    pub seed: crate::repo::Seed,
 }
 
 /// Where a run's ends and pauses are posted (signed; see
@@ -262,6 +264,7 @@ impl RunSpec {
             trace: run.trace(),
             agent: run.agent.clone(),
             output_schema: run.output_schema.clone(),
+            seed: run.seed.as_deref().cloned().unwrap_or_default(),
         }
     }
 }
@@ -364,6 +367,13 @@ pub struct Run {
     /// schema.
     #[serde(default)]
     pub output: Option<Value>,
+    /// What it changed in its workspace, once it has ended.
+    #[serde(default)]
+    pub changes: Option<crate::repo::Changes>,
+    /// Where its workspace came from besides its files (not shown: it is
+    /// the request's).
+    #[serde(skip)]
+    pub seed: Option<Arc<crate::repo::Seed>>,
     #[serde(serialize_with = "rfc3339")]
     pub created_at: DateTime<Utc>,
     #[serde(serialize_with = "rfc3339_opt")]
@@ -418,6 +428,8 @@ impl Run {
             agent: spec.agent.clone(),
             output_schema: spec.output_schema.clone(),
             output: None,
+            changes: None,
+            seed: (!spec.seed.is_empty()).then(|| Arc::new(spec.seed.clone())),
             created_at,
             started_at: None,
             finished_at: None,
@@ -539,6 +551,7 @@ impl RunSpec {
             trace: RunTrace::new(),
             agent: None,
             output_schema: None,
+            seed: Default::default(),
         }
     }
 }

@@ -16,6 +16,7 @@ use super::error::ApiError;
 
 const INDEX: &str = include_str!("../../console/index.html");
 const SCRIPT: &str = include_str!("../../console/app.js");
+const DIFF_SCRIPT: &str = include_str!("../../console/diff.js");
 const STYLE: &str = include_str!("../../console/app.css");
 
 /// What the page may load and connect to: itself only.
@@ -32,6 +33,10 @@ pub async fn index() -> Response {
 pub async fn asset(Path(file): Path<String>) -> Result<Response, ApiError> {
     match file.as_str() {
         "app.js" => Ok(asset_response("text/javascript; charset=utf-8", SCRIPT)),
+        "diff.js" => Ok(asset_response(
+            "text/javascript; charset=utf-8",
+            DIFF_SCRIPT,
+        )),
         "app.css" => Ok(asset_response("text/css; charset=utf-8", STYLE)),
         _ => Err(ApiError::NotFound("console file")),
     }

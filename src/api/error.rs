@@ -37,6 +37,16 @@ pub enum ApiError {
     /// archived, for a new run: the message says which.
     #[error("{0}")]
     AgentNotFound(String),
+    /// An upload the tenant does not have (or no longer has).
+    #[error("{0}")]
+    UploadNotFound(String),
+    /// An upload's archive that cannot be taken: an entry that would
+    /// escape, corrupt, too large unpacked.
+    #[error("{0}")]
+    InvalidArchive(String),
+    /// A repository (or a credential) the server's settings do not allow.
+    #[error("{0}")]
+    GitNotAllowed(String),
     #[error("method {0} is not allowed here")]
     MethodNotAllowed(String),
     /// A request that contradicts the resource's state.
@@ -124,6 +134,9 @@ impl ApiError {
             Self::Unauthorized => C::Unauthorized,
             Self::NotFound(_) | Self::NoRoute(_) => C::NotFound,
             Self::AgentNotFound(_) => C::AgentNotFound,
+            Self::UploadNotFound(_) => C::UploadNotFound,
+            Self::InvalidArchive(_) => C::InvalidArchive,
+            Self::GitNotAllowed(_) => C::GitNotAllowed,
             Self::MethodNotAllowed(_) => C::MethodNotAllowed,
             Self::Conflict { code, .. } => *code,
             Self::PayloadTooLarge(_) => C::PayloadTooLarge,
@@ -162,6 +175,9 @@ pub enum ErrorCode {
     RunLive,
     AgentExists,
     AgentNotFound,
+    UploadNotFound,
+    InvalidArchive,
+    GitNotAllowed,
     PayloadTooLarge,
     UriTooLong,
     UnsupportedMediaType,
@@ -181,7 +197,7 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 29] = [
+    pub const ALL: [ErrorCode; 32] = [
         Self::InvalidJson,
         Self::InvalidQuery,
         Self::InvalidPath,
@@ -195,6 +211,9 @@ impl ErrorCode {
         Self::RunLive,
         Self::AgentExists,
         Self::AgentNotFound,
+        Self::UploadNotFound,
+        Self::InvalidArchive,
+        Self::GitNotAllowed,
         Self::PayloadTooLarge,
         Self::UriTooLong,
         Self::UnsupportedMediaType,
@@ -228,6 +247,9 @@ impl ErrorCode {
             Self::RunLive => "run_live",
             Self::AgentExists => "agent_exists",
             Self::AgentNotFound => "agent_not_found",
+            Self::UploadNotFound => "upload_not_found",
+            Self::InvalidArchive => "invalid_archive",
+            Self::GitNotAllowed => "git_not_allowed",
             Self::PayloadTooLarge => "payload_too_large",
             Self::UriTooLong => "uri_too_long",
             Self::UnsupportedMediaType => "unsupported_media_type",
@@ -253,7 +275,7 @@ impl ErrorCode {
                 StatusCode::BAD_REQUEST
             }
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
-            Self::NotFound | Self::AgentNotFound => StatusCode::NOT_FOUND,
+            Self::NotFound | Self::AgentNotFound | Self::UploadNotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::IdempotencyKeyReused
             | Self::RunNotLive
@@ -265,7 +287,9 @@ impl ErrorCode {
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::MisdirectedRequest => StatusCode::MISDIRECTED_REQUEST,
             Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
-            Self::InvalidRequest => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::InvalidRequest | Self::InvalidArchive | Self::GitNotAllowed => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
             Self::QueueFull
             | Self::RateLimited
             | Self::QuotaExceeded

@@ -47,8 +47,16 @@ pub fn refusal(state: &AppState, request: &Request) -> Option<Response> {
         .get(header::CONTENT_LENGTH)
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.trim().parse::<u64>().ok());
-    if announced.is_some_and(|length| length > state.max_body_bytes as u64) {
-        let mut response = ApiError::PayloadTooLarge(state.max_body_bytes).into_response();
+    // An upload has a ceiling of its own (its body is streamed to disk).
+    let limit =
+        if request.method() == axum::http::Method::POST && request.uri().path() == "/v1/uploads" {
+            state.runner.max_upload_bytes()
+        } else {
+            state.max_body_bytes as u64
+        };
+    if announced.is_some_and(|length| length > limit) {
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        let mut response = ApiError::PayloadTooLarge(limit).into_response();
         // The body is never read: the connection cannot carry another
         // request after it.
         response.headers_mut().insert(

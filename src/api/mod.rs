@@ -24,6 +24,7 @@ pub mod system;
 pub mod tenant_run;
 pub mod transcript;
 pub mod unread;
+pub mod uploads;
 pub mod workspace;
 
 use axum::Router;

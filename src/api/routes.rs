@@ -11,7 +11,8 @@ use axum::routing::{MethodRouter, delete, get, post, put};
 
 use super::state::AppState;
 use super::{
-    actions, agents, console, events, runs, statuses, stream_tokens, system, transcript, workspace,
+    actions, agents, console, events, runs, statuses, stream_tokens, system, transcript, uploads,
+    workspace,
 };
 
 /// One path and what it answers.
@@ -120,6 +121,29 @@ pub fn table() -> Vec<Route> {
             "/v1/runs/{id}/workspace/{*path}",
             false,
             [(M::GET, NONE, get(workspace::file))],
+        ),
+        route(
+            "/v1/runs/{id}/diff",
+            false,
+            [(M::GET, NONE, get(workspace::diff))],
+        ),
+        route(
+            "/v1/runs/{id}/archive",
+            false,
+            [(M::GET, &["include_git"][..], get(workspace::archive))],
+        ),
+        route(
+            "/v1/uploads",
+            false,
+            [(M::POST, NONE, post(uploads::create))],
+        ),
+        route(
+            "/v1/uploads/{id}",
+            false,
+            [
+                (M::GET, NONE, get(uploads::get)),
+                (M::DELETE, NONE, delete(uploads::delete)),
+            ],
         ),
         route(
             "/v1/agents",

@@ -153,6 +153,18 @@ async fn accept(state: &AppState, tenant: &Tenant, body: Value) -> Result<RunSpe
                 (_, error) => error,
             })?;
     spec.agent = agent;
+    if let Some(upload) = spec.seed.archive
+        && state
+            .runner
+            .store()
+            .get_upload(tenant, upload)
+            .await?
+            .is_none()
+    {
+        return Err(ApiError::UploadNotFound(format!(
+            "workspace.archive: no upload {upload} (deleted, expired, or never made)"
+        )));
+    }
     Ok(spec)
 }
 

@@ -10,7 +10,10 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{Path, State};
+use std::collections::HashMap;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
@@ -22,6 +25,7 @@ use super::create::check_workspace_path;
 use super::error::ApiError;
 use super::state::AppState;
 use super::tenant_run::TenantRun;
+use crate::repo::tree::Tree;
 use crate::tools::{FileListing, Workspace, WorkspaceError};
 
 /// Most files a listing names; past them it says `truncated: true`.
@@ -126,4 +130,124 @@ fn open(directory: &std::path::Path, path: &str) -> Result<(std::fs::File, u64),
         }
         refused => ApiError::InvalidPath(refused.to_string()),
     })
+}
+
+/// `GET /v1/runs/{id}/diff`: the workspace against the tree it started
+/// from, as `git diff` writes it, streamed as it is made (a file's diff at
+/// a time). Live runs too: the workspace as it is now.
+pub async fn diff(
+    State(state): State<AppState>,
+    TenantRun { run, tenant }: TenantRun,
+) -> Result<Response, ApiError> {
+    let held = state
+        .downloads
+        .hold(Client::Tenant(Arc::from(tenant.0.as_str())))
+        .ok_or_else(|| ApiError::TooManyDownloads(state.downloads.limit()))?;
+    let base = state
+        .runner
+        .diff_base(run.id, None)
+        .await
+        .map_err(|e| ApiError::internal("reading a run's starting tree", e))?;
+    let directory = state.runner.workspace_dir(run.id);
+    let now = tokio::task::spawn_blocking(move || Tree::walk(&directory, false))
+        .await
+        .map_err(|e| ApiError::internal("reading a workspace", e))?
+        .map_err(|e| ApiError::internal("reading a workspace", e))?;
+    let body = streamed(held, move |out| {
+        crate::repo::diff::write(&base, &now, out)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    });
+    Ok(([(header::CONTENT_TYPE, "text/x-diff; charset=utf-8")], body).into_response())
+}
+
+/// `GET /v1/runs/{id}/archive`: the workspace as a `.tar.gz`, without its
+/// `.git` unless `include_git=true`, streamed as it is made.
+pub async fn archive(
+    State(state): State<AppState>,
+    TenantRun { run, tenant }: TenantRun,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let with_git = super::runs::flag(&query, "include_git")?;
+    let held = state
+        .downloads
+        .hold(Client::Tenant(Arc::from(tenant.0.as_str())))
+        .ok_or_else(|| ApiError::TooManyDownloads(state.downloads.limit()))?;
+    let directory = state.runner.workspace_dir(run.id);
+    let body = streamed(held, move |out| {
+        crate::repo::pack::pack(&directory, with_git, out).map_err(|e| e.to_string())
+    });
+    let disposition = format!("attachment; filename=\"{}.tar.gz\"", run.id);
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/gzip".to_owned()),
+            (header::CONTENT_DISPOSITION, disposition),
+        ],
+        body,
+    )
+        .into_response())
+}
+
+/// A body that `write` fills from a blocking thread, a chunk at a time:
+/// the server holds a chunk or two of it, whatever its size. A failure
+/// halfway ends the body with an error (the client sees a broken
+/// download, never a short one passed off as whole); a client that goes
+/// away stops the writing.
+fn streamed(
+    held: impl Send + 'static,
+    write: impl FnOnce(&mut dyn std::io::Write) -> Result<(), String> + Send + 'static,
+) -> Body {
+    let (sender, mut receiver) = tokio::sync::mpsc::channel::<Result<Bytes, String>>(2);
+    tokio::task::spawn_blocking(move || {
+        let mut out = ChunkWriter {
+            sender: sender.clone(),
+            buffer: Vec::with_capacity(CHUNK_BYTES),
+        };
+        let written = write(&mut out).and_then(|()| out.send().map_err(|e| e.to_string()));
+        if let Err(error) = written {
+            tracing::warn!(%error, "a streamed download failed");
+            let _ = sender.blocking_send(Err(error));
+        }
+    });
+    let stream = async_stream::stream! {
+        let _held = held;
+        while let Some(chunk) = receiver.recv().await {
+            yield chunk.map_err(std::io::Error::other);
+        }
+    };
+    Body::from_stream(stream)
+}
+
+struct ChunkWriter {
+    sender: tokio::sync::mpsc::Sender<Result<Bytes, String>>,
+    buffer: Vec<u8>,
+}
+
+impl ChunkWriter {
+    fn send(&mut self) -> std::io::Result<()> {
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        let chunk = Bytes::from(std::mem::replace(
+            &mut self.buffer,
+            Vec::with_capacity(CHUNK_BYTES),
+        ));
+        self.sender
+            .blocking_send(Ok(chunk))
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::BrokenPipe))
+    }
+}
+
+impl std::io::Write for ChunkWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.buffer.extend_from_slice(bytes);
+        if self.buffer.len() >= CHUNK_BYTES {
+            self.send()?;
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }

@@ -93,6 +93,10 @@ impl Config {
         }
         super::tenants::check(&self.tenants).or_else(invalid)?;
         self.tracing.check().or_else(invalid)?;
+        self.workspaces.check().or_else(invalid)?;
+        if self.limits.max_upload_bytes == 0 {
+            return invalid("limits.max_upload_bytes must be at least 1".into());
+        }
         if !(MIN_LEASE_MS..=MAX_LEASE_MS).contains(&self.runs.lease_ms) {
             return invalid(format!(
                 "runs.lease_ms must be between {MIN_LEASE_MS} and {MAX_LEASE_MS} (got {})",

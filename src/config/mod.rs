@@ -12,6 +12,7 @@ mod ended;
 mod print;
 mod tenants;
 mod traces;
+mod workspaces;
 
 pub(crate) use check::check_env;
 pub(crate) use check::check_sandbox_settings;
@@ -23,6 +24,7 @@ pub use tenants::{
     DEFAULT_TENANT_TABLE, Resolved as ResolvedTenantLimits, TenantLimits, TenantPolicy,
 };
 pub use traces::TracingConfig;
+pub use workspaces::WorkspacesConfig;
 
 use crate::mcp::McpServerConfig;
 use crate::models::ModelProfile;
@@ -51,6 +53,8 @@ pub struct Config {
     pub tenants: BTreeMap<String, TenantLimits>,
     /// `[tracing]`: where runs' spans go (SPEC section 17).
     pub tracing: TracingConfig,
+    /// `[workspaces]`: workspaces seeded from repositories (SPEC section 21).
+    pub workspaces: WorkspacesConfig,
     /// The file this was read from, if any: the sandbox keeps commands away
     /// from it.
     #[serde(skip)]
@@ -277,6 +281,8 @@ pub struct LimitsConfig {
     pub max_run_bytes: usize,
     /// Workspace downloads one tenant may have under way at once.
     pub max_concurrent_downloads: usize,
+    /// Largest archive `POST /v1/uploads` takes.
+    pub max_upload_bytes: u64,
 }
 
 impl Default for LimitsConfig {
@@ -292,6 +298,7 @@ impl Default for LimitsConfig {
             output_retries: 5,
             max_run_bytes: crate::harness::DEFAULT_MAX_RUN_BYTES,
             max_concurrent_downloads: 4,
+            max_upload_bytes: 100 << 20,
         }
     }
 }

@@ -184,6 +184,14 @@ pub trait Observer: Send + Sync {
         Box::pin(std::future::ready(true))
     }
 
+    /// Called once before the run's `run_end` is emitted (never before a
+    /// pause or a hand-over), and awaited: what the observer must learn of
+    /// the run's end that takes time to learn (the service counts what the
+    /// run changed in its workspace, which `run_end` is stored with).
+    fn ending(&self) -> futures_util::future::BoxFuture<'_, ()> {
+        Box::pin(std::future::ready(()))
+    }
+
     /// Text a streaming model produced, before its response is complete. Not a
     /// sequenced event: it is for live display only.
     fn on_delta(&self, _run_id: Uuid, _text: &str) {}

@@ -166,6 +166,16 @@ impl ToolRegistry {
         self.get(name).map_or(ToolRole::Other, |tool| tool.role())
     }
 
+    /// The files a successful call of the tool `name` with `arguments`
+    /// changes ([`Tool::changed_paths`]): none for a tool that changes no
+    /// file, or that the registry lacks.
+    pub fn changed_paths(&self, name: &str, arguments: &Value) -> Vec<String> {
+        match self.get(name) {
+            Some(tool) if tool.role().changes_files() => tool.changed_paths(arguments),
+            _ => Vec::new(),
+        }
+    }
+
     /// The tool that writes whole files ([`ToolRole::Writes`]), if the run
     /// has one.
     pub fn whole_file_writer(&self) -> Option<&Arc<dyn Tool>> {

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::message::Message;
+use super::registry::ToolRegistry;
 use super::tool::ToolRole;
 
 /// How every note of the harness starts, so that a reader of the
@@ -25,22 +26,39 @@ pub const NOTE_PREFIX: &str = "[agent-runner] ";
 /// Notes at most in one prompt's turn.
 const MAX_NOTES: usize = 3;
 
+/// What a review needs to know of a run's tools, by name: the run's
+/// [`ToolRegistry`], or a stand-in in a test.
+pub trait Roles {
+    /// What the tool `name` does to the work.
+    fn role(&self, name: &str) -> ToolRole;
+
+    /// The files a successful call of `name` with `arguments` changes: none
+    /// for a tool that changes no file (see [`crate::harness::Tool::changed_paths`]).
+    fn changed_paths(&self, name: &str, arguments: &Value) -> Vec<String>;
+}
+
+impl Roles for ToolRegistry {
+    fn role(&self, name: &str) -> ToolRole {
+        ToolRegistry::role(self, name)
+    }
+
+    fn changed_paths(&self, name: &str, arguments: &Value) -> Vec<String> {
+        ToolRegistry::changed_paths(self, name, arguments)
+    }
+}
+
 /// The note questioning an answer that `messages` (the transcript before
-/// it) leave unchecked; `None` when it stands. `role` tells what each tool
+/// it) leave unchecked; `None` when it stands. `tools` tells what each tool
 /// (by name) does; the run must have a [`ToolRole::Checks`] tool.
 /// `code_blocks`: whether code in an answer is written to the file it
 /// rewrites (see [`crate::harness::blocks`]), a way to fix the note offers.
-pub fn note(
-    messages: &[Arc<Message>],
-    role: impl Fn(&str) -> ToolRole,
-    code_blocks: bool,
-) -> Option<String> {
+pub fn note(messages: &[Arc<Message>], tools: &impl Roles, code_blocks: bool) -> Option<String> {
     let turn = noting_turn(messages)?;
     let Scan {
         changed,
         last_check_failed,
         ..
-    } = Scan::of(&messages[turn..], &role);
+    } = Scan::of(&messages[turn..], tools);
     if !changed.is_empty() {
         let files = changed
             .iter()
@@ -73,9 +91,9 @@ pub fn note(
 /// goes on rewriting a file its check just passed, and breaks it. `None`
 /// unless the step's last call checked a change and passed, and while the
 /// turn has notes left.
-pub fn passed_note(messages: &[Arc<Message>], role: impl Fn(&str) -> ToolRole) -> Option<String> {
+pub fn passed_note(messages: &[Arc<Message>], tools: &impl Roles) -> Option<String> {
     let turn = noting_turn(messages)?;
-    let scan = Scan::of(&messages[turn..], &role);
+    let scan = Scan::of(&messages[turn..], tools);
     scan.last_passed_on_change.then(|| {
         format!(
             "{NOTE_PREFIX}That check passed on your change. If the task is done, stop calling \
@@ -86,9 +104,9 @@ pub fn passed_note(messages: &[Arc<Message>], role: impl Fn(&str) -> ToolRole) -
 
 /// What the tool steps of a turn left unchecked.
 #[derive(Default)]
-struct Scan<'m> {
+struct Scan {
     /// Files changed since the last check.
-    changed: BTreeSet<&'m str>,
+    changed: BTreeSet<String>,
     /// Whether the last check failed.
     last_check_failed: bool,
     /// Whether the last tool result is of a check that passed with files
@@ -96,15 +114,16 @@ struct Scan<'m> {
     last_passed_on_change: bool,
 }
 
-impl<'m> Scan<'m> {
-    fn of(turn: &'m [Arc<Message>], role: &impl Fn(&str) -> ToolRole) -> Self {
-        let mut calls: HashMap<&str, (ToolRole, &Value)> = HashMap::new();
+impl Scan {
+    fn of(turn: &[Arc<Message>], tools: &impl Roles) -> Self {
+        let mut calls: HashMap<&str, (&str, ToolRole, &Value)> = HashMap::new();
         let mut scan = Self::default();
         for message in turn {
             match &**message {
                 Message::Assistant { tool_calls, .. } => {
                     for call in tool_calls {
-                        calls.insert(&call.id, (role(&call.name), &call.arguments));
+                        let role = tools.role(&call.name);
+                        calls.insert(&call.id, (&call.name, role, &call.arguments));
                     }
                 }
                 Message::Tool {
@@ -114,12 +133,10 @@ impl<'m> Scan<'m> {
                 } => {
                     scan.last_passed_on_change = false;
                     match calls.get(call_id.as_str()) {
-                        Some((kind, arguments)) if kind.changes_files() && !is_error => {
-                            if let Some(path) = arguments.get("path").and_then(Value::as_str) {
-                                scan.changed.insert(path);
-                            }
+                        Some((name, kind, arguments)) if kind.changes_files() && !is_error => {
+                            scan.changed.extend(tools.changed_paths(name, arguments));
                         }
-                        Some((ToolRole::Checks, _)) => {
+                        Some((_, ToolRole::Checks, _)) => {
                             scan.last_check_failed = *is_error || !passed(content);
                             scan.last_passed_on_change =
                                 !scan.last_check_failed && !scan.changed.is_empty();
@@ -177,11 +194,35 @@ mod tests {
     use super::*;
     use crate::harness::message::ToolCall;
 
-    fn role(name: &str) -> ToolRole {
-        match name {
-            "write_file" | "edit_file" => ToolRole::Changes,
-            "run_command" => ToolRole::Checks,
-            _ => ToolRole::Other,
+    /// The built-in tools' roles, and the files their calls change (a call
+    /// of `apply_patch` names them in `files` here; the real tool reads them
+    /// from its patch).
+    struct Tools;
+
+    impl Roles for Tools {
+        fn role(&self, name: &str) -> ToolRole {
+            match name {
+                "write_file" | "edit_file" | "apply_patch" => ToolRole::Changes,
+                "run_command" => ToolRole::Checks,
+                _ => ToolRole::Other,
+            }
+        }
+
+        fn changed_paths(&self, name: &str, arguments: &Value) -> Vec<String> {
+            match name {
+                "apply_patch" => arguments["files"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect(),
+                _ => arguments
+                    .get("path")
+                    .and_then(Value::as_str)
+                    .map(|path| vec![path.to_owned()])
+                    .unwrap_or_default(),
+            }
         }
     }
 
@@ -227,17 +268,17 @@ mod tests {
         }
 
         fn note(&self) -> Option<String> {
-            note(&self.0, role, false)
+            note(&self.0, &Tools, false)
         }
     }
 
     fn note_with_blocks(messages: &[Arc<Message>]) -> String {
-        note(messages, role, true).unwrap()
+        note(messages, &Tools, true).unwrap()
     }
 
     #[test]
     fn a_check_passing_on_a_change_is_followed_by_a_note_saying_so() {
-        let passed = |t: &Transcript| passed_note(&t.0, role);
+        let passed = |t: &Transcript| passed_note(&t.0, &Tools);
         let note = passed(&Transcript::new().write("a.py").test(0)).unwrap();
         assert!(note.starts_with(NOTE_PREFIX), "{note}");
         assert!(note.contains("answer now"), "{note}");
@@ -277,6 +318,24 @@ mod tests {
         assert!(note.starts_with(NOTE_PREFIX), "{note}");
         assert!(note.contains("`a.py`, `b.py`"), "{note}");
         assert!(note.contains("run_command"), "{note}");
+    }
+
+    #[test]
+    fn every_file_a_call_changes_is_named() {
+        let note = Transcript::new()
+            .call(
+                "apply_patch",
+                json!({"files": ["b.py", "a.py"]}),
+                json!({"files": []}),
+                false,
+            )
+            .note()
+            .unwrap();
+        assert!(note.contains("`a.py`, `b.py`"), "{note}");
+        let checked = Transcript::new()
+            .call("apply_patch", json!({"files": ["a.py"]}), json!({}), false)
+            .test(0);
+        assert_eq!(checked.note(), None);
     }
 
     #[test]

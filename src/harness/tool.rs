@@ -44,7 +44,8 @@ pub enum ToolRole {
     /// Neither of the below.
     #[default]
     Other,
-    /// It changes files (the `path` argument names the one it changed).
+    /// It changes files: those [`Tool::changed_paths`] names (by default
+    /// its `path` argument).
     Changes,
     /// It changes files by writing one whole (its arguments are `{path,
     /// content}`), and shows the workspace's text files
@@ -61,7 +62,8 @@ pub enum ToolRole {
 }
 
 impl ToolRole {
-    /// Whether a successful call changes the file its `path` argument names.
+    /// Whether a successful call changes files (those
+    /// [`Tool::changed_paths`] names).
     pub fn changes_files(self) -> bool {
         matches!(self, Self::Changes | Self::Writes)
     }
@@ -89,6 +91,21 @@ pub trait Tool: Send + Sync {
     /// What the tool does to the work, for checking answers.
     fn role(&self) -> ToolRole {
         ToolRole::Other
+    }
+
+    /// For a tool whose role changes files ([`ToolRole::changes_files`]):
+    /// the files a successful call with `arguments` changes, as the call
+    /// names them (relative to the workspace). By default its `path`
+    /// argument: the tool changes one file. A tool that changes several in
+    /// one call (`apply_patch`) names every one, so that what checks a
+    /// change (the review of an answer, the checks run after a change) sees
+    /// them all.
+    fn changed_paths(&self, arguments: &Value) -> Vec<String> {
+        arguments
+            .get("path")
+            .and_then(Value::as_str)
+            .map(|path| vec![path.to_owned()])
+            .unwrap_or_default()
     }
 
     /// For a [`ToolRole::Writes`] or [`ToolRole::Reads`] tool: the

@@ -10,10 +10,12 @@
 //! - `pauses`: answering paused runs, and the watch of their deadlines.
 //! - `webhooks`, `retention`: posting ends and pauses; removing old runs.
 
+mod changes;
 mod observer;
 mod pauses;
 mod registry;
 mod retention;
+mod seed;
 mod submit;
 mod task;
 mod tenant;
@@ -100,6 +102,12 @@ pub(crate) struct Services {
     /// The tools' compiled argument validators, shared by all runs.
     schemas: SchemaCache,
     workspaces: Arc<Workspaces>,
+    /// `[workspaces]`: clones and uploads.
+    repositories: crate::config::WorkspacesConfig,
+    /// `limits.max_upload_bytes`.
+    max_upload_bytes: u64,
+    /// `retention.keep_days`: when uploads expire.
+    keep_days: Option<u32>,
     /// `limits.max_run_bytes`.
     max_run_bytes: usize,
     /// `runs.check_answers`.
@@ -217,6 +225,9 @@ impl Runner {
                     &config.storage.workspaces_dir,
                     WorkspaceOptions::default(),
                 )),
+                repositories: config.workspaces.clone(),
+                max_upload_bytes: config.limits.max_upload_bytes,
+                keep_days: config.retention.keep_days,
                 max_run_bytes: config.limits.max_run_bytes,
                 check_answers: config.runs.check_answers,
                 write_code_blocks: config.runs.write_code_blocks,
@@ -283,6 +294,21 @@ impl Runner {
         &self.services.mcp
     }
 
+    /// `[workspaces]`: which repositories runs may be cloned from, and how.
+    pub fn repositories(&self) -> &crate::config::WorkspacesConfig {
+        &self.services.repositories
+    }
+
+    /// `[limits] max_upload_bytes`.
+    pub fn max_upload_bytes(&self) -> u64 {
+        self.services.max_upload_bytes
+    }
+
+    /// `[retention] keep_days`: how long runs and uploads are kept.
+    pub fn keep_days(&self) -> Option<u32> {
+        self.services.keep_days
+    }
+
     pub fn is_closing(&self) -> bool {
         self.lifecycle.closing.is_cancelled()
     }
@@ -306,6 +332,12 @@ impl Runner {
     /// The directory of a run's workspace.
     pub fn workspace_dir(&self, id: Uuid) -> PathBuf {
         self.services.workspaces.dir(&id.to_string())
+    }
+
+    /// The directory the runs' workspaces are in (and the trees kept
+    /// beside them, see [`crate::repo::places`]).
+    pub fn workspaces_root(&self) -> &std::path::Path {
+        self.services.workspaces.root()
     }
 
     /// Starts the scheduler's own work (on PostgreSQL: claims, the lease,

@@ -54,6 +54,10 @@ pub(super) struct RunObserver {
     held_end: Mutex<Option<(NewEvent, Outcome)>>,
     /// The spans of this execution of the run, when traces are exported.
     spans: Option<RunSpans>,
+    /// How its changes are counted as it ends, once its tools are built.
+    watch: OnceLock<super::changes::ChangesWatch>,
+    /// Its changes, counted as it ended.
+    changes: OnceLock<crate::repo::Changes>,
 }
 
 impl RunObserver {
@@ -99,6 +103,8 @@ impl RunObserver {
             holding_end: AtomicBool::new(false),
             held_end: Mutex::new(None),
             spans: None,
+            watch: OnceLock::new(),
+            changes: OnceLock::new(),
         }
     }
 
@@ -144,6 +150,17 @@ impl RunObserver {
     /// Holds the run's `run_end` back until [`RunObserver::release_end`]:
     /// for a run with something to end before its end may be told (its MCP
     /// servers).
+    /// Counts the run's changes with `watch` as it ends.
+    pub(super) fn watch_changes(&self, watch: super::changes::ChangesWatch) {
+        let _ = self.watch.set(watch);
+    }
+
+    /// Its changes are these (a run that ends before its tools are built
+    /// changed nothing, or nothing that can be told).
+    pub(super) fn set_changes(&self, changes: crate::repo::Changes) {
+        let _ = self.changes.set(changes);
+    }
+
     pub(super) fn hold_end(&self, hold: bool) {
         self.holding_end.store(hold, Ordering::Release);
     }
@@ -256,6 +273,16 @@ impl RunObserver {
 }
 
 impl Observer for RunObserver {
+    fn ending(&self) -> futures_util::future::BoxFuture<'_, ()> {
+        Box::pin(async {
+            if let Some(watch) = self.watch.get()
+                && let Some(changes) = watch.count().await
+            {
+                let _ = self.changes.set(changes);
+            }
+        })
+    }
+
     fn traceparent(&self) -> Option<String> {
         self.spans.as_ref().map(RunSpans::traceparent)
     }
@@ -301,6 +328,7 @@ impl Observer for RunObserver {
                     finished_at: format_time(&event.timestamp),
                     finished: event.timestamp,
                     output: output.clone(),
+                    changes: self.changes.get().copied(),
                     webhook: self.webhook,
                 }));
             }

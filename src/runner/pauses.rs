@@ -110,6 +110,8 @@ impl Runner {
             | Transitioned::AgentSaved(_)
             | Transitioned::AgentExists
             | Transitioned::AgentArchived
+            | Transitioned::UploadSaved
+            | Transitioned::UploadDeleted
             | Transitioned::HandedOver(_)
             | Transitioned::Expired(_) => {
                 return Err(SubmitError::Store(StoreError::Corrupt(

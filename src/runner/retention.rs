@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use super::Runner;
 use crate::config::RetentionConfig;
+use crate::repo::places;
 use crate::run::{RunStatus, Tenant, format_time};
 use crate::store::{StoreError, Transition, Transitioned};
 
@@ -68,6 +69,7 @@ impl Runner {
                     () = runner.lifecycle.closing.cancelled() => return,
                 }
                 runner.expire(keep).await;
+                runner.expire_uploads(keep).await;
             }
         });
     }
@@ -102,52 +104,57 @@ impl Runner {
         }
     }
 
+    /// Removes every upload made longer than `keep` ago, a batch at a time
+    /// (its record first: a run naming it from then on is refused).
+    async fn expire_uploads(&self, keep: chrono::TimeDelta) {
+        let before = format_time(&(Utc::now() - keep));
+        loop {
+            let store = &self.services.store;
+            let ids = match store.expire_uploads(before.clone(), EXPIRE_BATCH).await {
+                Ok(ids) => ids,
+                Err(error) => {
+                    tracing::warn!(%error, "the retention sweep could not remove uploads; it tries again later");
+                    return;
+                }
+            };
+            let full = ids.len() == EXPIRE_BATCH as usize;
+            if !ids.is_empty() {
+                tracing::info!(uploads = ids.len(), %before, "removed uploads past their retention");
+            }
+            let root = self.workspaces_root().to_owned();
+            let removed = tokio::task::spawn_blocking(move || {
+                for id in ids {
+                    let dir = places::upload(&root, id);
+                    if let Err(error) = places::remove_tree(&dir) {
+                        tracing::warn!(dir = %dir.display(), %error, "an expired upload could not be deleted");
+                    }
+                }
+            })
+            .await;
+            if removed.is_err() || !full || self.lifecycle.closing.is_cancelled() {
+                return;
+            }
+            tokio::time::sleep(EXPIRE_PAUSE).await;
+        }
+    }
+
+    /// Removes the runs' workspaces, and their starting trees.
     async fn remove_workspaces(&self, ids: Vec<Uuid>) {
-        let dirs: Vec<_> = ids.iter().map(|id| self.workspace_dir(*id)).collect();
+        let root = self.workspaces_root().to_owned();
+        let dirs: Vec<_> = ids
+            .iter()
+            .flat_map(|id| [self.workspace_dir(*id), places::base(&root, *id)])
+            .collect();
         let removed = tokio::task::spawn_blocking(move || {
             for dir in dirs {
-                let removed = std::fs::remove_dir_all(&dir).or_else(|error| {
-                    // A command may have taken its own write permission
-                    // away from a directory: given back, then tried again.
-                    if error.kind() == std::io::ErrorKind::PermissionDenied {
-                        writable(&dir);
-                        std::fs::remove_dir_all(&dir)
-                    } else {
-                        Err(error)
-                    }
-                });
-                match removed {
-                    Ok(()) => {}
-                    Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(error) => {
-                        tracing::warn!(dir = %dir.display(), %error, "a removed run's workspace could not be deleted");
-                    }
+                if let Err(error) = places::remove_tree(&dir) {
+                    tracing::warn!(dir = %dir.display(), %error, "a removed run's workspace could not be deleted");
                 }
             }
         })
         .await;
         if let Err(error) = removed {
             tracing::warn!(%error, "removing workspaces failed");
-        }
-    }
-}
-
-/// Makes every directory under `dir` (itself included) writable by its
-/// owner again, never following a link.
-fn writable(dir: &std::path::Path) {
-    use std::os::unix::fs::PermissionsExt;
-    let Ok(meta) = std::fs::symlink_metadata(dir) else {
-        return;
-    };
-    if !meta.is_dir() {
-        return;
-    }
-    let mut permissions = meta.permissions();
-    permissions.set_mode(permissions.mode() | 0o700);
-    let _ = std::fs::set_permissions(dir, permissions);
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for entry in entries.flatten() {
-            writable(&entry.path());
         }
     }
 }

@@ -233,7 +233,9 @@ async fn copy_previous(from: &std::path::Path, to: &std::path::Path) -> Result<(
 /// A run without files gets its directory on its first write instead (see
 /// [`Workspaces`]).
 async fn seed_workspace(directory: &std::path::Path, spec: &RunSpec) -> Result<(), SubmitError> {
-    if spec.files.is_empty() {
+    // A clone or an upload is seeded by the run's task, files last (see
+    // `super::seed`).
+    if spec.files.is_empty() || !spec.seed.is_empty() {
         return Ok(());
     }
     tokio::fs::create_dir_all(directory)

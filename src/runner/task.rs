@@ -110,6 +110,7 @@ impl RunTask {
                     }
                     _ => {
                         tracing::info!("cancelled while queued");
+                        self.unchanged(&observer);
                         observer.end_without_harness(Outcome::Aborted, None);
                         return self.ended(&observer).await;
                     }
@@ -142,6 +143,7 @@ impl RunTask {
                     return self.leave_queued().await;
                 }
                 tracing::info!("cancelled before its start was stored");
+                self.unchanged(&observer);
                 observer.end_without_harness(Outcome::Aborted, None);
                 return self.ended(&observer).await;
             }
@@ -167,6 +169,8 @@ impl RunTask {
             && observer.ended().is_none()
         {
             tracing::error!(%error, "run failed");
+            // Counted if its tools were built (else not told).
+            crate::harness::Observer::ending(&observer).await;
             observer.end_without_harness(Outcome::Failed, Some(error));
         }
         shared.metrics.run_duration(began.elapsed());
@@ -178,6 +182,13 @@ impl RunTask {
             Left::Paused(checkpoint) => self.paused(&observer, checkpoint).await,
             Left::HandedOver if observer.ended().is_none() => self.handed_over(&hold).await,
             Left::Ended | Left::HandedOver => self.ended(&observer).await,
+        }
+    }
+
+    /// A run that never started changed nothing in its workspace.
+    fn unchanged(&self, observer: &observer::RunObserver) {
+        if matches!(self.origin, Origin::Start) {
+            observer.set_changes(crate::repo::Changes::default());
         }
     }
 
@@ -426,6 +437,14 @@ impl RunTask {
     ) -> Result<Left, String> {
         let shared = &self.runner.services;
         let spec = &self.spec;
+        // Its workspace, cloned or unpacked if it must be, before anything
+        // of the run starts. A stop meanwhile ends the clone: the harness
+        // then ends the run as the stop says.
+        tokio::select! {
+            biased;
+            () = self.live.stop.stopped() => {}
+            seeded = self.seed_workspace() => seeded?,
+        }
         // A resumed run's counters are as its pause (or its last step)
         // stored them.
         let resumed = match &begin {

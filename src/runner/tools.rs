@@ -27,6 +27,12 @@ impl RunTask {
         let shared = &self.runner.services;
         let spec = &self.spec;
         let workspace = Arc::new(shared.workspaces.run(&self.live.id.to_string()));
+        observer.watch_changes(super::changes::ChangesWatch {
+            runner: self.runner.clone(),
+            run_id: self.live.id,
+            workspace: Arc::clone(&workspace),
+            fresh: matches!(self.origin, super::Origin::Start),
+        });
         let (builtin, mcp): (Vec<&str>, Vec<&str>) = spec
             .tools
             .iter()

@@ -27,6 +27,7 @@ pub use reads::Page;
 mod recover;
 pub(crate) mod rows;
 mod tenants;
+pub mod uploads;
 pub mod writer;
 
 use std::str::FromStr;

@@ -21,7 +21,7 @@ macro_rules! select_runs {
             "finished_at, approval, client_tools, pending_actions, answers, running_ms, ",
             "action_deadline, instructions, thread_id, previous_run_id, mcp_servers, webhook, ",
             "resumes, owner, trace_id, parent_span_id, trace_sampled, agent_name, agent_version, ",
-            "output_schema, output ",
+            "output_schema, output, seed, changes ",
             "FROM runs ",
             $filter
         )
@@ -130,6 +130,8 @@ pub(super) fn run_from_row(row: &AnyRow) -> Result<Run, StoreError> {
             None => None,
         },
         output_schema: optional_json(row, "output_schema")?.map(std::sync::Arc::new),
+        seed: optional_json(row, "seed")?.map(std::sync::Arc::new),
+        changes: optional_json(row, "changes")?,
         output: optional_json(row, "output")?,
         created_at: time(&row.get::<String, _>("created_at"))?,
         started_at: row

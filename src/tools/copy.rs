@@ -39,6 +39,7 @@ pub struct CopyStats {
     /// directory without write permission would otherwise refuse its own
     /// contents, and the removal of a copy that failed).
     modes: Vec<(std::path::PathBuf, Mode)>,
+    options: CopyOptions,
 }
 
 /// Why a copy failed.
@@ -61,10 +62,29 @@ const DIR: OFlags = OFlags::RDONLY
     .union(OFlags::NOFOLLOW)
     .union(OFlags::CLOEXEC);
 
+/// How a copy treats what it meets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CopyOptions {
+    /// Leave out the `.git` directory at the top of the tree (a starting
+    /// tree is compared without it).
+    pub skip_git: bool,
+    /// `to` may exist already: what the copy brings replaces what is there
+    /// (an upload's files over a clone's).
+    pub over_existing: bool,
+}
+
 /// Copies the tree at `from` into `to`, which must not exist. A missing
 /// `from` (a workspace never written to) copies nothing and makes nothing.
 pub fn copy_workspace(from: &Path, to: &Path) -> Result<CopyStats, CopyError> {
-    let mut stats = CopyStats::default();
+    copy_tree(from, to, CopyOptions::default())
+}
+
+/// [`copy_workspace`], as `options` say.
+pub fn copy_tree(from: &Path, to: &Path, options: CopyOptions) -> Result<CopyStats, CopyError> {
+    let mut stats = CopyStats {
+        options,
+        ..CopyStats::default()
+    };
     let source = match openat(rustix::fs::CWD, from, DIR, Mode::empty()) {
         Ok(source) => source,
         Err(rustix::io::Errno::NOENT) => return Ok(stats),
@@ -73,7 +93,12 @@ pub fn copy_workspace(from: &Path, to: &Path) -> Result<CopyStats, CopyError> {
     if let Some(parent) = to.parent() {
         std::fs::create_dir_all(parent).map_err(CopyError::Write)?;
     }
-    std::fs::create_dir(to).map_err(CopyError::Write)?;
+    match std::fs::create_dir(to) {
+        Err(error) if !(options.over_existing && error.kind() == io::ErrorKind::AlreadyExists) => {
+            return Err(CopyError::Write(error));
+        }
+        _ => {}
+    }
     let target =
         openat(rustix::fs::CWD, to, DIR, Mode::empty()).map_err(|e| CopyError::Write(e.into()))?;
     copy_dir(&source, &target, Path::new(""), &mut stats)?;
@@ -110,6 +135,9 @@ fn copy_dir(
         if name.to_bytes() == b"." || name.to_bytes() == b".." {
             continue;
         }
+        if stats.options.skip_git && path.as_os_str().is_empty() && name.to_bytes() == b".git" {
+            continue;
+        }
         stats.entries += 1;
         if stats.entries > MAX_ENTRIES {
             return Err(CopyError::TooLarge);
@@ -120,6 +148,9 @@ fn copy_dir(
             Ok(opened) => opened,
             // A link (O_NOFOLLOW refuses it): copied as a link.
             Err(rustix::io::Errno::LOOP) => {
+                if stats.options.over_existing {
+                    make_room(target, name, false).map_err(write)?;
+                }
                 match readlinkat(source, name, Vec::new()) {
                     Ok(link) => symlinkat(link.as_c_str(), target, name).map_err(write)?,
                     Err(_) => stats.skipped += 1,
@@ -138,13 +169,22 @@ fn copy_dir(
         let mode = Mode::from_raw_mode(stat.st_mode) & Mode::from_bits_truncate(0o777);
         match FileType::from_raw_mode(stat.st_mode) {
             FileType::Directory => {
-                mkdirat(target, name, Mode::RWXU).map_err(write)?;
+                if stats.options.over_existing {
+                    make_room(target, name, true).map_err(write)?;
+                }
+                match mkdirat(target, name, Mode::RWXU) {
+                    Err(rustix::io::Errno::EXIST) if stats.options.over_existing => {}
+                    made => made.map_err(write)?,
+                }
                 let child = openat(target, name, DIR, Mode::empty()).map_err(write)?;
                 let child_path = path.join(std::ffi::OsStr::from_bytes(name.to_bytes()));
                 copy_dir(&opened, &child, &child_path, stats)?;
                 stats.modes.push((child_path, mode));
             }
             FileType::RegularFile => {
+                if stats.options.over_existing {
+                    make_room(target, name, false).map_err(write)?;
+                }
                 let created = openat(
                     target,
                     name,
@@ -174,6 +214,35 @@ fn copy_dir(
         }
     }
     Ok(())
+}
+
+/// Clears the way for `name` in `dir` before a copy over existing files
+/// writes it: whatever is there is removed, but a directory where a
+/// directory comes (the copy goes into it).
+fn make_room(
+    dir: &OwnedFd,
+    name: &std::ffi::CStr,
+    directory_comes: bool,
+) -> Result<(), rustix::io::Errno> {
+    let there = match rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(there) => there,
+        Err(rustix::io::Errno::NOENT) => return Ok(()),
+        Err(error) => return Err(error),
+    };
+    match FileType::from_raw_mode(there.st_mode) {
+        FileType::Directory if directory_comes => Ok(()),
+        FileType::Directory => {
+            // By the descriptor's own name: the directory `dir` is, whatever
+            // path led to it.
+            use std::os::fd::AsRawFd;
+            let path = Path::new("/proc/self/fd")
+                .join(dir.as_raw_fd().to_string())
+                .join(std::ffi::OsStr::from_bytes(name.to_bytes()));
+            crate::repo::places::remove_tree(&path)
+                .map_err(|e| rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::IO))
+        }
+        _ => rustix::fs::unlinkat(dir, name, rustix::fs::AtFlags::empty()),
+    }
 }
 
 #[cfg(test)]

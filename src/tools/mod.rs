@@ -8,8 +8,10 @@
 //! - [`error`]: why a workspace operation was refused.
 //! - [`files`]: the `read_file`, `write_file` and `list_dir` tools.
 //! - [`edit`]: the `edit_file` tool.
+//! - [`patch`]: the `apply_patch` tool.
 //! - [`search`]: the `search` tool.
-//! - [`suggest`]: the paths a "no such file" error suggests.
+//! - [`suggest`]: the paths a "no such file" error suggests, and the lines
+//!   an error about text not found in a file shows.
 //! - [`text`]: windows of lines, numbered lines, long lines cut.
 //! - [`command`]: command presets and the `run_command` tool.
 //! - [`sandbox`]: what a command can touch (Landlock, seccomp, limits), and
@@ -28,6 +30,7 @@ pub mod edit;
 pub mod error;
 pub mod files;
 mod listing;
+pub mod patch;
 pub mod path;
 pub mod run_workspace;
 pub mod sandbox;
@@ -46,6 +49,7 @@ pub use edit::EditFile;
 pub use error::WorkspaceError;
 pub use files::{ListDir, ReadFile, WriteFile};
 pub use listing::MAX_WALK_ENTRIES;
+pub use patch::ApplyPatch;
 pub use path::RelativePath;
 pub use run_workspace::{RunWorkspace, Workspaces};
 pub use sandbox::{
@@ -57,10 +61,11 @@ pub use workspace::{DirEntry, EntryKind, FileInfo, FileListing, Workspace, Works
 use crate::harness::Tool;
 
 /// Every built-in tool, in the order they are offered.
-pub const BUILTIN_TOOL_NAMES: [&str; 6] = [
+pub const BUILTIN_TOOL_NAMES: [&str; 7] = [
     files::READ_FILE,
     files::WRITE_FILE,
     edit::EDIT_FILE,
+    patch::APPLY_PATCH,
     files::LIST_DIR,
     search::SEARCH,
     command::RUN_COMMAND,
@@ -70,7 +75,7 @@ pub const BUILTIN_TOOL_NAMES: [&str; 6] = [
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SelectionError {
     #[error(
-        "Unknown tool: {0} (built-in tools: read_file, write_file, edit_file, list_dir, search, run_command)"
+        "Unknown tool: {0} (built-in tools: read_file, write_file, edit_file, apply_patch, list_dir, search, run_command)"
     )]
     UnknownTool(String),
     #[error("Unknown command: {0} (not a preset configured on the server)")]
@@ -105,6 +110,7 @@ pub fn builtin_tools(
             files::READ_FILE => Arc::new(ReadFile::new(workspace.clone())),
             files::WRITE_FILE => Arc::new(WriteFile::new(workspace.clone())),
             edit::EDIT_FILE => Arc::new(EditFile::new(workspace.clone())),
+            patch::APPLY_PATCH => Arc::new(ApplyPatch::new(workspace.clone())),
             files::LIST_DIR => Arc::new(ListDir::new(workspace.clone())),
             search::SEARCH => Arc::new(Search::new(workspace.clone())),
             command::RUN_COMMAND => Arc::new(RunCommand::new(

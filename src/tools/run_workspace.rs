@@ -7,6 +7,7 @@
 
 use std::io;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::workspace::{Workspace, WorkspaceOptions};
@@ -33,6 +34,11 @@ impl Workspaces {
         }
     }
 
+    /// The directory the workspaces are in.
+    pub fn root(&self) -> &std::path::Path {
+        &self.root
+    }
+
     /// The directory of the workspace named `name` (a run id).
     pub fn dir(&self, name: &str) -> PathBuf {
         self.root.join(name)
@@ -45,6 +51,7 @@ impl Workspaces {
             workspaces: Some(Arc::clone(self)),
             opened: OnceLock::new(),
             creating: Mutex::new(()),
+            written: AtomicBool::new(false),
         }
     }
 
@@ -67,6 +74,9 @@ pub struct RunWorkspace {
     workspaces: Option<Arc<Workspaces>>,
     opened: OnceLock<Arc<Workspace>>,
     creating: Mutex<()>,
+    /// Opened for a write (or a command, or an MCP server) by this run's
+    /// tools: its files may have changed.
+    written: AtomicBool,
 }
 
 impl From<Arc<Workspace>> for RunWorkspace {
@@ -77,6 +87,7 @@ impl From<Arc<Workspace>> for RunWorkspace {
             workspaces: None,
             opened: OnceLock::from(workspace),
             creating: Mutex::new(()),
+            written: AtomicBool::new(false),
         }
     }
 }
@@ -123,6 +134,7 @@ impl RunWorkspace {
     /// The run's own workspace, made if it does not exist yet: for a write
     /// or a command. Blocking.
     pub fn for_writing(&self) -> io::Result<Arc<Workspace>> {
+        self.written.store(true, Ordering::Relaxed);
         if let Some(workspace) = self.opened.get() {
             return Ok(Arc::clone(workspace));
         }
@@ -141,6 +153,12 @@ impl RunWorkspace {
         }
         let workspace = Workspace::open_with(&self.dir, workspaces.options.clone())?;
         Ok(self.keep(workspace))
+    }
+
+    /// Whether anything asked for the workspace to write to it: if not,
+    /// its files are as they were seeded.
+    pub fn was_written(&self) -> bool {
+        self.written.load(Ordering::Relaxed)
     }
 
     fn keep(&self, workspace: Workspace) -> Arc<Workspace> {

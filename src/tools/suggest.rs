@@ -1,12 +1,17 @@
 //! "Did you mean": when a tool is given a path that does not exist, its
 //! error names up to three paths of the workspace that are close to it. A
 //! model that guessed `src/utils.py` where there is `src/util.py` then
-//! needs no listing to find it.
+//! needs no listing to find it. Likewise for text: when lines a model
+//! quotes from a file (`edit_file`'s `old_text`, a hunk of `apply_patch`)
+//! are not in it, the error shows the file's lines most like them, with
+//! their numbers ([`closest_lines`]).
 
 use std::cmp::Ordering;
+use std::collections::HashMap;
 
 use super::error::WorkspaceError;
 use super::path::RelativePath;
+use super::text::{digits, numbered};
 use super::workspace::{EntryKind, Workspace};
 use crate::harness::ToolError;
 
@@ -24,6 +29,20 @@ const MIN_NAME_SCORE: f64 = 0.6;
 
 /// Among close names, how much the folders' closeness counts in the order.
 const FOLDER_WEIGHT: f64 = 0.2;
+
+/// Lines of the closest match shown at most when quoted text is not found.
+const MAX_CLOSEST_LINES: usize = 20;
+
+/// How similar (0 to 1) lines must be to the quoted text to be shown as the
+/// closest: below it they would only mislead.
+const MIN_SIMILARITY: f64 = 0.3;
+
+/// Candidates of the first, cheap comparison compared again closely.
+const RERANKED: usize = 5;
+
+/// Texts longer than this (in bytes) are not compared closely: the edit
+/// distance's cost grows with the product of the lengths.
+const MAX_CLOSE_COMPARISON_BYTES: usize = 4000;
 
 /// The kind of path a tool wants, and so suggests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,6 +152,163 @@ pub fn closest_paths(missing: &str, candidates: &[(String, EntryKind)], want: Wa
 /// A path's folder (`""` at the root) and last name.
 fn split(path: &str) -> (&str, &str) {
     path.rsplit_once('/').unwrap_or(("", path))
+}
+
+/// The lines of a file most like a text that was not found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Closest {
+    pub start_line: usize,
+    pub end_line: usize,
+    /// The lines, numbered, at most [`MAX_CLOSEST_LINES`].
+    pub numbered: Vec<String>,
+    /// The lines are the text but for whitespace (indentation, usually).
+    pub whitespace_only: bool,
+}
+
+impl Closest {
+    /// Where the lines are, as a message says it: `line 7` or
+    /// `lines 7-9`.
+    pub fn range(&self) -> String {
+        if self.start_line == self.end_line {
+            format!("line {}", self.start_line)
+        } else {
+            format!("lines {}-{}", self.start_line, self.end_line)
+        }
+    }
+}
+
+/// The window of lines of `content` most like `old` (as many lines as it
+/// has), or `None` when nothing is close. Every window is scored by the
+/// character pairs it shares with `old` (Sørensen–Dice, over lines with
+/// their indentation trimmed, kept up to date as the window slides, so the
+/// whole file costs one pass), and the best few again by their edit
+/// distance (`strsim`) when they are short enough for it.
+pub fn closest_lines(content: &str, old: &str) -> Option<Closest> {
+    let lines: Vec<&str> = content.split_inclusive('\n').collect();
+    if lines.is_empty() {
+        return None;
+    }
+    let old_lines: Vec<&str> = old.split_inclusive('\n').collect();
+    let size = old_lines.len().clamp(1, lines.len());
+
+    let mut wanted: HashMap<(char, char), i64> = HashMap::new();
+    let mut wanted_total = 0i64;
+    for line in &old_lines {
+        for pair in pairs(line) {
+            *wanted.entry(pair).or_default() += 1;
+            wanted_total += 1;
+        }
+    }
+    let line_pairs: Vec<Vec<(char, char)>> = lines.iter().map(|line| pairs(line)).collect();
+    let mut window = Window {
+        wanted: &wanted,
+        held: HashMap::new(),
+        held_total: 0,
+        shared: 0,
+    };
+    for line in &line_pairs[..size] {
+        window.add(line);
+    }
+    let mut scores = vec![(window.dice(wanted_total), 0)];
+    for start in 1..=lines.len() - size {
+        window.remove(&line_pairs[start - 1]);
+        window.add(&line_pairs[start + size - 1]);
+        scores.push((window.dice(wanted_total), start));
+    }
+    scores.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+
+    // The close comparison ignores how whitespace is laid out, as the
+    // first does: text that is right but for its indentation is the
+    // likeliest miss, and must not lose to other lines indented alike.
+    let squeezed_old = squeeze(&old_lines).join("\n");
+    let (score, start) = scores
+        .into_iter()
+        .take(RERANKED)
+        .map(|(dice, start)| {
+            let text = squeeze(&lines[start..start + size]).join("\n");
+            let close = text.len() <= MAX_CLOSE_COMPARISON_BYTES
+                && squeezed_old.len() <= MAX_CLOSE_COMPARISON_BYTES;
+            let score = if close {
+                strsim::normalized_levenshtein(&text, &squeezed_old)
+            } else {
+                dice
+            };
+            (score, start)
+        })
+        .max_by(|a, b| a.0.total_cmp(&b.0).then(b.1.cmp(&a.1)))?;
+    if score < MIN_SIMILARITY {
+        return None;
+    }
+    let end = start + size;
+    let shown_until = end.min(start + MAX_CLOSEST_LINES);
+    let mut numbered = numbered(&lines, start + 1, shown_until, digits(end));
+    if shown_until < end {
+        numbered.push(format!("... (to line {end})"));
+    }
+    Some(Closest {
+        start_line: start + 1,
+        end_line: end,
+        numbered,
+        whitespace_only: squeeze(&lines[start..end]) == squeeze(&old_lines),
+    })
+}
+
+/// Lines with their runs of whitespace made one space, and none at either
+/// end.
+fn squeeze(lines: &[&str]) -> Vec<String> {
+    lines
+        .iter()
+        .map(|line| line.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
+/// The pairs of adjacent characters of a line, its indentation and
+/// trailing space left out, and a newline before it so that line starts
+/// count too.
+fn pairs(line: &str) -> Vec<(char, char)> {
+    let chars: Vec<char> = std::iter::once('\n').chain(line.trim().chars()).collect();
+    chars.windows(2).map(|pair| (pair[0], pair[1])).collect()
+}
+
+/// The character pairs of a window of lines, and how many of them `old`
+/// has too (each pair counted as often as both have it).
+struct Window<'a> {
+    wanted: &'a HashMap<(char, char), i64>,
+    held: HashMap<(char, char), i64>,
+    held_total: i64,
+    shared: i64,
+}
+
+impl Window<'_> {
+    fn add(&mut self, pairs: &[(char, char)]) {
+        for pair in pairs {
+            let held = self.held.entry(*pair).or_default();
+            if *held < self.wanted.get(pair).copied().unwrap_or(0) {
+                self.shared += 1;
+            }
+            *held += 1;
+            self.held_total += 1;
+        }
+    }
+
+    fn remove(&mut self, pairs: &[(char, char)]) {
+        for pair in pairs {
+            let held = self.held.entry(*pair).or_default();
+            *held -= 1;
+            if *held < self.wanted.get(pair).copied().unwrap_or(0) {
+                self.shared -= 1;
+            }
+            self.held_total -= 1;
+        }
+    }
+
+    fn dice(&self, wanted_total: i64) -> f64 {
+        let total = self.held_total + wanted_total;
+        if total == 0 {
+            return 0.0;
+        }
+        2.0 * self.shared as f64 / total as f64
+    }
 }
 
 #[cfg(test)]

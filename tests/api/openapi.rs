@@ -1374,6 +1374,7 @@ fn the_schemas_refuse_wrong_shapes() {
         "instructions": null, "thread_id": run_id, "previous_run_id": null,
         "agent": {"name": "triage", "version": 2}, "output_schema": {"type": "object"},
         "output": {"severity": "low"},
+        "changes": {"files": 2, "insertions": 5, "deletions": 1},
         "created_at": "2026-01-02T03:04:05.123Z", "started_at": null, "finished_at": null,
         "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736"
     });

@@ -246,7 +246,14 @@ async fn edit_file_and_search_are_built_in_and_named_in_refusals() {
         .await;
     assert_eq!(
         everything["tools"],
-        json!(["read_file", "write_file", "edit_file", "list_dir", "search"])
+        json!([
+            "read_file",
+            "write_file",
+            "edit_file",
+            "apply_patch",
+            "list_dir",
+            "search"
+        ])
     );
     let unknown = app
         .post_run(json!({"prompt": "x", "tools": ["grep"]}))
@@ -298,12 +305,13 @@ async fn the_model_is_told_what_each_preset_runs() {
             "read_file",
             "write_file",
             "edit_file",
+            "apply_patch",
             "list_dir",
             "search",
             "run_command"
         ]
     );
-    let run_command = &tools[5]["function"]["description"];
+    let run_command = &tools[6]["function"]["description"];
     let text = run_command.as_str().unwrap();
     assert!(
         text.ends_with(

@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 mod bounds;
+mod repositories;
 mod tools;
 
 use super::error::ApiError;
@@ -143,6 +144,11 @@ impl<'de> Deserialize<'de> for ModelChoice {
 pub struct WorkspaceRequest {
     #[serde(default)]
     pub files: BTreeMap<String, String>,
+    #[serde(default)]
+    pub git: Option<crate::repo::GitSeed>,
+    /// An upload's id.
+    #[serde(default)]
+    pub archive: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -172,6 +178,8 @@ pub struct Ceilings<'a> {
     pub mcp: &'a McpServers,
     pub default_model: &'a str,
     pub webhooks: &'a crate::runner::webhooks::Webhooks,
+    /// `[workspaces]`: the repositories a run may be cloned from.
+    pub repositories: &'a crate::config::WorkspacesConfig,
     /// For a run with built-in tools and no instructions (none: none).
     pub default_instructions: Option<&'a std::sync::Arc<str>>,
 }
@@ -186,6 +194,7 @@ impl<'a> Ceilings<'a> {
             mcp: state.runner.mcp(),
             default_model: &state.default_model,
             webhooks: state.runner.webhooks(),
+            repositories: state.runner.repositories(),
             default_instructions: state.default_instructions.as_ref(),
         }
     }
@@ -233,7 +242,13 @@ impl CreateRunRequest {
         let limits = bounds::limits(self.limits.unwrap_or_default(), server.limits)?;
         let context = bounds::context(self.context.unwrap_or_default(), server.limits)?;
 
-        let files = self.workspace.map(|w| w.files).unwrap_or_default();
+        let (files, seed) = match self.workspace {
+            Some(workspace) => {
+                let seed = repositories::seed(workspace.git, workspace.archive, server)?;
+                (workspace.files, seed)
+            }
+            None => Default::default(),
+        };
         if files.len() > MAX_WORKSPACE_FILES {
             return invalid(format!(
                 "workspace.files: at most {MAX_WORKSPACE_FILES} files may be given"
@@ -278,6 +293,13 @@ impl CreateRunRequest {
                 })
             })
             .transpose()?;
+        if previous_run_id.is_some() && !seed.is_empty() {
+            return invalid(
+                "workspace.git and workspace.archive cannot be given with previous_run_id: a run \
+                 that continues another starts from the workspace it continues"
+                    .into(),
+            );
+        }
         let client_tools = client_tools(self.client_tools.unwrap_or_default(), &tools)?;
         let approval = approval(self.approval, &tools, &client_tools, &mcp_servers)?;
         if let Some(webhook) = &self.webhook {
@@ -310,6 +332,7 @@ impl CreateRunRequest {
             trace: Default::default(),
             agent: None,
             output_schema,
+            seed,
         })
     }
 }

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use uuid::Uuid;
 
 use super::Run;
@@ -69,12 +69,12 @@ impl Run<'_, '_> {
         let Some(writer) = self.block_writer() else {
             return;
         };
-        let changed: Vec<&str> = response
+        let changed: Vec<String> = response
             .tool_calls
             .iter()
-            .filter(|call| tools.role(&call.name).changes_files())
-            .filter_map(|call| call.arguments.get("path").and_then(Value::as_str))
+            .flat_map(|call| tools.changed_paths(&call.name, &call.arguments))
             .collect();
+        let changed: Vec<&str> = changed.iter().map(String::as_str).collect();
         let writes = blocks::writes(&found, &writer.text_files().await, &changed);
         let name = writer.definition().name.clone();
         let calls = writes.into_iter().map(|write| {

@@ -143,6 +143,9 @@ impl Harness<'_> {
             End::Paused(_) => End::Failed(CANNOT_PAUSE.to_owned()),
             end => end,
         };
+        if let Some(observer) = self.observer {
+            observer.ending().await;
+        }
         run.finish(end, stopped)
     }
 
@@ -150,6 +153,7 @@ impl Harness<'_> {
     /// call that needs approval, or a call of a client's tool.
     pub async fn start(&self, config: RunConfig, stop: &Stop) -> Progress {
         let (run, end, stopped) = self.drive(&config, Begin::Fresh, stop).await;
+        self.before_end(&end, &stopped).await;
         run.progress(end, stopped)
     }
 
@@ -166,6 +170,7 @@ impl Harness<'_> {
         let (run, end, stopped) = self
             .drive(&config, Begin::Resume(checkpoint, answers), stop)
             .await;
+        self.before_end(&end, &stopped).await;
         run.progress(end, stopped)
     }
 
@@ -186,7 +191,21 @@ impl Harness<'_> {
         let (run, end, stopped) = self
             .drive(&config, Begin::Recover(checkpoint, batch), stop)
             .await;
+        self.before_end(&end, &stopped).await;
         run.progress(end, stopped)
+    }
+
+    /// Tells the observer the run is about to end, unless the drive left it
+    /// paused or handed over (see [`Run::progress`]).
+    async fn before_end(&self, end: &End, stopped: &Stopped) {
+        let continues = match end {
+            End::Paused(_) => true,
+            End::Stopped => matches!(stopped, Stopped::From(StopReason::HandOver)),
+            _ => false,
+        };
+        if !continues && let Some(observer) = self.observer {
+            observer.ending().await;
+        }
     }
 
     async fn drive<'h, 'c>(

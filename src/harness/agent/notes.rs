@@ -13,7 +13,7 @@ impl Run<'_, '_> {
         self.notes_enabled()
             .then(|| {
                 let code_blocks = self.block_writer().is_some();
-                review::note(&self.messages, |name| tools.role(name), code_blocks)
+                review::note(&self.messages, tools, code_blocks)
             })
             .flatten()
     }
@@ -23,7 +23,7 @@ impl Run<'_, '_> {
     pub(super) fn passed_note(&self) -> Option<String> {
         let tools = self.harness.tools;
         self.notes_enabled()
-            .then(|| review::passed_note(&self.messages, |name| tools.role(name)))
+            .then(|| review::passed_note(&self.messages, tools))
             .flatten()
     }
 

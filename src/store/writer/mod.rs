@@ -50,6 +50,7 @@ mod sql;
 mod statements;
 mod task;
 mod transition;
+mod uploads;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;

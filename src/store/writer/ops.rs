@@ -29,6 +29,9 @@ pub struct Finish {
     pub finished: chrono::DateTime<chrono::Utc>,
     /// The final answer's JSON document, under an output schema.
     pub output: Option<serde_json::Value>,
+    /// What it changed in its workspace (none when that could not be
+    /// told).
+    pub changes: Option<crate::repo::Changes>,
     /// Whether the run has a webhook: its end is then a delivery of the
     /// outbox, written with it (a run without one costs the outbox
     /// nothing).
@@ -291,6 +294,7 @@ fn apply_event(event: &NewEvent, channels: &Channels) {
             run.usage = finish.usage;
             run.finished_at = Some(finish.finished);
             run.output.clone_from(&finish.output);
+            run.changes = finish.changes;
         }),
         _ => {}
     }

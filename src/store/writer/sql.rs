@@ -41,6 +41,8 @@ pub(crate) struct RunRow {
     agent_name: Option<String>,
     agent_version: Option<i64>,
     output_schema: Option<String>,
+    seed: Option<String>,
+    seed_files: Option<String>,
     /// The change of status its insert commits.
     change: StatusChange,
 }
@@ -90,6 +92,12 @@ impl RunRow {
             agent_name: run.agent.as_ref().map(|agent| agent.name.clone()),
             agent_version: run.agent.as_ref().map(|agent| i64::from(agent.version)),
             output_schema: run.output_schema.as_deref().map(json).transpose()?,
+            seed: run.seed.as_deref().map(json).transpose()?,
+            // The starting tree of a run seeded from its files alone, and
+            // what is written over a clone or an upload: kept with it.
+            seed_files: (!new.spec.files.is_empty())
+                .then(|| json(&new.spec.files))
+                .transpose()?,
             change: StatusChange {
                 run_id: run.id,
                 tenant: new.tenant.0.clone(),
@@ -279,9 +287,9 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
              model, metadata, approval, client_tools, mcp_servers, instructions, thread_id, \
              previous_run_id, model_spec, idempotency_key, request_hash, created_at, started_at, \
              owner, webhook, trace_id, parent_span_id, trace_sampled, agent_name, agent_version, \
-             output_schema) ",
+             output_schema, seed, seed_files) ",
             chunk.len(),
-            29,
+            31,
             "",
         );
         let mut query = sqlx::query(&sql);
@@ -315,7 +323,9 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
                 .bind(i64::from(row.trace_sampled))
                 .bind(row.agent_name.as_deref())
                 .bind(row.agent_version)
-                .bind(row.output_schema.as_deref());
+                .bind(row.output_schema.as_deref())
+                .bind(row.seed.as_deref())
+                .bind(row.seed_files.as_deref());
         }
         query.execute(&mut *connection).await?;
     }
@@ -458,10 +468,10 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
             "UPDATE runs SET status = v.column2, answer = v.column3, error = v.column4, \
              steps = v.column5, tool_calls = v.column6, input_tokens = v.column7, \
              output_tokens = v.column8, model_calls_with_usage = v.column9, \
-             finished_at = v.column10, output = v.column11, pending_actions = '[]', \
-             answers = '{}', action_deadline = NULL FROM (",
+             finished_at = v.column10, output = v.column11, changes = v.column12, \
+             pending_actions = '[]', answers = '{}', action_deadline = NULL FROM (",
             chunk.len(),
-            11,
+            12,
             ") AS v WHERE runs.id = v.column1",
         );
         let mut query = sqlx::query(&sql);
@@ -477,7 +487,8 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
                 .bind(saturate(finish.usage.output_tokens))
                 .bind(saturate(finish.usage.model_calls_with_usage))
                 .bind(finish.finished_at.as_str())
-                .bind(finish.output.as_ref().map(Value::to_string));
+                .bind(finish.output.as_ref().map(Value::to_string))
+                .bind(finish.changes.map(|changes| json(&changes)).transpose()?);
         }
         query.execute(&mut *connection).await?;
     }

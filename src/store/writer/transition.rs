@@ -40,7 +40,10 @@ pub enum Transition {
     /// PostgreSQL): a paused or queued one ends `aborted`; a running one,
     /// which another replica executes, is marked, and that replica told
     /// (see [`crate::store::cluster::CANCEL`]).
-    Cancel { run_id: Uuid, at: DateTime<Utc> },
+    Cancel {
+        run_id: Uuid,
+        at: DateTime<Utc>,
+    },
     /// A running run whose server stops hands it over (see
     /// [`crate::harness::StopReason::HandOver`]): queued again to resume,
     /// with a `run_resumed` event (reason `shutdown`), or past its resumes
@@ -53,10 +56,16 @@ pub enum Transition {
     },
     /// Removes a run that has ended, its events and messages (a client's
     /// purge): a live one is left as it is.
-    Purge { run_id: Uuid, tenant: Tenant },
+    Purge {
+        run_id: Uuid,
+        tenant: Tenant,
+    },
     /// Removes up to `limit` runs that ended before `before` (RFC 3339),
     /// oldest first (the retention sweep).
-    Expire { before: String, limit: u32 },
+    Expire {
+        before: String,
+        limit: u32,
+    },
     /// A new version of an agent of `tenant`: its first (`create`), or the
     /// next of a live one.
     SaveAgent {
@@ -65,7 +74,23 @@ pub enum Transition {
         create: bool,
     },
     /// Archives an agent of `tenant`.
-    ArchiveAgent { tenant: Tenant, name: String },
+    ArchiveAgent {
+        tenant: Tenant,
+        name: String,
+    },
+    /// Uploads: one stored, one removed, those made before `before`.
+    SaveUpload {
+        tenant: Tenant,
+        upload: crate::store::uploads::Upload,
+    },
+    DeleteUpload {
+        tenant: Tenant,
+        id: Uuid,
+    },
+    ExpireUploads {
+        before: String,
+        limit: u32,
+    },
 }
 
 /// What a transition found and did.
@@ -110,6 +135,8 @@ pub enum Transitioned {
     AgentExists,
     /// The agent is archived.
     AgentArchived,
+    UploadSaved,
+    UploadDeleted,
 }
 
 /// Applies `transitions` in order in one transaction, each deciding on
@@ -277,6 +304,15 @@ async fn decide_one(
         Transition::ArchiveAgent { tenant, name } => {
             return super::agents::archive(connection, tenant, name).await;
         }
+        Transition::SaveUpload { tenant, upload } => {
+            return super::uploads::save(connection, tenant, upload).await;
+        }
+        Transition::DeleteUpload { tenant, id } => {
+            return super::uploads::delete(connection, tenant, *id).await;
+        }
+        Transition::ExpireUploads { before, limit } => {
+            return super::uploads::expire(connection, before, *limit).await;
+        }
     };
     let Some(row) = lock_run(connection, run_id).await? else {
         return Ok(Transitioned::NotFound);
@@ -370,7 +406,10 @@ async fn decide_one(
         | Transition::Expire { .. }
         | Transition::HandOver { .. }
         | Transition::SaveAgent { .. }
-        | Transition::ArchiveAgent { .. } => Ok(Transitioned::NotDue),
+        | Transition::ArchiveAgent { .. }
+        | Transition::SaveUpload { .. }
+        | Transition::DeleteUpload { .. }
+        | Transition::ExpireUploads { .. } => Ok(Transitioned::NotDue),
         Transition::End {
             status,
             error,

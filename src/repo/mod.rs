@@ -1,0 +1,79 @@
+//! Repositories in, patches out (SPEC section 21): where a run's workspace
+//! comes from besides its request's files (a git clone, an uploaded
+//! archive), the tree it started from, and what it changed (a git-style
+//! diff, its counts, the workspace as a `.tar.gz`).
+//!
+//! - [`git`]: cloning a repository into a workspace with the `git` CLI.
+//! - [`unpack`]: an upload's archive (`.tar.gz`, `.zip`) unpacked and
+//!   checked: refused whole when an entry would escape.
+//! - [`tree`]: the entries of a tree, walked by descriptors.
+//! - [`diff`]: the workspace against its starting tree, as `git diff` would
+//!   write it, or counted.
+//! - [`pack`]: a tree written as a `.tar.gz`.
+//! - [`places`]: where starting trees and uploads are kept.
+//!
+//! No HTTP and no SQL: the API and the runner call these with paths.
+
+pub mod diff;
+pub mod git;
+pub mod pack;
+pub mod places;
+pub mod tree;
+pub mod unpack;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// Where a run's workspace comes from besides its request's `files` (and
+/// the run it continues): stored with the run, so that whichever process
+/// starts it can seed it. Never holds a credential: `token_env` is the name
+/// of a variable of the server's.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Seed {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git: Option<GitSeed>,
+    /// An upload's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archive: Option<Uuid>,
+}
+
+impl Seed {
+    /// Neither a clone nor an upload: the request's files (if any) are the
+    /// whole seed.
+    pub fn is_empty(&self) -> bool {
+        self.git.is_none() && self.archive.is_none()
+    }
+}
+
+/// `workspace.git` of a run request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GitSeed {
+    pub url: String,
+    /// A branch, a tag or a full commit id; the remote's default branch
+    /// when absent.
+    #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+    /// Commits of history fetched.
+    #[serde(default = "one")]
+    pub depth: u32,
+    /// The server's environment variable whose value is the credential.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_env: Option<String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// What a run changed in its workspace, counted as its diff counts it
+/// (`changes` of the run object once it has ended).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Changes {
+    /// Files added, removed, changed or renamed.
+    pub files: u64,
+    /// Lines added (binary files count none).
+    pub insertions: u64,
+    /// Lines removed.
+    pub deletions: u64,
+}

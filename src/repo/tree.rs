@@ -1,0 +1,278 @@
+//! The entries of a tree (a workspace, a starting tree), walked by
+//! descriptors: every component opened relative to its parent with
+//! `O_NOFOLLOW`, and judged by what `fstat` says it is, never by its name.
+//! A run may still be changing its workspace (a command left running), so
+//! reading a file again later walks its path the same way: a directory
+//! swapped for a link meanwhile is refused, never followed out.
+//!
+//! Regular files, directories and symbolic links are seen; other special
+//! files are left out, and so is what cannot be read.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use rustix::fs::{Dir, FileType, Mode, OFlags, fstat, openat, readlinkat};
+use rustix::io::Errno;
+
+/// Most entries a walk takes (as a copy does).
+pub const MAX_ENTRIES: usize = crate::tools::copy::MAX_ENTRIES as usize;
+
+const DIR: OFlags = OFlags::RDONLY
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::CLOEXEC);
+const FILE: OFlags = OFlags::RDONLY
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::NONBLOCK)
+    .union(OFlags::CLOEXEC);
+
+/// What an entry is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    File { executable: bool },
+    Dir,
+    Symlink,
+}
+
+impl Kind {
+    /// The mode git writes for it.
+    pub fn git_mode(self) -> &'static str {
+        match self {
+            Kind::File { executable: true } => "100755",
+            Kind::File { executable: false } | Kind::Dir => "100644",
+            Kind::Symlink => "120000",
+        }
+    }
+}
+
+/// An entry's kind and size (a link's: its target's length).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Meta {
+    pub kind: Kind,
+    pub size: u64,
+}
+
+/// A tree opened for reading: its entries by path (relative, `/`-joined
+/// bytes, sorted), and the root's descriptor to read them from.
+#[derive(Debug)]
+pub struct Tree {
+    root: Option<OwnedFd>,
+    pub entries: BTreeMap<Vec<u8>, Meta>,
+}
+
+/// Why a tree could not be walked.
+#[derive(Debug, thiserror::Error)]
+pub enum TreeError {
+    #[error("the tree holds more than {MAX_ENTRIES} entries")]
+    TooLarge,
+    #[error("{0}")]
+    Io(#[from] io::Error),
+}
+
+impl Tree {
+    /// An empty tree.
+    pub fn empty() -> Self {
+        Self {
+            root: None,
+            entries: BTreeMap::new(),
+        }
+    }
+
+    /// Walks the tree at `dir` (a missing one is empty), leaving out the
+    /// `.git` directory at its top unless `with_git`.
+    pub fn walk(dir: &Path, with_git: bool) -> Result<Self, TreeError> {
+        let root = match openat(rustix::fs::CWD, dir, DIR, Mode::empty()) {
+            Ok(root) => root,
+            Err(Errno::NOENT) => return Ok(Self::empty()),
+            Err(error) => return Err(TreeError::Io(error.into())),
+        };
+        let mut entries = BTreeMap::new();
+        let mut prefix = Vec::new();
+        walk_dir(&root, &mut prefix, with_git, &mut entries)?;
+        Ok(Self {
+            root: Some(root),
+            entries,
+        })
+    }
+
+    /// Opens the regular file at `path`, walking each component without
+    /// following links.
+    pub fn open_file(&self, path: &[u8]) -> io::Result<File> {
+        let (parent, name) = self.open_parent(path)?;
+        let file = openat(&parent, name, FILE, Mode::empty())?;
+        let stat = fstat(&file)?;
+        if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+            return Err(io::Error::other("no longer a regular file"));
+        }
+        Ok(File::from(file))
+    }
+
+    /// The bytes of the file at `path` (at most `max` of them: more is an
+    /// error), or the target of the link at `path`.
+    pub fn read(&self, path: &[u8], kind: Kind, max: u64) -> io::Result<Vec<u8>> {
+        if kind == Kind::Symlink {
+            let (parent, name) = self.open_parent(path)?;
+            return Ok(readlinkat(&parent, name, Vec::new())?.into_bytes());
+        }
+        let mut bytes = Vec::new();
+        self.open_file(path)?
+            .take(max.saturating_add(1))
+            .read_to_end(&mut bytes)?;
+        if bytes.len() as u64 > max {
+            return Err(io::Error::other("larger than it was"));
+        }
+        Ok(bytes)
+    }
+
+    fn open_parent<'p>(&self, path: &'p [u8]) -> io::Result<(OwnedFd, &'p OsStr)> {
+        let root = self
+            .root
+            .as_ref()
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        let mut names = path.split(|byte| *byte == b'/');
+        let last = names.next_back().unwrap_or_default();
+        let mut dir = openat(root, ".", DIR, Mode::empty())?;
+        for name in names {
+            dir = openat(&dir, OsStr::from_bytes(name), DIR, Mode::empty())?;
+        }
+        Ok((dir, OsStr::from_bytes(last)))
+    }
+}
+
+fn walk_dir(
+    dir: &OwnedFd,
+    prefix: &mut Vec<u8>,
+    with_git: bool,
+    entries: &mut BTreeMap<Vec<u8>, Meta>,
+) -> Result<(), TreeError> {
+    let Ok(listing) = Dir::read_from(dir) else {
+        return Ok(());
+    };
+    for entry in listing {
+        let Ok(entry) = entry else {
+            break;
+        };
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." || (!with_git && prefix.is_empty() && name == b".git") {
+            continue;
+        }
+        if entries.len() >= MAX_ENTRIES {
+            return Err(TreeError::TooLarge);
+        }
+        let length = prefix.len();
+        if length > 0 {
+            prefix.push(b'/');
+        }
+        prefix.extend_from_slice(name);
+        let name = OsStr::from_bytes(name);
+        match openat(dir, name, FILE, Mode::empty()) {
+            Err(Errno::LOOP) => {
+                if let Ok(target) = readlinkat(dir, name, Vec::new()) {
+                    let size = target.as_bytes().len() as u64;
+                    entries.insert(
+                        prefix.clone(),
+                        Meta {
+                            kind: Kind::Symlink,
+                            size,
+                        },
+                    );
+                }
+            }
+            Err(_) => {}
+            Ok(opened) => {
+                if let Ok(stat) = fstat(&opened) {
+                    let size = u64::try_from(stat.st_size).unwrap_or(0);
+                    match FileType::from_raw_mode(stat.st_mode) {
+                        FileType::RegularFile => {
+                            let executable = stat.st_mode & 0o100 != 0;
+                            let kind = Kind::File { executable };
+                            entries.insert(prefix.clone(), Meta { kind, size });
+                        }
+                        FileType::Directory => {
+                            entries.insert(
+                                prefix.clone(),
+                                Meta {
+                                    kind: Kind::Dir,
+                                    size: 0,
+                                },
+                            );
+                            if let Ok(child) = openat(dir, name, DIR, Mode::empty()) {
+                                walk_dir(&child, prefix, with_git, entries)?;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        prefix.truncate(length);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    #[test]
+    fn a_walk_sees_files_links_and_directories_but_not_the_top_git() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        fs::create_dir_all(root.join("src/deep")).unwrap();
+        fs::create_dir_all(root.join(".git/objects")).unwrap();
+        fs::create_dir_all(root.join("sub/.git")).unwrap();
+        fs::write(root.join("src/deep/a.py"), "print(1)\n").unwrap();
+        fs::write(root.join("run.sh"), "#!/bin/sh\n").unwrap();
+        fs::set_permissions(root.join("run.sh"), fs::Permissions::from_mode(0o755)).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", root.join("out")).unwrap();
+        let tree = Tree::walk(root, false).unwrap();
+        let paths: Vec<&[u8]> = tree.entries.keys().map(Vec::as_slice).collect();
+        assert_eq!(
+            paths,
+            [
+                &b"out"[..],
+                b"run.sh",
+                b"src",
+                b"src/deep",
+                b"src/deep/a.py",
+                b"sub",
+                b"sub/.git"
+            ]
+        );
+        assert_eq!(
+            tree.entries[&b"run.sh"[..]].kind,
+            Kind::File { executable: true }
+        );
+        assert_eq!(
+            tree.read(b"out", Kind::Symlink, 100).unwrap(),
+            b"/etc/passwd"
+        );
+        assert_eq!(
+            tree.read(b"src/deep/a.py", Kind::File { executable: false }, 100)
+                .unwrap(),
+            b"print(1)\n"
+        );
+        // The link is never followed when a file is read through it.
+        assert!(tree.open_file(b"out").is_err());
+        assert!(
+            Tree::walk(root, true)
+                .unwrap()
+                .entries
+                .contains_key(&b".git"[..])
+        );
+        assert!(
+            Tree::walk(&root.join("missing"), false)
+                .unwrap()
+                .entries
+                .is_empty()
+        );
+    }
+}
