@@ -5,8 +5,12 @@
 // stream (GET /v1/runs/events), which keeps the list live, and the event
 // stream of the open run. Both are read with fetch, so that they carry the
 // token as a header. Everything a run produced (prompts, model output, tool
-// results) and everything an agent holds (its description and definition)
-// is untrusted text: it is only ever set as text, never as markup.
+// results, its diff) and everything an agent holds (its description and
+// definition) is untrusted text: it is only ever set as text, never as
+// markup. A run's changes (its diff, their counts, its archive) are shown by
+// diff.js.
+
+import { renderChanges, renderDiff, saveBlob } from "./diff.js";
 
 const TOKEN_KEY = "agent-runner-token";
 const LIVE = new Set(["queued", "running", "requires_action"]);
@@ -68,7 +72,9 @@ function headers(extra = {}) {
   return all;
 }
 
-async function api(method, path, body) {
+/** Sends a request: its response when it is a 2xx, else an ApiError (a 401
+ *  asks for a token). */
+async function request(method, path, body) {
   const init = { method, headers: headers() };
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
@@ -79,14 +85,13 @@ async function api(method, path, body) {
     askForToken(state.token ? "That token was refused." : null);
     throw new ApiError(401, "unauthorized", "A token is needed.");
   }
-  const text = await response.text();
-  let json = null;
-  try {
-    json = text ? JSON.parse(text) : null;
-  } catch {
-    // Not JSON: said below.
-  }
   if (!response.ok) {
+    let json = null;
+    try {
+      json = JSON.parse(await response.text());
+    } catch {
+      // Not JSON: said below.
+    }
     const error = json && json.error;
     throw new ApiError(
       response.status,
@@ -94,7 +99,18 @@ async function api(method, path, body) {
       error ? error.message : `The server answered ${response.status}.`,
     );
   }
-  return json;
+  return response;
+}
+
+/** Sends a request and answers its JSON body (null for none). */
+async function api(method, path, body) {
+  const response = await request(method, path, body);
+  const text = await response.text();
+  try {
+    return text ? JSON.parse(text) : null;
+  } catch {
+    return null;
+  }
 }
 
 // ---------------------------------------------------- Server-Sent Events
@@ -403,7 +419,7 @@ async function openRun(id) {
   if (state.open && state.open.id === id) return;
   if (state.runStream) state.runStream.stop();
   state.runStream = null;
-  const open = { id, run: null, delta: null, refreshes: 0 };
+  const open = { id, run: null, delta: null, refreshes: 0, diff: { loading: false, again: false } };
   state.open = open;
   showDetail("run");
   $("transcript").replaceChildren();
@@ -411,6 +427,9 @@ async function openRun(id) {
   $("pending").hidden = true;
   $("run-error").hidden = true;
   $("run-output-box").hidden = true;
+  $("diff").replaceChildren();
+  $("changes-error").hidden = true;
+  renderChanges($("changes-counts"), null);
   $("run-title").textContent = `Run ${id}`;
   renderList();
   let run;
@@ -423,6 +442,7 @@ async function openRun(id) {
   // Another run was opened meanwhile.
   if (state.open !== open) return;
   renderRun(remember(run));
+  loadDiff(open);
   if (state.runStream) state.runStream.stop();
   state.runStream = new EventStream(`/v1/runs/${id}/events`, {
     onEvent: (type, event) => {
@@ -489,7 +509,63 @@ function renderRun(run) {
   const hasOutput = run.output !== null && run.output !== undefined;
   $("run-output-box").hidden = !hasOutput;
   $("run-output").textContent = hasOutput ? JSON.stringify(run.output, null, 2) : "";
+  // The counts of its diff, once it has ended.
+  renderChanges($("changes-counts"), run.changes);
   renderPending(run);
+}
+
+/**
+ * Reads the open run's diff and shows it. Asked again while a read is on
+ * its way (a tool ended meanwhile), it reads once more after that one:
+ * what is shown is never older than the last ask.
+ */
+async function loadDiff(open) {
+  if (open.diff.loading) {
+    open.diff.again = true;
+    return;
+  }
+  open.diff.loading = true;
+  try {
+    do {
+      open.diff.again = false;
+      let text;
+      try {
+        text = await (await request("GET", `/v1/runs/${open.id}/diff`)).text();
+      } catch (error) {
+        if (state.open === open && error.status !== 401) showChangesError(`Cannot read the diff: ${error.message}`);
+        continue;
+      }
+      if (state.open !== open) return;
+      $("changes-error").hidden = true;
+      renderDiff($("diff"), text);
+    } while (open.diff.again && state.open === open);
+  } finally {
+    open.diff.loading = false;
+  }
+}
+
+function showChangesError(message) {
+  const element = $("changes-error");
+  element.textContent = message;
+  element.hidden = false;
+}
+
+/** Has the browser save the open run's workspace, as a .tar.gz (read with
+ *  the token, which a plain link could not send). */
+async function downloadArchive() {
+  const open = state.open;
+  if (!open) return;
+  const button = $("download-archive");
+  button.disabled = true;
+  try {
+    const response = await request("GET", `/v1/runs/${open.id}/archive`);
+    saveBlob(await response.blob(), `${open.id}.tar.gz`);
+    if (state.open === open) $("changes-error").hidden = true;
+  } catch (error) {
+    if (state.open === open && error.status !== 401) showChangesError(`Cannot download the workspace: ${error.message}`);
+  } finally {
+    button.disabled = false;
+  }
 }
 
 function renderPending(run) {
@@ -577,6 +653,8 @@ function showEvent(event) {
   if (["run_start", "actions_required", "run_end", "tool_end"].includes(event.type)) {
     refreshOpenRun();
   }
+  // A tool may have changed the workspace.
+  if (event.type === "tool_end" || event.type === "run_end") loadDiff(open);
 }
 
 function eventItem(event) {
@@ -914,6 +992,7 @@ $("create-cancel").addEventListener("click", () => $("create-dialog").close());
 $("token-form").addEventListener("submit", useToken);
 $("sign-out").addEventListener("click", forgetToken);
 $("sign-out").hidden = !state.token;
+$("download-archive").addEventListener("click", downloadArchive);
 $("cancel").addEventListener("click", async () => {
   const open = state.open;
   if (!open) return;

@@ -1,4 +1,4 @@
-import { send, sendJson, type Transport } from "./http.js";
+import { send, sendBytes, sendJson, sendText, type Transport } from "./http.js";
 import { followRunEvents, type EventsOptions } from "./stream.js";
 import type {
   ActionAnswer,
@@ -18,6 +18,8 @@ import type {
   RunList,
   RunStatus,
   UpdateAgentRequest,
+  Upload,
+  UploadContentType,
 } from "./types.js";
 
 /** Where the server is and how to talk to it. */
@@ -100,6 +102,20 @@ export interface ListAgentVersionsOptions extends RequestOptions {
 export interface ListAgentVersionsPageOptions extends ListAgentVersionsOptions {
   /** The `next_cursor` of the previous page; absent or `null` for the first. */
   cursor?: string | null;
+}
+
+/** Options of {@link AgentRunner.upload}: which kind of archive the bytes are. */
+export interface UploadOptions extends RequestOptions {
+  /** The archive's `Content-Type`; absent: told by `filename`. */
+  contentType?: UploadContentType;
+  /** The archive's file name: `.tar.gz` or `.tgz` is a gzip-compressed tar, `.zip` a zip. */
+  filename?: string;
+}
+
+/** Options of {@link AgentRunner.archive} and {@link AgentRunner.archiveStream}. */
+export interface ArchiveOptions extends RequestOptions {
+  /** Keep the workspace's `.git` directory in the archive. Default: it is left out. */
+  includeGit?: boolean;
 }
 
 const DEFAULT_BASE_URL = "http://127.0.0.1:8080";
@@ -240,6 +256,67 @@ export class AgentRunner {
   }
 
   /**
+   * The run's workspace against how it started, as a git-style unified diff
+   * (`GET /v1/runs/{id}/diff`): `""` when nothing changed. A live run's
+   * too, as its workspace is now; `git apply` applies it to the starting tree.
+   */
+  async diff(id: string, options: RequestOptions = {}): Promise<string> {
+    return sendText(this.transport, "GET", `${runPath(id)}/diff`, { signal: options.signal });
+  }
+
+  /**
+   * The run's workspace as a `.tar.gz` (`GET /v1/runs/{id}/archive`), whole,
+   * without `.git` unless `includeGit`. It counts against the tenant's
+   * concurrent downloads (429 `too_many_downloads` beyond them). For a large
+   * workspace, {@link AgentRunner.archiveStream} reads it as it comes.
+   */
+  async archive(id: string, options: ArchiveOptions = {}): Promise<Uint8Array> {
+    return sendBytes(this.transport, "GET", `${runPath(id)}/archive`, {
+      query: archiveQuery(options),
+      signal: options.signal,
+    });
+  }
+
+  /**
+   * The run's workspace as a `.tar.gz`, as a stream of its bytes as they
+   * come (to pipe to a file); as {@link AgentRunner.archive} otherwise. The
+   * download counts until the stream is read to its end or cancelled.
+   */
+  async archiveStream(id: string, options: ArchiveOptions = {}): Promise<ReadableStream<Uint8Array>> {
+    const response = await send(this.transport, "GET", `${runPath(id)}/archive`, {
+      query: archiveQuery(options),
+      signal: options.signal,
+    });
+    return response.body ?? new Blob([]).stream();
+  }
+
+  /**
+   * Uploads a `.tar.gz` or `.zip` archive (`POST /v1/uploads`) for runs to
+   * seed their workspaces with: `createRun({ ..., workspace: { archive:
+   * upload.id } })`. Its kind is `options.contentType`, or told by
+   * `options.filename`. An archive with an entry that would escape the
+   * workspace, or that is corrupt, is a 422 `invalid_archive`.
+   */
+  async upload(data: Uint8Array | ArrayBuffer | Blob, options: UploadOptions): Promise<Upload> {
+    const contentType = options.contentType ?? archiveType(options.filename);
+    return sendJson<Upload>(this.transport, "POST", "/v1/uploads", {
+      bytes: { data, contentType },
+      signal: options.signal,
+    });
+  }
+
+  /** The upload `id` (`GET /v1/uploads/{id}`); an unknown or expired one is a 404 `upload_not_found`. */
+  async getUpload(id: string, options: RequestOptions = {}): Promise<Upload> {
+    return sendJson<Upload>(this.transport, "GET", uploadPath(id), { signal: options.signal });
+  }
+
+  /** Removes the upload `id` (`DELETE /v1/uploads/{id}`): runs can no longer name it. */
+  async deleteUpload(id: string, options: RequestOptions = {}): Promise<void> {
+    const response = await send(this.transport, "DELETE", uploadPath(id), { signal: options.signal });
+    await response.body?.cancel();
+  }
+
+  /**
    * Stores an agent (`POST /v1/agents`): its name, description and
    * definition (the fields of a run body but `prompt`, `workspace`,
    * `previous_run_id` and `agent`), validated as a run's. Answers its
@@ -345,4 +422,28 @@ function runPath(id: string): string {
 
 function agentPath(name: string): string {
   return `/v1/agents/${encodeURIComponent(name)}`;
+}
+
+function uploadPath(id: string): string {
+  return `/v1/uploads/${encodeURIComponent(id)}`;
+}
+
+function archiveQuery(options: ArchiveOptions): Record<string, string | undefined> {
+  return { include_git: options.includeGit ? "true" : undefined };
+}
+
+/**
+ * The `Content-Type` of an archive named `filename`: `.tar.gz` and `.tgz`
+ * are gzip-compressed tars, `.zip` zips (in any case). Throws a `TypeError`
+ * for any other name, and for none.
+ */
+export function archiveType(filename: string | undefined): UploadContentType {
+  const name = (filename ?? "").toLowerCase();
+  if (name.endsWith(".tar.gz") || name.endsWith(".tgz")) return "application/gzip";
+  if (name.endsWith(".zip")) return "application/zip";
+  throw new TypeError(
+    filename === undefined
+      ? "upload needs a contentType, or a filename ending .tar.gz, .tgz or .zip"
+      : `cannot tell the kind of archive ${JSON.stringify(filename)}: give a contentType, or a name ending .tar.gz, .tgz or .zip`,
+  );
 }

@@ -14,6 +14,8 @@ export interface RequestParts {
   query?: Record<string, string | number | boolean | undefined>;
   /** A JSON body. */
   body?: unknown;
+  /** A body of bytes, sent as they are with their `Content-Type` (instead of `body`). */
+  bytes?: { data: Uint8Array | ArrayBuffer | Blob; contentType: string };
   headers?: Record<string, string>;
   signal?: AbortSignal | undefined;
 }
@@ -36,6 +38,10 @@ export async function send(
   if (parts.body !== undefined) {
     headers.set("content-type", "application/json");
     init.body = JSON.stringify(parts.body);
+  } else if (parts.bytes !== undefined) {
+    headers.set("content-type", parts.bytes.contentType);
+    // Any Uint8Array: `BodyInit` names only those over an `ArrayBuffer`.
+    init.body = parts.bytes.data as BodyInit;
   }
   if (parts.signal !== undefined) init.signal = parts.signal;
   let response: Response;
@@ -57,24 +63,61 @@ export async function sendJson<T>(
   parts: RequestParts = {},
 ): Promise<T> {
   const response = await send(transport, method, path, parts);
-  let text: string;
-  try {
-    text = await response.text();
-  } catch (error) {
-    if (parts.signal?.aborted) throw parts.signal.reason;
-    throw new AgentRunnerError({
-      code: "connection_lost",
-      message: `the connection broke while ${method} ${path} was answered`,
-      status: response.status,
-      cause: error,
-    });
-  }
+  const text = await whole(response, (body) => body.text(), method, path, parts.signal);
   try {
     return JSON.parse(text) as T;
   } catch (error) {
     throw new AgentRunnerError({
       code: "invalid_response",
       message: `${method} ${path} answered ${response.status} with a body that is not JSON`,
+      status: response.status,
+      cause: error,
+    });
+  }
+}
+
+/** Sends a request and answers its body as text (UTF-8). */
+export async function sendText(
+  transport: Transport,
+  method: string,
+  path: string,
+  parts: RequestParts = {},
+): Promise<string> {
+  const response = await send(transport, method, path, parts);
+  return whole(response, (body) => body.text(), method, path, parts.signal);
+}
+
+/** Sends a request and answers its body's bytes. */
+export async function sendBytes(
+  transport: Transport,
+  method: string,
+  path: string,
+  parts: RequestParts = {},
+): Promise<Uint8Array> {
+  const response = await send(transport, method, path, parts);
+  const buffer = await whole(response, (body) => body.arrayBuffer(), method, path, parts.signal);
+  return new Uint8Array(buffer);
+}
+
+/**
+ * The whole body of `response`, as `read` reads it. A connection that breaks
+ * meanwhile throws an {@link AgentRunnerError} with code `connection_lost`;
+ * an abort rejects with the signal's reason.
+ */
+async function whole<T>(
+  response: Response,
+  read: (response: Response) => Promise<T>,
+  method: string,
+  path: string,
+  signal: AbortSignal | undefined,
+): Promise<T> {
+  try {
+    return await read(response);
+  } catch (error) {
+    if (signal?.aborted) throw signal.reason;
+    throw new AgentRunnerError({
+      code: "connection_lost",
+      message: `the connection broke while ${method} ${path} was answered`,
       status: response.status,
       cause: error,
     });

@@ -3,9 +3,10 @@
  * (resuming across a dropped connection), answer their pending actions,
  * cancel them. `fetch` only, no dependency.
  */
-export { AgentRunner } from "./client.js";
+export { AgentRunner, archiveType } from "./client.js";
 export type {
   AgentRunnerOptions,
+  ArchiveOptions,
   CreateRunOptions,
   GetAgentOptions,
   ListAgentsOptions,
@@ -15,6 +16,7 @@ export type {
   ListRunsOptions,
   ListRunsPageOptions,
   RequestOptions,
+  UploadOptions,
 } from "./client.js";
 export { AgentRunnerError } from "./errors.js";
 export type { AgentRunnerErrorInit, ClientErrorCode, ErrorCode } from "./errors.js";

@@ -43,6 +43,7 @@ export type BuiltinToolName =
   | "read_file"
   | "write_file"
   | "edit_file"
+  | "apply_patch"
   | "list_dir"
   | "search"
   | "run_command";
@@ -166,10 +167,19 @@ export interface Run {
   agent: AgentRef | null;
   /** The JSON Schema its final answer must be valid under; `null` when none. */
   output_schema: Record<string, unknown> | null;
+  /** What the run changed in its workspace (its diff, counted), once it has ended; `null` until then. */
+  changes: Changes | null;
   created_at: string;
   started_at: string | null;
   finished_at: string | null;
   trace_id: string;
+}
+
+/** The size of a run's diff: the files it touches, the lines it adds and removes. */
+export interface Changes {
+  files: number;
+  insertions: number;
+  deletions: number;
 }
 
 /** One page of runs, newest first. */
@@ -237,9 +247,31 @@ export interface RunContextRequest {
   max_tool_result_chars?: number | null;
 }
 
-/** Files to seed a run's workspace with: relative path to text content. */
+/**
+ * A repository the server clones into a run's workspace before the run
+ * starts. `url` must start with one of the server's `[workspaces] git_allow`
+ * (else a 422 `git_not_allowed`).
+ */
+export interface GitSeed {
+  url: string;
+  /** A branch, a tag or a full commit sha; absent: the remote's default branch. */
+  ref?: string | null;
+  /** How much history to fetch, in commits (default 1). */
+  depth?: number;
+  /** The name of a server environment variable whose value is sent as the credential. */
+  token_env?: string | null;
+}
+
+/**
+ * What a run's workspace starts with: a clone (`git`), the files of an
+ * upload (`archive`, an {@link Upload}'s id) and `files` (relative path to
+ * text content), which combine; `files` are written last, over the rest.
+ */
 export interface WorkspaceSeed {
   files?: Record<string, string>;
+  git?: GitSeed | null;
+  /** An upload's id (`POST /v1/uploads`); an unknown one is a 404 `upload_not_found`. */
+  archive?: string | null;
 }
 
 /**
@@ -285,6 +317,28 @@ export interface CreateRunRequest extends RunDefinition {
   /** A stored agent to start from: `NAME` (its latest version) or `NAME@VERSION`. */
   agent?: string | null;
 }
+
+// --------------------------------------------------------------- uploads
+
+/** An archive kept for runs to seed their workspaces with (`workspace.archive`). */
+export interface Upload {
+  /** What a run names as its `workspace.archive`. */
+  id: string;
+  /** Bytes of the archive, as uploaded. */
+  size: number;
+  /** The regular files it holds. */
+  files: number;
+  created_at: string;
+  /** When retention removes it; `null` when it is kept until removed. */
+  expires_at: string | null;
+}
+
+/** The kinds of archive `POST /v1/uploads` takes, by `Content-Type`. */
+export type UploadContentType =
+  | "application/gzip"
+  | "application/x-gzip"
+  | "application/zip"
+  | "application/x-zip-compressed";
 
 // ---------------------------------------------------------------- agents
 
@@ -561,6 +615,7 @@ export type ApiErrorCode =
   | "unauthorized"
   | "not_found"
   | "agent_not_found"
+  | "upload_not_found"
   | "method_not_allowed"
   | "idempotency_key_reused"
   | "run_not_live"
@@ -573,6 +628,8 @@ export type ApiErrorCode =
   | "misdirected_request"
   | "request_timeout"
   | "invalid_request"
+  | "invalid_archive"
+  | "git_not_allowed"
   | "queue_full"
   | "too_many_connections"
   | "too_many_downloads"

@@ -1,8 +1,9 @@
 """A client of agent-runner, the HTTP service that runs AI-agent loops.
 
 ``Client`` (sync) and ``AsyncClient`` (async) create runs, follow their
-events, answer their pending actions and cancel them, and store the agents
-runs are made from; every refusal or failure raises ``AgentRunnerError``,
+events, answer their pending actions and cancel them, read what they changed
+(a diff, an archive of the workspace), upload archives to seed workspaces
+with, and store the agents runs are made from; every refusal or failure raises ``AgentRunnerError``,
 which carries the error's ``code``.
 """
 
@@ -16,10 +17,12 @@ from ._types import (
     Agent,
     AgentPage,
     AgentVersionPage,
+    Changes,
     Event,
     PendingAction,
     Run,
     RunPage,
+    Upload,
     Usage,
 )
 from ._version import __version__
@@ -33,11 +36,13 @@ __all__ = [
     "AgentRunnerError",
     "AgentVersionPage",
     "AsyncClient",
+    "Changes",
     "Client",
     "Event",
     "PendingAction",
     "Run",
     "RunPage",
+    "Upload",
     "Usage",
     "__version__",
 ]

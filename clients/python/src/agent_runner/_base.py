@@ -10,7 +10,7 @@ from urllib.parse import quote
 import httpx
 
 from ._errors import INVALID_RESPONSE, AgentRunnerError, error_from_response
-from ._types import Agent, Run
+from ._types import Agent, Run, Upload
 from ._version import __version__
 
 #: The server when neither ``base_url`` nor ``AGENT_RUNNER_URL`` names one.
@@ -27,6 +27,14 @@ DEFAULT_MAX_RECONNECTS = 5
 #: The ``model`` of a run: a profile's name, ``{"profile": NAME}`` or
 #: ``{"scripted": [RESPONSE, ...]}``.
 Model = Union[str, Mapping[str, Any]]
+
+#: The ``Content-Type`` of each kind of archive ``POST /v1/uploads`` takes, by
+#: the end of its file name.
+ARCHIVE_TYPES = (
+    (".tar.gz", "application/gzip"),
+    (".tgz", "application/gzip"),
+    (".zip", "application/zip"),
+)
 
 #: Tools whose calls wait for a decision: ``["write_file"]`` (``["*"]``: all),
 #: or the API's ``{"tools": [...]}``.
@@ -71,6 +79,42 @@ def agent_version_path(name: str, version: Optional[int]) -> str:
     if version is None:
         return agent_path(name)
     return agent_path(name, f"/versions/{int(version)}")
+
+
+def upload_path(upload_id: str) -> str:
+    """The path of upload ``upload_id`` (percent-encoded)."""
+    return f"/v1/uploads/{quote(str(upload_id), safe='')}"
+
+
+def archive_type(filename: Union[str, os.PathLike[str]]) -> str:
+    """The ``Content-Type`` of an archive named ``filename``: ``.tar.gz`` and
+    ``.tgz`` are gzip-compressed tars, ``.zip`` zips (in any case). Any other
+    name is a ``ValueError``."""
+    name = os.fspath(filename).lower()
+    for suffix, content_type in ARCHIVE_TYPES:
+        if name.endswith(suffix):
+            return content_type
+    raise ValueError(
+        f"cannot tell the kind of archive {os.fspath(filename)!r}: give a content_type, "
+        "or a name ending .tar.gz, .tgz or .zip"
+    )
+
+
+def upload_headers(content_type: Optional[str], filename: Optional[str]) -> dict[str, str]:
+    """The headers of ``POST /v1/uploads``: ``content_type``, or the one
+    ``filename`` tells."""
+    if content_type is None:
+        if filename is None:
+            raise ValueError(
+                "upload needs a content_type, or a filename ending .tar.gz, .tgz or .zip"
+            )
+        content_type = archive_type(filename)
+    return {"content-type": content_type}
+
+
+def archive_params(include_git: bool) -> dict[str, str]:
+    """The query of ``GET /v1/runs/{id}/archive``."""
+    return {"include_git": "true"} if include_git else {}
 
 
 def _fields(body: dict[str, Any], fields: Mapping[str, Any]) -> dict[str, Any]:
@@ -206,6 +250,24 @@ def agent_of(response: httpx.Response) -> Agent:
             status=response.status_code,
         )
     return Agent.from_dict(data)
+
+
+def upload_of(response: httpx.Response) -> Upload:
+    """The upload object ``response`` carries."""
+    data = json_object(response)
+    if "id" not in data or "size" not in data:
+        raise AgentRunnerError(
+            INVALID_RESPONSE,
+            f"{response.request.method} {response.request.url.path} answered without an upload",
+            status=response.status_code,
+        )
+    return Upload.from_dict(data)
+
+
+def text_of(response: httpx.Response) -> str:
+    """The body of ``response`` as text (UTF-8, as the server sends it; a
+    byte that is not is replaced)."""
+    return response.content.decode("utf-8", errors="replace")
 
 
 def run_of(response: httpx.Response) -> Run:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Generator, Mapping, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Optional, Union
 
@@ -21,6 +23,8 @@ from ._base import (
     agent_path,
     agent_version_path,
     approve_answer,
+    archive_params,
+    archive_type,
     checked,
     create_body,
     create_headers,
@@ -32,10 +36,14 @@ from ._base import (
     output_answer,
     run_of,
     run_path,
+    text_of,
+    upload_headers,
+    upload_of,
+    upload_path,
 )
 from ._errors import error_from_response, error_from_transport
 from ._events import EventStream
-from ._types import Agent, AgentPage, AgentVersionPage, Event, Run, RunPage
+from ._types import Agent, AgentPage, AgentVersionPage, Event, Run, RunPage, Upload
 
 
 class Client:
@@ -271,6 +279,97 @@ class Client:
             pass
         return self.get_run(run_id)
 
+    def diff(self, run_id: str) -> str:
+        """The run's workspace against how it started, as a git-style unified
+        diff (``GET /v1/runs/{id}/diff``): ``""`` when nothing changed. A live
+        run's too, as its workspace is now; ``git apply`` applies it to the
+        starting tree. The ended run's ``changes`` counts it."""
+        return text_of(self._request("GET", run_path(run_id, "/diff")))
+
+    def archive(self, run_id: str, *, include_git: bool = False) -> bytes:
+        """The run's workspace as a ``.tar.gz`` (``GET /v1/runs/{id}/archive``),
+        without ``.git`` unless ``include_git``. It counts against the
+        tenant's concurrent downloads (``429 too_many_downloads`` beyond
+        them). ``save_archive`` writes it to a file as it comes instead."""
+        response = self._request(
+            "GET", run_path(run_id, "/archive"), params=archive_params(include_git)
+        )
+        return response.content
+
+    def save_archive(
+        self,
+        run_id: str,
+        path: Union[str, os.PathLike[str]],
+        *,
+        include_git: bool = False,
+    ) -> int:
+        """Write the run's workspace as a ``.tar.gz`` to the file ``path`` as it
+        comes, without holding it whole; returns the bytes written. As
+        ``archive`` otherwise. Nothing is left at ``path`` when it fails."""
+        target = Path(path)
+        written = 0
+        opened = False
+        try:
+            with self._http.stream(
+                "GET",
+                run_path(run_id, "/archive"),
+                params=archive_params(include_git),
+                timeout=self._settings.stream_timeout,
+            ) as response:
+                if not response.is_success:
+                    response.read()
+                    raise error_from_response(response)
+                with open(target, "wb") as file:
+                    opened = True
+                    for chunk in response.iter_bytes():
+                        file.write(chunk)
+                        written += len(chunk)
+        except httpx.TransportError as error:
+            if opened:
+                target.unlink(missing_ok=True)
+            raise error_from_transport(self.base_url, error) from error
+        except BaseException:
+            if opened:
+                target.unlink(missing_ok=True)
+            raise
+        return written
+
+    def upload(
+        self,
+        data: bytes,
+        content_type: Optional[str] = None,
+        *,
+        filename: Optional[str] = None,
+    ) -> Upload:
+        """Upload a ``.tar.gz`` or ``.zip`` archive (``POST /v1/uploads``) for
+        runs to start from: ``create_run(..., workspace={"archive": upload.id})``.
+
+        ``content_type`` says which kind it is (``application/gzip`` or
+        ``application/zip``); without it, ``filename`` does (ending
+        ``.tar.gz``, ``.tgz`` or ``.zip``), and neither is a ``ValueError``.
+        An entry that would escape the workspace, or a corrupt archive, is
+        ``422 invalid_archive``; nothing is kept then.
+        """
+        headers = upload_headers(content_type, filename)
+        return upload_of(self._request("POST", "/v1/uploads", headers=headers, content=data))
+
+    def upload_file(
+        self, path: Union[str, os.PathLike[str]], content_type: Optional[str] = None
+    ) -> Upload:
+        """Upload the archive at ``path``, its kind told by its name
+        (``.tar.gz``, ``.tgz`` or ``.zip``) unless ``content_type`` says."""
+        content_type = content_type or archive_type(path)
+        return self.upload(Path(path).read_bytes(), content_type)
+
+    def get_upload(self, upload_id: str) -> Upload:
+        """The upload ``upload_id``; an unknown or expired one is ``404 upload_not_found``."""
+        return upload_of(self._request("GET", upload_path(upload_id)))
+
+    def delete_upload(self, upload_id: str) -> None:
+        """Remove the upload ``upload_id`` (``DELETE /v1/uploads/{id}``): runs
+        can no longer name it."""
+        self._request("DELETE", upload_path(upload_id))
+
     def create_agent(
         self,
         name: str,
@@ -418,6 +517,7 @@ class Client:
         params: Optional[Mapping[str, Union[str, int]]] = None,
         headers: Optional[Mapping[str, str]] = None,
         json: Optional[Any] = None,
+        content: Optional[bytes] = None,
         timeout: Optional[httpx.Timeout] = None,
     ) -> httpx.Response:
         try:
@@ -427,6 +527,7 @@ class Client:
                 params=params,
                 headers=headers,
                 json=json,
+                content=content,
                 timeout=timeout or self._settings.timeout,
             )
         except httpx.TransportError as error:

@@ -1,5 +1,5 @@
-"""Typed views of the API's objects: runs, their usage and pending actions,
-events, agents.
+"""Typed views of the API's objects: runs, their usage, pending actions and
+changes, events, agents, uploads.
 
 Each is built from the server's JSON tolerantly: a field the server adds
 later is ignored, and a missing one takes its empty value. Timestamps stay
@@ -75,6 +75,27 @@ class PendingAction:
         )
 
 
+@dataclass(frozen=True)
+class Changes:
+    """The size of a run's diff: the files it touches, the lines it adds and removes."""
+
+    files: int = 0
+    insertions: int = 0
+    deletions: int = 0
+
+    @classmethod
+    def from_dict(cls, data: Optional[Mapping[str, Any]]) -> Optional[Changes]:
+        """``Changes`` from the API's object of that name (``None`` stays ``None``:
+        the run has not ended)."""
+        if data is None:
+            return None
+        return cls(
+            files=int(data.get("files") or 0),
+            insertions=int(data.get("insertions") or 0),
+            deletions=int(data.get("deletions") or 0),
+        )
+
+
 @dataclass
 class Run:
     """A run as the server describes it (the ``Run`` schema, field for field).
@@ -85,6 +106,8 @@ class Run:
     is the JSON document (any JSON value) the final answer of a completed
     run with an ``output_schema`` is, ``None`` otherwise; ``agent`` is
     ``{"name": ..., "version": ...}`` for a run made from an agent.
+    ``changes`` counts what the run changed in its workspace (its diff) once
+    it has ended, ``None`` until then.
     """
 
     id: str
@@ -113,6 +136,7 @@ class Run:
     webhook: Optional[dict[str, Any]] = None
     agent: Optional[dict[str, Any]] = None
     output_schema: Optional[dict[str, Any]] = None
+    changes: Optional[Changes] = None
     created_at: str = ""
     started_at: Optional[str] = None
     finished_at: Optional[str] = None
@@ -150,6 +174,7 @@ class Run:
             webhook=data.get("webhook"),
             agent=data.get("agent"),
             output_schema=data.get("output_schema"),
+            changes=Changes.from_dict(data.get("changes")),
             created_at=data.get("created_at") or "",
             started_at=data.get("started_at"),
             finished_at=data.get("finished_at"),
@@ -285,4 +310,31 @@ class AgentVersionPage:
         return cls(
             versions=[Agent.from_dict(agent) for agent in data.get("versions") or []],
             next_cursor=data.get("next_cursor"),
+        )
+
+
+@dataclass(frozen=True)
+class Upload:
+    """An archive kept for runs to seed their workspaces with: pass its ``id``
+    as ``workspace={"archive": upload.id}``.
+
+    ``size`` is the archive's bytes, ``files`` the regular files it holds;
+    ``expires_at`` is when retention removes it (``None``: kept until removed).
+    """
+
+    id: str
+    size: int = 0
+    files: int = 0
+    created_at: str = ""
+    expires_at: Optional[str] = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Upload:
+        """An ``Upload`` from the API's object of that name."""
+        return cls(
+            id=str(data["id"]),
+            size=int(data.get("size") or 0),
+            files=int(data.get("files") or 0),
+            created_at=data.get("created_at") or "",
+            expires_at=data.get("expires_at"),
         )
