@@ -85,6 +85,8 @@ Options:
   --agent          throughput: each run names a stored agent (made first, for
                    every tenant) that holds its definition, instead of
                    carrying it
+  --files N        throughput: each run's request seeds its workspace with N
+                   files of 1 KiB (its starting tree, recorded with it)
   --keep           keep the data directory (its path is printed)";
 
 /// The run of the throughput mode: one `list_dir` call, then an answer.
@@ -97,6 +99,21 @@ fn two_step_run() -> Value {
             {"content": "done", "usage": {"input_tokens": 1, "output_tokens": 1}}
         ]}
     })
+}
+
+/// A run's `workspace` of `count` files of 1 KiB, in a few directories.
+fn seed_files(count: usize) -> Value {
+    let line = "x = 1  # a line of a small source file, to fill a KiB\n";
+    let content: String = line.repeat(1024 / line.len() + 1)[..1024].to_owned();
+    let files: serde_json::Map<String, Value> = (0..count)
+        .map(|n| {
+            (
+                format!("src/m{}/f{n}.py", n % 4),
+                Value::String(content.clone()),
+            )
+        })
+        .collect();
+    json!({"files": files})
 }
 
 /// Events a two-step run stores: run_start, message (user), then per step
@@ -147,6 +164,8 @@ struct Options {
     otlp: Option<String>,
     /// Throughput: the runs name a stored agent holding their definition.
     agent: bool,
+    /// Throughput: files each run's request seeds its workspace with.
+    files: usize,
 }
 
 impl Options {
@@ -178,6 +197,7 @@ impl Options {
             tenants: 0,
             otlp: None,
             agent: false,
+            files: 0,
         };
         let mut args = args.iter().filter(|a| *a != "--bench");
         while let Some(arg) = args.next() {
@@ -210,6 +230,7 @@ impl Options {
                 "--tenants" => options.tenants = number("--tenants", &value("--tenants")?)?,
                 "--otlp" => options.otlp = Some(value("--otlp")?),
                 "--agent" => options.agent = true,
+                "--files" => options.files = number("--files", &value("--files")?)?,
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }

@@ -51,6 +51,10 @@ pub(super) async fn throughput(options: &Options) -> Result<()> {
     } else {
         two_step_run()
     };
+    let mut body = body;
+    if options.files > 0 {
+        body["workspace"] = seed_files(options.files);
+    }
     let body = Arc::new(serde_json::to_vec(&body)?);
     let pace = match options.rate {
         Some(rate) => format!("open loop, {rate} runs/s scheduled"),
