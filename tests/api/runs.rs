@@ -54,6 +54,7 @@ async fn a_created_run_is_answered_with_its_object_and_location() {
         "agent",
         "output_schema",
         "output",
+        "changes",
         "created_at",
         "started_at",
         "finished_at",
