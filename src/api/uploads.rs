@@ -45,17 +45,41 @@ pub async fn create(
     let partial = places::partial(&tree);
     let mut archive = partial.clone().into_os_string();
     archive.push(".archive");
-    let archive = std::path::PathBuf::from(archive);
-    let received = receive(&state, body, &archive).await;
-    let size = match received {
-        Ok(size) => size,
-        Err(error) => {
-            let _ = tokio::fs::remove_file(&archive).await;
-            return Err(error);
-        }
-    };
+    // Removed however this ends: refused, failed, or the client gone.
+    let archive = RemovedOnDrop(std::path::PathBuf::from(archive));
+    let size = receive(&state, body, &archive.0).await?;
+    // Once the body is in, the rest goes on in a task of its own: a client
+    // that goes away never leaves a tree unpacked without its record.
+    let (keeping, tenant) = (state.clone(), tenant.clone());
+    let kept = tokio::spawn(async move {
+        let archive = archive;
+        keep(&keeping, &tenant, id, size, format, &archive.0).await
+    })
+    .await
+    .map_err(|e| ApiError::internal("keeping an upload", e))?;
+    let (upload, unpacked) = kept?;
+    tracing::info!(upload = %id, size, files = unpacked.files, bytes = unpacked.bytes, "upload unpacked");
+    let mut response = (StatusCode::CREATED, Json(object(&state, &upload))).into_response();
+    if let Ok(location) = HeaderValue::from_str(&format!("/v1/uploads/{id}")) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    Ok(response)
+}
+
+/// Unpacks the received `archive` into place and stores the upload; on any
+/// failure, nothing of it is left.
+async fn keep(
+    state: &AppState,
+    tenant: &Tenant,
+    id: Uuid,
+    size: u64,
+    format: Format,
+    archive: &std::path::Path,
+) -> Result<(Upload, crate::repo::unpack::Unpacked), ApiError> {
+    let tree = places::upload(state.runner.workspaces_root(), id);
+    let partial = places::partial(&tree);
     let max_bytes = state.runner.repositories().max_unpacked_bytes;
-    let (from, into, done) = (archive.clone(), partial.clone(), tree.clone());
+    let (from, into, done) = (archive.to_owned(), partial.clone(), tree.clone());
     let unpacked = tokio::task::spawn_blocking(move || {
         std::fs::create_dir(&into).map_err(UnpackError::Write)?;
         let unpacked = unpack(&from, format, &into, max_bytes)?;
@@ -64,7 +88,6 @@ pub async fn create(
     })
     .await
     .map_err(|e| ApiError::internal("unpacking an upload", e));
-    let _ = tokio::fs::remove_file(&archive).await;
     let unpacked = match unpacked {
         Ok(Ok(unpacked)) => unpacked,
         Ok(Err(error)) => {
@@ -90,18 +113,22 @@ pub async fn create(
     if let Err(error) = state
         .runner
         .store()
-        .insert_upload(&tenant, upload.clone())
+        .insert_upload(tenant, upload.clone())
         .await
     {
         let _ = remove(&tree).await;
         return Err(error.into());
     }
-    tracing::info!(upload = %id, size, files = unpacked.files, bytes = unpacked.bytes, "upload unpacked");
-    let mut response = (StatusCode::CREATED, Json(object(&state, &upload))).into_response();
-    if let Ok(location) = HeaderValue::from_str(&format!("/v1/uploads/{id}")) {
-        response.headers_mut().insert(header::LOCATION, location);
+    Ok((upload, unpacked))
+}
+
+/// A file removed when this is dropped.
+struct RemovedOnDrop(std::path::PathBuf);
+
+impl Drop for RemovedOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
     }
-    Ok(response)
 }
 
 /// `GET /v1/uploads/{id}`

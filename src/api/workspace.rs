@@ -25,7 +25,7 @@ use super::create::check_workspace_path;
 use super::error::ApiError;
 use super::state::AppState;
 use super::tenant_run::TenantRun;
-use crate::repo::tree::Tree;
+use crate::repo::tree::{Tree, TreeError};
 use crate::tools::{FileListing, Workspace, WorkspaceError};
 
 /// Most files a listing names; past them it says `truncated: true`.
@@ -143,21 +143,23 @@ pub async fn diff(
         .downloads
         .hold(Client::Tenant(Arc::from(tenant.0.as_str())))
         .ok_or_else(|| ApiError::TooManyDownloads(state.downloads.limit()))?;
+    let kept = run.seed.is_some() || run.previous_run_id.is_some();
     let base = state
         .runner
-        .diff_base(run.id, None)
+        .diff_base(run.id, kept)
         .await
         .map_err(|e| ApiError::internal("reading a run's starting tree", e))?;
-    let directory = state.runner.workspace_dir(run.id);
-    let now = tokio::task::spawn_blocking(move || Tree::walk(&directory, false))
-        .await
-        .map_err(|e| ApiError::internal("reading a workspace", e))?
-        .map_err(|e| ApiError::internal("reading a workspace", e))?;
-    let body = streamed(held, move |out| {
-        crate::repo::diff::write(&base, &now, out)
-            .map(drop)
-            .map_err(|e| e.to_string())
-    });
+    let now = walk(&state, run.id, false).await?;
+    // Not seeded yet (queued, cloning, or its clone failed): nothing
+    // changed.
+    let body = match base {
+        None => Body::empty(),
+        Some(base) => streamed(held, move |out| {
+            crate::repo::diff::write(&base, &now, out)
+                .map(drop)
+                .map_err(|e| e.to_string())
+        }),
+    };
     Ok(([(header::CONTENT_TYPE, "text/x-diff; charset=utf-8")], body).into_response())
 }
 
@@ -173,9 +175,9 @@ pub async fn archive(
         .downloads
         .hold(Client::Tenant(Arc::from(tenant.0.as_str())))
         .ok_or_else(|| ApiError::TooManyDownloads(state.downloads.limit()))?;
-    let directory = state.runner.workspace_dir(run.id);
+    let tree = walk(&state, run.id, with_git).await?;
     let body = streamed(held, move |out| {
-        crate::repo::pack::pack(&directory, with_git, out).map_err(|e| e.to_string())
+        crate::repo::pack::pack(&tree, out).map_err(|e| e.to_string())
     });
     let disposition = format!("attachment; filename=\"{}.tar.gz\"", run.id);
     Ok((
@@ -186,6 +188,22 @@ pub async fn archive(
         body,
     )
         .into_response())
+}
+
+/// The run's workspace, walked: one too large to walk is the client's
+/// answer (what to do instead), anything else our failure.
+async fn walk(state: &AppState, id: uuid::Uuid, with_git: bool) -> Result<Tree, ApiError> {
+    let directory = state.runner.workspace_dir(id);
+    let walked = tokio::task::spawn_blocking(move || Tree::walk(&directory, with_git))
+        .await
+        .map_err(|e| ApiError::internal("reading a workspace", e))?;
+    walked.map_err(|error| match error {
+        TreeError::TooLarge | TreeError::TooDeep => ApiError::Validation(format!(
+            "the run's workspace is too large to serve this way: {error}; list it with \
+             /workspace and download its files one by one"
+        )),
+        TreeError::Io(error) => ApiError::internal("reading a workspace", error),
+    })
 }
 
 /// A body that `write` fills from a blocking thread, a chunk at a time:

@@ -74,6 +74,13 @@ impl WorkspacesConfig {
                     "workspaces.git_token_envs: {name:?} is not an environment variable name"
                 ));
             }
+            // Checked here rather than refused to a client later: it is
+            // the server's to set.
+            if std::env::var_os(name).is_none() {
+                return Err(format!(
+                    "workspaces.git_token_envs: {name} is not set in the server's environment"
+                ));
+            }
         }
         if self.git_timeout_ms == 0 || self.git_timeout_ms > super::MAX_TIME_LIMIT_MS {
             return Err("workspaces.git_timeout_ms must be between 1 and a year".into());

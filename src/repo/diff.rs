@@ -261,12 +261,30 @@ fn find_renames(base: &Base, now: &Tree, changes: &mut Vec<Change>) {
     if deleted == 0 || added == 0 || deleted + added > MAX_RENAME_CANDIDATES {
         return;
     }
+    // Only files of a size both sides have, and not large ones, are read
+    // (whole: they are at most MAX_TEXT_BYTES).
+    let candidate = |meta: &Meta| meta.size > 0 && meta.size <= MAX_TEXT_BYTES;
+    let deleted_sizes: std::collections::HashSet<u64> = changes
+        .iter()
+        .filter_map(|change| match change {
+            Change::Deleted(_, meta) if candidate(meta) => Some(meta.size),
+            _ => None,
+        })
+        .collect();
+    let added_sizes: std::collections::HashSet<u64> = changes
+        .iter()
+        .filter_map(|change| match change {
+            Change::Added(_, meta) if candidate(meta) => Some(meta.size),
+            _ => None,
+        })
+        .collect();
     // By (is a link, hash of its bytes): the removed files of those bytes.
     let mut removed: HashMap<RenameKey, Vec<(Vec<u8>, Meta)>> = HashMap::new();
     for change in changes.iter() {
         // Empty files are never renames (git pairs none either).
         if let Change::Deleted(path, meta) = change
-            && meta.size > 0
+            && candidate(meta)
+            && added_sizes.contains(&meta.size)
             && let Ok(bytes) = base.read(path, *meta, meta.size)
         {
             let key = (is_link(meta), Sha256::digest(&bytes).into());
@@ -278,7 +296,7 @@ fn find_renames(base: &Base, now: &Tree, changes: &mut Vec<Change>) {
         let Change::Added(path, meta) = change else {
             continue;
         };
-        if meta.size == 0 {
+        if !candidate(meta) || !deleted_sizes.contains(&meta.size) {
             continue;
         }
         let Ok(bytes) = now.read(path, meta.kind, meta.size) else {
@@ -313,15 +331,21 @@ fn text(side: &Side) -> Option<&str> {
     }
 }
 
-fn side(read: io::Result<Vec<u8>>, meta: Meta) -> io::Result<Side> {
+/// One side's bytes as text, or binary: with a NUL, not UTF-8, larger
+/// than [`MAX_TEXT_BYTES`], or ending in a lone `\r` (which would end the
+/// line a diff writes without a newline). A file that could not be read
+/// as it was measured (a run still writing it) is a binary change too.
+fn side(read: io::Result<Vec<u8>>, meta: Meta) -> Side {
     if meta.size > MAX_TEXT_BYTES {
-        return Ok(Side::Binary);
+        return Side::Binary;
     }
-    let bytes = read?;
-    if bytes.contains(&0) {
-        return Ok(Side::Binary);
+    let Ok(bytes) = read else {
+        return Side::Binary;
+    };
+    if bytes.contains(&0) || bytes.ends_with(b"\r") {
+        return Side::Binary;
     }
-    Ok(String::from_utf8(bytes).map_or(Side::Binary, Side::Text))
+    String::from_utf8(bytes).map_or(Side::Binary, Side::Text)
 }
 
 /// Writes one change (when `out` is given) and counts its lines.
@@ -350,17 +374,20 @@ fn file_diff(
         }
     };
     let old_side = match old {
-        Some(meta) => read_old(old_path, meta)?,
+        Some(meta) => read_old(old_path, meta),
         None => Side::Missing,
     };
     let new_side = match new {
-        Some(meta) => read_new(new_path, meta)?,
+        Some(meta) => read_new(new_path, meta),
         None => Side::Missing,
     };
-    let lines = match (text(&old_side), text(&new_side)) {
-        (Some(before), Some(after)) => Some(line_diff(before, after)),
+    let split = match (text(&old_side), text(&new_side)) {
+        (Some(before), Some(after)) => Some((lines(before), lines(after))),
         _ => None,
     };
+    let lines = split
+        .as_ref()
+        .map(|(before, after)| line_diff(before, after));
     let counts = lines.as_ref().map_or((0, 0), |diff| count_lines(diff));
     let Some(out) = out else {
         return Ok(counts);
@@ -400,11 +427,18 @@ fn file_diff(
     Ok(counts)
 }
 
-fn line_diff<'a>(before: &'a str, after: &'a str) -> TextDiff<'a, 'a, 'a, str> {
+/// The lines of a text as git sees them: ended by `\n` only (`similar`'s
+/// own splitting also ends a line at a lone `\r`, which git does not).
+fn lines(text: &str) -> Vec<&str> {
+    text.split_inclusive('\n').collect()
+}
+
+fn line_diff<'a>(before: &'a [&'a str], after: &'a [&'a str]) -> TextDiff<'a, 'a, 'a, str> {
     TextDiff::configure()
         .algorithm(Algorithm::Myers)
+        .newline_terminated(true)
         .deadline(Instant::now() + DIFF_DEADLINE)
-        .diff_lines(before, after)
+        .diff_slices(before, after)
 }
 
 fn count_lines(diff: &TextDiff<'_, '_, '_, str>) -> (u64, u64) {

@@ -82,6 +82,20 @@ pub fn check(seed: &GitSeed) -> Result<(), String> {
     if url.starts_with('-') || url.contains("::") {
         return Err(format!("url {url:?} is not a plain URL"));
     }
+    // `..` would take a URL out of the prefix `git_allow` matched (git and
+    // curl remove dot segments before they fetch).
+    let path = &url[scheme.len() + 3..];
+    let lowered = path.to_ascii_lowercase();
+    let dotted = path
+        .split('/')
+        .any(|segment| segment == "." || segment == "..")
+        || lowered.contains("%2e")
+        || lowered.contains("%2f");
+    if dotted || path.contains(['\\', '?', '#']) || path.chars().any(char::is_whitespace) {
+        return Err(format!(
+            "url {url:?} must not hold `.` or `..` segments (or escapes of them), `\\`, `?`, `#` or spaces"
+        ));
+    }
     if let Some(reference) = &seed.reference {
         let well_formed = !reference.is_empty()
             && reference.len() <= 256
@@ -116,6 +130,24 @@ pub async fn clone(
         token,
         home: home.path().to_owned(),
     };
+    // Cloned beside the workspace under a name of this attempt's own, then
+    // renamed into place: a git left running by a process that stopped
+    // writes into its own directory, never into a later attempt's.
+    let mut name = into.as_os_str().to_owned();
+    name.push(format!(".clone-{}", uuid::Uuid::now_v7()));
+    let cloning = PathBuf::from(name);
+    let cloned = clone_into(&git, &cloning, limits).await.and_then(|()| {
+        std::fs::rename(&cloning, into)
+            .map_err(|e| CloneError(format!("the clone could not be put in place: {e}")))
+    });
+    if cloned.is_err() {
+        let _ = super::places::remove_tree(&cloning);
+    }
+    cloned
+}
+
+async fn clone_into(git: &Git<'_>, into: &Path, limits: CloneLimits) -> Result<(), CloneError> {
+    let seed = git.seed;
     let into_text = into
         .to_str()
         .ok_or_else(|| CloneError("the workspace's path is not UTF-8".into()))?;
@@ -187,10 +219,14 @@ impl Git<'_> {
         ];
         let allowed = format!("protocol.{scheme}.allow");
         config.push((allowed.as_str(), "always".into()));
+        // The credential goes with requests to the repository's own URL
+        // alone (git matches `http.<url>.*` by scheme, host and path
+        // prefix): not to a host a redirect leads to.
+        let header_key = format!("http.{}.extraHeader", self.seed.url);
         if let Some(token) = self.token {
             let basic =
                 base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{token}"));
-            config.push(("http.extraHeader", format!("Authorization: Basic {basic}")));
+            config.push((header_key.as_str(), format!("Authorization: Basic {basic}")));
         }
         command.env("GIT_CONFIG_COUNT", config.len().to_string());
         for (i, (key, value)) in config.iter().enumerate() {
@@ -210,10 +246,21 @@ impl Git<'_> {
         // deadline, or the run's stop.
         let group = Group(child.id());
         let mut stderr = child.stderr.take();
+        // The end of what git prints (where the reason is), however much a
+        // remote makes it print.
         let errors = async {
             let mut text = Vec::new();
+            let mut chunk = [0u8; 4096];
             if let Some(stderr) = stderr.as_mut() {
-                let _ = stderr.read_to_end(&mut text).await;
+                while let Ok(read) = stderr.read(&mut chunk).await {
+                    if read == 0 {
+                        break;
+                    }
+                    text.extend_from_slice(&chunk[..read]);
+                    if text.len() > 2 * MAX_ERROR_BYTES {
+                        text.drain(..text.len() - MAX_ERROR_BYTES);
+                    }
+                }
             }
             text
         };
@@ -351,6 +398,10 @@ mod tests {
             "-uhttps://x/",
             "github.com/a/b",
             "ftp://x/y",
+            "https://github.com/acme/../other/private.git",
+            "https://github.com/acme/%2E%2E/other",
+            "file:///srv/repos/../../etc",
+            "https://github.com/acme/r?x=1",
             "",
         ] {
             assert!(check(&seed(bad)).is_err(), "{bad}");

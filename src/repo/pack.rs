@@ -11,12 +11,12 @@ use std::io::{self, Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use super::tree::{Kind, Tree, TreeError};
+use super::tree::{Kind, Tree};
 
-/// Writes the tree at `dir` (with its top `.git` if `with_git`) to `out`
-/// as a gzip-compressed tar archive.
-pub fn pack(dir: &Path, with_git: bool, out: impl Write) -> Result<(), TreeError> {
-    let tree = Tree::walk(dir, with_git)?;
+/// Writes `tree` (walked by the caller, so that a tree too large is
+/// refused before anything is sent) to `out` as a gzip-compressed tar
+/// archive.
+pub fn pack(tree: &Tree, out: impl Write) -> io::Result<()> {
     let mut builder = tar::Builder::new(flate2::write::GzEncoder::new(
         out,
         flate2::Compression::fast(),
@@ -105,7 +105,7 @@ mod tests {
         std::os::unix::fs::symlink("src/a.py", root.join("link")).unwrap();
         for with_git in [false, true] {
             let mut bytes = Vec::new();
-            pack(&root, with_git, &mut bytes).unwrap();
+            pack(&Tree::walk(&root, with_git).unwrap(), &mut bytes).unwrap();
             let out = dir.path().join(format!("out-{with_git}"));
             tar::Archive::new(flate2::read::GzDecoder::new(&bytes[..]))
                 .unpack(&out)

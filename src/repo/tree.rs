@@ -22,6 +22,9 @@ use rustix::io::Errno;
 /// Most entries a walk takes (as a copy does).
 pub const MAX_ENTRIES: usize = crate::tools::copy::MAX_ENTRIES as usize;
 
+/// Deepest a walk goes (a descriptor and a stack frame per level).
+pub const MAX_DEPTH: usize = crate::tools::copy::MAX_DEPTH;
+
 const DIR: OFlags = OFlags::RDONLY
     .union(OFlags::DIRECTORY)
     .union(OFlags::NOFOLLOW)
@@ -40,12 +43,14 @@ pub enum Kind {
 }
 
 impl Kind {
-    /// The mode git writes for it.
+    /// The mode git writes for it (a directory is never written: git
+    /// has files only).
     pub fn git_mode(self) -> &'static str {
         match self {
             Kind::File { executable: true } => "100755",
-            Kind::File { executable: false } | Kind::Dir => "100644",
+            Kind::File { executable: false } => "100644",
             Kind::Symlink => "120000",
+            Kind::Dir => "040000",
         }
     }
 }
@@ -70,6 +75,8 @@ pub struct Tree {
 pub enum TreeError {
     #[error("the tree holds more than {MAX_ENTRIES} entries")]
     TooLarge,
+    #[error("the tree is deeper than {MAX_DEPTH} directories")]
+    TooDeep,
     #[error("{0}")]
     Io(#[from] io::Error),
 }
@@ -93,7 +100,7 @@ impl Tree {
         };
         let mut entries = BTreeMap::new();
         let mut prefix = Vec::new();
-        walk_dir(&root, &mut prefix, with_git, &mut entries)?;
+        walk_dir(&root, &mut prefix, 0, with_git, &mut entries)?;
         Ok(Self {
             root: Some(root),
             entries,
@@ -147,16 +154,16 @@ impl Tree {
 fn walk_dir(
     dir: &OwnedFd,
     prefix: &mut Vec<u8>,
+    depth: usize,
     with_git: bool,
     entries: &mut BTreeMap<Vec<u8>, Meta>,
 ) -> Result<(), TreeError> {
-    let Ok(listing) = Dir::read_from(dir) else {
-        return Ok(());
-    };
+    if depth > MAX_DEPTH {
+        return Err(TreeError::TooDeep);
+    }
+    let listing = Dir::read_from(dir).map_err(|e| TreeError::Io(e.into()))?;
     for entry in listing {
-        let Ok(entry) = entry else {
-            break;
-        };
+        let entry = entry.map_err(|e| TreeError::Io(e.into()))?;
         let name = entry.file_name().to_bytes();
         if name == b"." || name == b".." || (!with_git && prefix.is_empty() && name == b".git") {
             continue;
@@ -170,44 +177,45 @@ fn walk_dir(
         }
         prefix.extend_from_slice(name);
         let name = OsStr::from_bytes(name);
-        match openat(dir, name, FILE, Mode::empty()) {
-            Err(Errno::LOOP) => {
-                if let Ok(target) = readlinkat(dir, name, Vec::new()) {
-                    let size = target.as_bytes().len() as u64;
-                    entries.insert(
-                        prefix.clone(),
-                        Meta {
-                            kind: Kind::Symlink,
-                            size,
+        let seen = match openat(dir, name, FILE, Mode::empty()) {
+            // A link: O_NOFOLLOW refuses to open it.
+            Err(Errno::LOOP) => match readlinkat(dir, name, Vec::new()) {
+                Ok(target) => Some(Meta {
+                    kind: Kind::Symlink,
+                    size: target.as_bytes().len() as u64,
+                }),
+                Err(Errno::NOENT) => None,
+                Err(error) => return Err(TreeError::Io(error.into())),
+            },
+            // Gone since it was listed; a FIFO with no writer, a socket.
+            Err(Errno::NOENT | Errno::NXIO | Errno::OPNOTSUPP) => None,
+            Err(error) => return Err(TreeError::Io(error.into())),
+            Ok(opened) => {
+                let stat = fstat(&opened).map_err(|e| TreeError::Io(e.into()))?;
+                let size = u64::try_from(stat.st_size).unwrap_or(0);
+                match FileType::from_raw_mode(stat.st_mode) {
+                    FileType::RegularFile => Some(Meta {
+                        kind: Kind::File {
+                            executable: stat.st_mode & 0o100 != 0,
                         },
-                    );
+                        size,
+                    }),
+                    FileType::Directory => Some(Meta {
+                        kind: Kind::Dir,
+                        size: 0,
+                    }),
+                    _ => None,
                 }
             }
-            Err(_) => {}
-            Ok(opened) => {
-                if let Ok(stat) = fstat(&opened) {
-                    let size = u64::try_from(stat.st_size).unwrap_or(0);
-                    match FileType::from_raw_mode(stat.st_mode) {
-                        FileType::RegularFile => {
-                            let executable = stat.st_mode & 0o100 != 0;
-                            let kind = Kind::File { executable };
-                            entries.insert(prefix.clone(), Meta { kind, size });
-                        }
-                        FileType::Directory => {
-                            entries.insert(
-                                prefix.clone(),
-                                Meta {
-                                    kind: Kind::Dir,
-                                    size: 0,
-                                },
-                            );
-                            if let Ok(child) = openat(dir, name, DIR, Mode::empty()) {
-                                walk_dir(&child, prefix, with_git, entries)?;
-                            }
-                        }
-                        _ => {}
-                    }
-                }
+        };
+        if let Some(meta) = seen {
+            entries.insert(prefix.clone(), meta);
+            if meta.kind == Kind::Dir {
+                // Opened again as a directory, never through a link; one
+                // descriptor (and its listing's) per level.
+                let child =
+                    openat(dir, name, DIR, Mode::empty()).map_err(|e| TreeError::Io(e.into()))?;
+                walk_dir(&child, prefix, depth + 1, with_git, entries)?;
             }
         }
         prefix.truncate(length);

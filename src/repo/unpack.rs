@@ -93,6 +93,7 @@ pub fn unpack(
         max_bytes,
         done: Unpacked::default(),
         entries: 0,
+        links: Default::default(),
     };
     match format {
         Format::TarGz => unpack_tar(file, &mut writer)?,
@@ -101,18 +102,81 @@ pub fn unpack(
     Ok(writer.done)
 }
 
+/// Longest a long name, a long link or a PAX header may be: the tar crate
+/// would read any size of them into memory.
+const MAX_HEADER_DATA: u64 = 64 * 1024;
+
 fn unpack_tar(file: File, writer: &mut Writer) -> Result<(), UnpackError> {
-    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(io::BufReader::new(file)));
+    // Every decompressed byte counts, headers and skipped data too: a small
+    // archive cannot make the server read without end.
+    let ceiling = writer
+        .max_bytes
+        .saturating_add(MAX_ENTRIES * 1024 + (64 << 20));
+    let decompressed = Capped {
+        inner: flate2::read::GzDecoder::new(io::BufReader::new(file)),
+        left: ceiling,
+    };
+    let mut archive = tar::Archive::new(decompressed);
+    // Raw: the long names and PAX headers come as entries of their own,
+    // read here within a bound rather than whole by the tar crate.
     let entries = archive
         .entries()
-        .map_err(|e| refused(format!("not a .tar.gz archive: {e}")))?;
+        .map_err(|e| refused(format!("not a .tar.gz archive: {e}")))?
+        .raw(true);
+    let mut long_name: Option<Vec<u8>> = None;
+    let mut long_link: Option<Vec<u8>> = None;
+    use tar::EntryType;
     for entry in entries {
-        let mut entry = entry.map_err(|e| refused(format!("the archive is corrupt: {e}")))?;
-        let name = entry.path_bytes().into_owned();
-        let shown = String::from_utf8_lossy(&name).into_owned();
+        let mut entry = entry.map_err(corrupt)?;
         let kind = entry.header().entry_type();
+        if matches!(
+            kind,
+            EntryType::GNULongName
+                | EntryType::GNULongLink
+                | EntryType::XHeader
+                | EntryType::XGlobalHeader
+        ) {
+            let size = entry.header().size().map_err(corrupt)?;
+            if size > MAX_HEADER_DATA {
+                return Err(refused(format!(
+                    "a {kind:?} header of {size} bytes (at most {MAX_HEADER_DATA})"
+                )));
+            }
+            let mut data = Vec::new();
+            entry.read_to_end(&mut data).map_err(corrupt)?;
+            match kind {
+                EntryType::GNULongName => long_name = Some(trim_nul(data)),
+                EntryType::GNULongLink => long_link = Some(trim_nul(data)),
+                EntryType::XHeader => {
+                    for extension in tar::PaxExtensions::new(&data) {
+                        let extension = extension.map_err(corrupt)?;
+                        match extension
+                            .key()
+                            .map_err(|_| refused("a PAX header key is not UTF-8"))?
+                        {
+                            "path" => long_name = Some(extension.value_bytes().to_vec()),
+                            "linkpath" => long_link = Some(extension.value_bytes().to_vec()),
+                            "size" => {
+                                return Err(refused(
+                                    "an entry whose size needs a PAX header (over 8 GiB)",
+                                ));
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                _ => {}
+            }
+            continue;
+        }
+        let name = long_name
+            .take()
+            .unwrap_or_else(|| entry.header().path_bytes().into_owned());
+        let link = long_link
+            .take()
+            .or_else(|| entry.header().link_name_bytes().map(|l| l.into_owned()));
+        let shown = String::from_utf8_lossy(&name).into_owned();
         let mode = entry.header().mode().unwrap_or(0o644);
-        use tar::EntryType;
         match kind {
             EntryType::Regular | EntryType::Continuous => {
                 let path = writer.path(&name)?;
@@ -124,10 +188,8 @@ fn unpack_tar(file: File, writer: &mut Writer) -> Result<(), UnpackError> {
             }
             EntryType::Symlink => {
                 let path = writer.path(&name)?;
-                let target = entry
-                    .link_name_bytes()
-                    .ok_or_else(|| refused(format!("{shown}: a link without a target")))?
-                    .into_owned();
+                let target =
+                    link.ok_or_else(|| refused(format!("{shown}: a link without a target")))?;
                 writer.link(&path, &target)?;
             }
             EntryType::Link => {
@@ -135,9 +197,6 @@ fn unpack_tar(file: File, writer: &mut Writer) -> Result<(), UnpackError> {
                     "{shown}: hard links are not supported (archive the file itself)"
                 )));
             }
-            // Metadata of the entries around them, read by the tar crate.
-            EntryType::XGlobalHeader | EntryType::XHeader => {}
-            EntryType::GNULongName | EntryType::GNULongLink => {}
             other => {
                 return Err(refused(format!(
                     "{shown}: {other:?} entries (devices, pipes) are not supported"
@@ -145,7 +204,40 @@ fn unpack_tar(file: File, writer: &mut Writer) -> Result<(), UnpackError> {
             }
         }
     }
-    Ok(())
+    writer.check_links()
+}
+
+fn corrupt(error: io::Error) -> UnpackError {
+    if error.kind() == io::ErrorKind::FileTooLarge {
+        return refused(error.to_string());
+    }
+    refused(format!("the archive is corrupt: {error}"))
+}
+
+fn trim_nul(mut bytes: Vec<u8>) -> Vec<u8> {
+    while bytes.last() == Some(&0) {
+        bytes.pop();
+    }
+    bytes
+}
+
+/// A reader that fails past `left` bytes.
+struct Capped<R> {
+    inner: R,
+    left: u64,
+}
+
+impl<R: Read> Read for Capped<R> {
+    fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
+        let read = self.inner.read(buffer)?;
+        self.left = self.left.checked_sub(read as u64).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::FileTooLarge,
+                "it decompresses to more than workspaces.max_unpacked_bytes allows",
+            )
+        })?;
+        Ok(read)
+    }
 }
 
 fn unpack_zip(file: File, writer: &mut Writer) -> Result<(), UnpackError> {
@@ -174,7 +266,7 @@ fn unpack_zip(file: File, writer: &mut Writer) -> Result<(), UnpackError> {
             writer.file(&path, &mut entry, mode & 0o111 != 0)?;
         }
     }
-    Ok(())
+    writer.check_links()
 }
 
 /// Writes entries beneath one directory's descriptor.
@@ -183,6 +275,9 @@ struct Writer {
     max_bytes: u64,
     done: Unpacked,
     entries: u64,
+    /// The links made, by path (normalised), with their targets: checked
+    /// together once every entry is in (see [`Writer::check_links`]).
+    links: std::collections::BTreeMap<String, String>,
 }
 
 impl Writer {
@@ -283,20 +378,6 @@ impl Writer {
                 "{shown}: a link to {target_text:?} would point out of the tree"
             )));
         }
-        // Where the target lands, from the link's own directory.
-        let mut depth: i64 = path.normalized().split('/').count() as i64 - 1;
-        for part in target_text.split('/') {
-            match part {
-                "" | "." => {}
-                ".." => depth -= 1,
-                _ => depth += 1,
-            }
-            if depth < 0 {
-                return Err(refused(format!(
-                    "{shown}: a link to {target_text:?} would point out of the tree"
-                )));
-            }
-        }
         let (parent, name) = path
             .split_last()
             .ok_or_else(|| refused(format!("{shown}: not a link's path")))?;
@@ -306,7 +387,26 @@ impl Writer {
             Ok(()) | Err(Errno::NOENT) => {}
             Err(errno) => return Err(self.failed(path, errno)),
         }
-        symlinkat(target_text, &dir, name).map_err(|errno| self.failed(path, errno))
+        symlinkat(target_text, &dir, name).map_err(|errno| self.failed(path, errno))?;
+        self.links.insert(path.normalized(), target_text.to_owned());
+        Ok(())
+    }
+
+    /// Whether every link the archive made resolves inside the tree,
+    /// following the archive's own links on the way (`a/b -> ..` then
+    /// `c -> a/b/a/b/../../..` leaves it, though each is inside by its
+    /// text alone).
+    fn check_links(&self) -> Result<(), UnpackError> {
+        for (path, target) in &self.links {
+            let mut at: Vec<String> = path.split('/').map(str::to_owned).collect();
+            at.pop();
+            if resolve(&self.links, at, target, 0).is_none() {
+                return Err(refused(format!(
+                    "{path}: a link to {target:?} would point out of the tree"
+                )));
+            }
+        }
+        Ok(())
     }
 
     fn root_fd(&self) -> std::os::fd::BorrowedFd<'_> {
@@ -330,6 +430,36 @@ impl Writer {
             errno => UnpackError::Write(errno.into()),
         }
     }
+}
+
+/// Where `target`, read from the directory `at` (names from the root),
+/// leads, following `links` (the archive's own) as it goes; `None` when it
+/// leaves the tree (or follows too many links).
+fn resolve(
+    links: &std::collections::BTreeMap<String, String>,
+    mut at: Vec<String>,
+    target: &str,
+    followed: usize,
+) -> Option<Vec<String>> {
+    if followed > 40 || target.starts_with('/') {
+        return None;
+    }
+    for part in target.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                at.pop()?;
+            }
+            name => {
+                at.push(name.to_owned());
+                if let Some(next) = links.get(&at.join("/")) {
+                    at.pop();
+                    at = resolve(links, at, next, followed + 1)?;
+                }
+            }
+        }
+    }
+    Some(at)
 }
 
 #[cfg(test)]

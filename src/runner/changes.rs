@@ -8,8 +8,6 @@
 //! or a restart is always counted, since what it did before is not known
 //! here.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use uuid::Uuid;
@@ -18,54 +16,38 @@ use super::Runner;
 use crate::repo::diff::{self, Base};
 use crate::repo::tree::Tree;
 use crate::repo::{Changes, places};
-use crate::store::Store;
 use crate::tools::RunWorkspace;
 
 impl Runner {
-    /// The tree run `id` started from. `files`: its request's, when they
-    /// are at hand (else they are read from storage).
-    pub async fn diff_base(
-        &self,
-        id: Uuid,
-        files: Option<&BTreeMap<String, String>>,
-    ) -> Result<Base, String> {
-        base(
-            self.services.store.clone(),
-            self.workspaces_root().to_owned(),
-            id,
-            files.cloned(),
-        )
+    /// The tree run `id` started from; `None` while it has none yet: a run
+    /// seeded from more than its files (`kept`: a clone, an upload, a run
+    /// it continues) whose copy is not made (queued, cloning, or its clone
+    /// failed).
+    pub async fn diff_base(&self, id: Uuid, kept: bool) -> Result<Option<Base>, String> {
+        let base = places::base(self.workspaces_root(), id);
+        let tree = tokio::task::spawn_blocking(move || {
+            std::fs::symlink_metadata(&base)
+                .is_ok()
+                .then(|| Tree::walk(&base, false))
+                .transpose()
+        })
         .await
-    }
-}
-
-async fn base(
-    store: Store,
-    root: PathBuf,
-    id: Uuid,
-    files: Option<BTreeMap<String, String>>,
-) -> Result<Base, String> {
-    let kept = places::base(&root, id);
-    let tree = tokio::task::spawn_blocking(move || {
-        std::fs::symlink_metadata(&kept)
-            .is_ok()
-            .then(|| Tree::walk(&kept, false))
-            .transpose()
-    })
-    .await
-    .map_err(|e| e.to_string())?
-    .map_err(|e| format!("the run's starting tree could not be read: {e}"))?;
-    if let Some(tree) = tree {
-        return Ok(Base::Tree(tree));
-    }
-    let files = match files {
-        Some(files) => files,
-        None => store
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("the run's starting tree could not be read: {e}"))?;
+        if let Some(tree) = tree {
+            return Ok(Some(Base::Tree(tree)));
+        }
+        if kept {
+            return Ok(None);
+        }
+        let files = self
+            .services
+            .store
             .seed_files(id)
             .await
-            .map_err(|e| format!("the run's seeded files could not be read: {e}"))?,
-    };
-    Ok(Base::files(files))
+            .map_err(|e| format!("the run's seeded files could not be read: {e}"))?;
+        Ok(Some(Base::files(files)))
+    }
 }
 
 /// What the observer needs to count a run's changes at its end.
@@ -76,6 +58,8 @@ pub(super) struct ChangesWatch {
     /// A new run in this process: its workspace is as seeded unless its
     /// tools asked to write.
     pub(super) fresh: bool,
+    /// Its starting tree is a copy (see [`Runner::diff_base`]).
+    pub(super) kept: bool,
 }
 
 impl ChangesWatch {
@@ -86,7 +70,9 @@ impl ChangesWatch {
             return Some(Changes::default());
         }
         let counted = async {
-            let base = self.runner.diff_base(self.run_id, None).await?;
+            let Some(base) = self.runner.diff_base(self.run_id, self.kept).await? else {
+                return Err("it has no starting tree (it was never seeded)".to_owned());
+            };
             let dir = self.runner.workspace_dir(self.run_id);
             tokio::task::spawn_blocking(move || {
                 let now = Tree::walk(&dir, false).map_err(|e| e.to_string())?;

@@ -147,9 +147,6 @@ impl RunObserver {
         self.store.live().read(self.live.id, read)
     }
 
-    /// Holds the run's `run_end` back until [`RunObserver::release_end`]:
-    /// for a run with something to end before its end may be told (its MCP
-    /// servers).
     /// Counts the run's changes with `watch` as it ends.
     pub(super) fn watch_changes(&self, watch: super::changes::ChangesWatch) {
         let _ = self.watch.set(watch);
@@ -161,6 +158,9 @@ impl RunObserver {
         let _ = self.changes.set(changes);
     }
 
+    /// Holds the run's `run_end` back until [`RunObserver::release_end`]:
+    /// for a run with something to end before its end may be told (its MCP
+    /// servers).
     pub(super) fn hold_end(&self, hold: bool) {
         self.holding_end.store(hold, Ordering::Release);
     }

@@ -88,9 +88,16 @@ impl RunTask {
                     skip_git: false,
                     over_existing: true,
                 };
-                copy_tree(&from, &to, options)
-                    .map(drop)
-                    .map_err(|e| format!("the upload could not be copied: {e}"))
+                let copied = copy_tree(&from, &to, options)
+                    .map_err(|e| format!("the upload could not be copied: {e}"))?;
+                // An upload is whole and readable: what could not be read
+                // was removed meanwhile (the upload deleted, or expired).
+                if copied.skipped > 0 {
+                    return Err(format!(
+                        "workspace.archive: the upload {upload} was removed while it was copied"
+                    ));
+                }
+                Ok(())
             })
             .await?;
         }
@@ -137,11 +144,17 @@ fn keep_base(dir: &Path, base: &Path) -> Result<(), String> {
         skip_git: true,
         over_existing: false,
     };
-    copy_tree(dir, &partial, options).map_err(|e| failed(&e))?;
-    // A workspace never made (a continued run's, which never wrote) is
-    // an empty tree.
-    std::fs::create_dir_all(&partial).map_err(|e| failed(&e))?;
-    std::fs::rename(&partial, base).map_err(|e| failed(&e))
+    let kept = copy_tree(dir, &partial, options)
+        .map(drop)
+        .map_err(|e| failed(&e))
+        // A workspace never made (a continued run's, which never wrote) is
+        // an empty tree.
+        .and_then(|()| std::fs::create_dir_all(&partial).map_err(|e| failed(&e)))
+        .and_then(|()| std::fs::rename(&partial, base).map_err(|e| failed(&e)));
+    if kept.is_err() {
+        let _ = places::remove_tree(&partial);
+    }
+    kept
 }
 
 async fn blocking<T: Send + 'static>(

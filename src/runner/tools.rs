@@ -32,6 +32,7 @@ impl RunTask {
             run_id: self.live.id,
             workspace: Arc::clone(&workspace),
             fresh: matches!(self.origin, super::Origin::Start),
+            kept: !spec.seed.is_empty() || spec.previous_run_id.is_some(),
         });
         let (builtin, mcp): (Vec<&str>, Vec<&str>) = spec
             .tools

@@ -25,6 +25,9 @@ pub const MAX_ENTRIES: u64 = 100_000;
 /// Most bytes a copy takes.
 pub const MAX_BYTES: u64 = 4 << 30;
 
+/// Deepest a copy goes (a descriptor and a stack frame per level).
+pub const MAX_DEPTH: usize = 256;
+
 /// What a copy did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct CopyStats {
@@ -46,8 +49,10 @@ pub struct CopyStats {
 #[derive(Debug, thiserror::Error)]
 pub enum CopyError {
     /// The source holds more than [`MAX_ENTRIES`] entries or
-    /// [`MAX_BYTES`] bytes.
-    #[error("the workspace holds more than {MAX_ENTRIES} entries or {MAX_BYTES} bytes")]
+    /// [`MAX_BYTES`] bytes, or is deeper than [`MAX_DEPTH`].
+    #[error(
+        "the workspace holds more than {MAX_ENTRIES} entries or {MAX_BYTES} bytes, or is deeper than {MAX_DEPTH} directories"
+    )]
     TooLarge,
     /// Writing the copy failed (the server's disk).
     #[error("{0}")]
@@ -119,6 +124,9 @@ fn copy_dir(
     stats: &mut CopyStats,
 ) -> Result<(), CopyError> {
     let write = |error: rustix::io::Errno| CopyError::Write(error.into());
+    if path.components().count() > MAX_DEPTH {
+        return Err(CopyError::TooLarge);
+    }
     let entries = match Dir::read_from(source) {
         Ok(entries) => entries,
         Err(_) => {

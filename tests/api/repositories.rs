@@ -243,6 +243,15 @@ async fn repositories_and_credentials_the_server_does_not_allow_are_refused() {
         "{error}"
     );
     assert_eq!(run["steps"], 0);
+    // Never seeded: no starting tree, so nothing to count, and no diff.
+    assert_eq!(run["changes"], Value::Null);
+    assert_eq!(app.diff(run["id"].as_str().unwrap()).await, "");
+    let workspaces = std::fs::read_dir(app.dir.path().join("workspaces")).unwrap();
+    let clones: Vec<_> = workspaces
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains(".clone-"))
+        .collect();
+    assert!(clones.is_empty(), "a failed clone leaves nothing behind");
 }
 
 /// A `.tar.gz` of `entries` (name, content), each header written by hand so

@@ -49,10 +49,12 @@ pub(super) fn seed(
                      git_token_envs"
                 )));
             }
+            // Checked as the server started; gone since, it is ours.
             if std::env::var_os(name).is_none() {
-                return Err(ApiError::Validation(format!(
-                    "workspace.git.token_env: the server's environment has no {name}"
-                )));
+                return Err(ApiError::internal(
+                    "cloning a repository",
+                    format!("the listed variable {name} is not set"),
+                ));
             }
         }
     }

@@ -51,7 +51,9 @@ fn git_apply_takes_the_base_to_the_workspace() {
         write(root, "gone.txt", "bye\n");
         write(root, "tool.sh", "#!/bin/sh\necho hi\n");
         write(root, "empty-gone", "");
+        write(root, "carriage.txt", "one\rstill one\n");
     }
+    write(&now, "carriage.txt", "one\rstill one\ntwo\n");
     write(
         &now,
         "src/long.txt",
@@ -86,10 +88,10 @@ fn git_apply_takes_the_base_to_the_workspace() {
     );
     assert!(text.contains("new file mode 120000"), "{text}");
     assert!(!text.contains("same.txt"));
-    // 9 paths: long, gone, empty-gone, rename, tool.sh, added.md,
-    // empty-new, tab name, link.
-    assert_eq!(changes.files, 9, "{text}");
-    assert_eq!(changes.insertions, 1 + 2 + 1 + 1);
+    // 10 paths: long, gone, empty-gone, rename, tool.sh, added.md,
+    // empty-new, tab name, link, carriage.
+    assert_eq!(changes.files, 10, "{text}");
+    assert_eq!(changes.insertions, 1 + 2 + 1 + 1 + 1);
     assert_eq!(changes.deletions, 2 + 1);
 
     // Applied by git to the starting tree, it gives the workspace.

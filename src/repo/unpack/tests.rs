@@ -175,3 +175,32 @@ fn zip_archives_are_checked_alike() {
         Err(UnpackError::Refused(_))
     ));
 }
+
+#[test]
+fn links_that_leave_through_other_links_and_oversized_headers_are_refused() {
+    let (_dir, result) = unpacked(&[
+        ("a/b", Symlink, "..", b""),
+        ("c", Symlink, "a/b/a/b/../../../etc", b""),
+    ]);
+    assert!(matches!(result, Err(UnpackError::Refused(m)) if m.contains("out of the tree")));
+    // Inside, through a link: kept.
+    let (_dir, result) = unpacked(&[("a/b", Symlink, "..", b""), ("c", Symlink, "a/b/a", b"")]);
+    assert!(result.is_ok(), "{result:?}");
+    // A long name the tar crate would read whole: bounded.
+    let big = vec![b'x'; 70 * 1024];
+    let (_dir, result) = unpacked(&[("././@LongLink", tar::EntryType::GNULongName, "", &big)]);
+    assert!(matches!(result, Err(UnpackError::Refused(m)) if m.contains("GNULongName")));
+    // A long name within the bound names the entry after it.
+    let name = format!("{}/f.txt", "d".repeat(150));
+    let mut data = name.clone().into_bytes();
+    data.push(0);
+    let (dir, result) = unpacked(&[
+        ("././@LongLink", tar::EntryType::GNULongName, "", &data),
+        ("short", Regular, "", b"long\n"),
+    ]);
+    assert_eq!(result.unwrap().files, 1);
+    assert_eq!(
+        fs::read_to_string(dir.path().join("tree").join(&name)).unwrap(),
+        "long\n"
+    );
+}

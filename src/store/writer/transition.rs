@@ -447,16 +447,21 @@ async fn end(
         .bind(body)
         .execute(&mut *connection)
         .await?;
+    // A run that never started changed nothing; one paused has changes its
+    // task did not count (left unknown).
+    let changes = run.started_at.is_none().then(crate::repo::Changes::default);
     sqlx::query(
         "UPDATE runs SET status = $1, error = $2, finished_at = $3, pending_actions = '[]', \
-         answers = '{}', action_deadline = NULL WHERE id = $4",
+         answers = '{}', action_deadline = NULL, changes = $5 WHERE id = $4",
     )
     .bind(status.as_str())
     .bind(error.as_deref())
     .bind(format_time(&at))
     .bind(&run_id)
+    .bind(changes.map(|c| serde_json::json!(c).to_string()))
     .execute(&mut *connection)
     .await?;
+    run.changes = changes;
     run.status = RunStatus::Ended(status);
     run.error = error;
     run.finished_at = Some(at);

@@ -302,8 +302,10 @@ class AsyncClient:
     ) -> int:
         """Write the run's workspace as a ``.tar.gz`` to the file ``path`` as it
         comes, without holding it whole; returns the bytes written. As
-        ``archive`` otherwise. Nothing is left at ``path`` when it fails."""
+        ``archive`` otherwise. The download goes to ``PATH.part`` first and
+        replaces ``path`` once whole: a failed one leaves ``path`` as it was."""
         target = Path(path)
+        partial = target.with_name(target.name + ".part")
         written = 0
         opened = False
         try:
@@ -316,19 +318,20 @@ class AsyncClient:
                 if not response.is_success:
                     await response.aread()
                     raise error_from_response(response)
-                async with await anyio.open_file(target, "wb") as file:
+                async with await anyio.open_file(partial, "wb") as file:
                     opened = True
                     async for chunk in response.aiter_bytes():
                         await file.write(chunk)
                         written += len(chunk)
         except httpx.TransportError as error:
             if opened:
-                target.unlink(missing_ok=True)
+                partial.unlink(missing_ok=True)
             raise error_from_transport(self.base_url, error) from error
         except BaseException:
             if opened:
-                target.unlink(missing_ok=True)
+                partial.unlink(missing_ok=True)
             raise
+        os.replace(partial, target)
         return written
 
     async def upload(

@@ -305,8 +305,10 @@ class Client:
     ) -> int:
         """Write the run's workspace as a ``.tar.gz`` to the file ``path`` as it
         comes, without holding it whole; returns the bytes written. As
-        ``archive`` otherwise. Nothing is left at ``path`` when it fails."""
+        ``archive`` otherwise. The download goes to ``PATH.part`` first and
+        replaces ``path`` once whole: a failed one leaves ``path`` as it was."""
         target = Path(path)
+        partial = target.with_name(target.name + ".part")
         written = 0
         opened = False
         try:
@@ -319,19 +321,20 @@ class Client:
                 if not response.is_success:
                     response.read()
                     raise error_from_response(response)
-                with open(target, "wb") as file:
+                with open(partial, "wb") as file:
                     opened = True
                     for chunk in response.iter_bytes():
                         file.write(chunk)
                         written += len(chunk)
         except httpx.TransportError as error:
             if opened:
-                target.unlink(missing_ok=True)
+                partial.unlink(missing_ok=True)
             raise error_from_transport(self.base_url, error) from error
         except BaseException:
             if opened:
-                target.unlink(missing_ok=True)
+                partial.unlink(missing_ok=True)
             raise
+        os.replace(partial, target)
         return written
 
     def upload(
