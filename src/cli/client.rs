@@ -144,11 +144,64 @@ impl ApiClient {
         }
     }
 
+    /// A POST of raw bytes (an upload's archive), answered with JSON.
+    pub async fn post_bytes(
+        &self,
+        path: &str,
+        content_type: &str,
+        body: Vec<u8>,
+    ) -> Result<Value, CliError> {
+        let sent = self
+            .request(reqwest::Method::POST, path)
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+            .await;
+        self.answer(sent).await
+    }
+
+    /// A GET whose answer is bytes (a diff, an archive): the response,
+    /// once its status says it is what was asked for, to be read with
+    /// [`copy_body`].
+    pub async fn get_bytes(&self, path: &str) -> Result<reqwest::Response, CliError> {
+        let response = self
+            .request(reqwest::Method::GET, path)
+            .send()
+            .await
+            .map_err(|e| unreachable_server(&self.server, &e))?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        Err(refusal(response).await)
+    }
+
     fn post_json(&self, path: &str, body: &Value) -> reqwest::RequestBuilder {
         self.request(reqwest::Method::POST, path)
             .header("content-type", "application/json")
             .body(body.to_string())
     }
+}
+
+/// Writes the body of `response` to `sink` as it comes, flushed at the
+/// end; `what` names the sink in an error (a closed standard output is
+/// [`CliError::ClosedPipe`]).
+pub async fn copy_body(
+    mut response: reqwest::Response,
+    sink: &mut dyn std::io::Write,
+    what: &str,
+) -> Result<(), CliError> {
+    let failed = |error: std::io::Error| match error.kind() {
+        std::io::ErrorKind::BrokenPipe => CliError::ClosedPipe,
+        _ => CliError::Refused(format!("cannot write to {what}: {error}")),
+    };
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| CliError::Refused(format!("the answer was cut short: {e}")))?
+    {
+        sink.write_all(&chunk).map_err(failed)?;
+    }
+    sink.flush().map_err(failed)
 }
 
 /// A server that did not answer: where it was looked for, why, and what

@@ -1,5 +1,6 @@
-//! The command-line client: `agent-runner run` and `agent-runner runs ...`,
-//! talking to a server over its HTTP API (the same binary serves).
+//! The command-line client: `agent-runner run`, `agent-runner runs ...` and
+//! `agent-runner upload`, talking to a server over its HTTP API (the same
+//! binary serves).
 //!
 //! - this module: the commands, their arguments and their exit codes;
 //! - [`client`]: the API over HTTP;
@@ -30,8 +31,10 @@ pub const DEFAULT_SERVER: &str = "http://127.0.0.1:8080";
 /// Whether `command` (the first argument) starts a client command: one of
 /// its commands, or one of its options given before the command.
 pub fn is_client_command(command: &str) -> bool {
-    matches!(command, "run" | "runs" | "--server" | "--token" | "--json")
-        || command.starts_with("--server=")
+    matches!(
+        command,
+        "run" | "runs" | "upload" | "--server" | "--token" | "--json"
+    ) || command.starts_with("--server=")
         || command.starts_with("--token=")
 }
 
@@ -70,7 +73,7 @@ pub fn main(args: Vec<String>) -> ExitCode {
     }
 }
 
-/// The client's commands (`run`, `runs`), as the server's own command line
+/// The client's commands (`run`, `runs`, `upload`), as the server's own command line
 /// lists them in its help (they are run by [`main`]).
 pub fn commands() -> Vec<Command> {
     cli().get_subcommands().cloned().collect()
@@ -132,11 +135,39 @@ fn cli() -> Command {
                         ),
                 )
                 .arg(
+                    Arg::new("upload")
+                        .long("upload")
+                        .value_name("ID")
+                        .help("Start from an upload's files (see `agent-runner upload`)"),
+                )
+                .arg(
+                    Arg::new("git")
+                        .long("git")
+                        .value_name("URL")
+                        .help("Start from a clone of this repository (the server must allow it)"),
+                )
+                .arg(
+                    Arg::new("ref")
+                        .long("ref")
+                        .requires("git")
+                        .help("The branch, tag or commit of --git to check out"),
+                )
+                .arg(
                     Arg::new("follow")
                         .long("follow")
                         .short('f')
                         .action(ArgAction::SetTrue)
                         .help("Print its events as they come; exit 0 only if it completes"),
+                ),
+        )
+        .subcommand(
+            Command::new("upload")
+                .about("Upload a .tar.gz or .zip to start runs from (prints its id)")
+                .arg(
+                    Arg::new("archive")
+                        .required(true)
+                        .value_parser(clap::value_parser!(PathBuf))
+                        .help("The archive: a .tar.gz (or .tgz) or a .zip"),
                 ),
         )
         .subcommand(
@@ -163,6 +194,35 @@ fn cli() -> Command {
                     Command::new("messages")
                         .about("A run's transcript")
                         .arg(id()),
+                )
+                .subcommand(
+                    Command::new("diff")
+                        .about(
+                            "A run's changes to the tree it started from, as a unified diff \
+                             (`git apply` takes it)",
+                        )
+                        .arg(id()),
+                )
+                .subcommand(
+                    Command::new("archive")
+                        .about("Download a run's workspace as a .tar.gz")
+                        .arg(id())
+                        .arg(
+                            Arg::new("out")
+                                .long("out")
+                                .short('o')
+                                .value_name("FILE")
+                                .value_parser(clap::value_parser!(PathBuf))
+                                .help(
+                                    "Where to write it (default: ID.tar.gz; - for standard output)",
+                                ),
+                        )
+                        .arg(
+                            Arg::new("include_git")
+                                .long("include-git")
+                                .action(ArgAction::SetTrue)
+                                .help("Keep the workspace's .git directory"),
+                        ),
                 )
                 .subcommand(
                     Command::new("cancel")
@@ -194,6 +254,7 @@ async fn dispatch(matches: &ArgMatches) -> Result<ExitCode, CliError> {
     let client = ApiClient::new(server, token)?;
     match matches.subcommand() {
         Some(("run", run)) => create(&client, run, json).await,
+        Some(("upload", upload)) => send_upload(&client, upload, json).await,
         Some(("runs", runs)) => match runs.subcommand() {
             Some(("list", list)) => {
                 let mut query = Vec::new();
@@ -217,6 +278,14 @@ async fn dispatch(matches: &ArgMatches) -> Result<ExitCode, CliError> {
                 print_messages(&list, json)?;
                 Ok(ExitCode::SUCCESS)
             }
+            // The diff as the server wrote it, byte for byte: `| git apply`.
+            Some(("diff", diff)) => {
+                let response = client.get_bytes(&run_path(diff, "/diff")).await?;
+                client::copy_body(response, &mut std::io::stdout().lock(), "standard output")
+                    .await?;
+                Ok(ExitCode::SUCCESS)
+            }
+            Some(("archive", archive)) => download_archive(&client, archive).await,
             // As `POST .../cancel`: repeatable, a run that has ended is
             // shown as it ended.
             Some(("cancel", cancel)) => {
@@ -252,6 +321,7 @@ async fn create(client: &ApiClient, run: &ArgMatches, json: bool) -> Result<Exit
     if let Some(tools) = run.get_many::<String>("tool") {
         request["tools"] = json!(tools.collect::<Vec<_>>());
     }
+    let mut workspace = serde_json::Map::new();
     if let Some(files) = run.get_many::<String>("file") {
         let mut seeded = serde_json::Map::new();
         for file in files {
@@ -260,7 +330,20 @@ async fn create(client: &ApiClient, run: &ArgMatches, json: bool) -> Result<Exit
                 .map_err(|e| CliError::Usage(format!("--file {}: {e}", local.display())))?;
             seeded.insert(at, Value::String(content));
         }
-        request["workspace"] = json!({"files": seeded});
+        workspace.insert("files".into(), Value::Object(seeded));
+    }
+    if let Some(upload) = run.get_one::<String>("upload") {
+        workspace.insert("archive".into(), json!(upload));
+    }
+    if let Some(url) = run.get_one::<String>("git") {
+        let mut git = json!({"url": url});
+        if let Some(reference) = run.get_one::<String>("ref") {
+            git["ref"] = json!(reference);
+        }
+        workspace.insert("git".into(), git);
+    }
+    if !workspace.is_empty() {
+        request["workspace"] = Value::Object(workspace);
     }
     if run.get_flag("follow") {
         let response = client.post_stream("/v1/runs?stream=true", &request).await?;
@@ -308,6 +391,73 @@ fn seed_file(argument: &str) -> Result<(PathBuf, String), CliError> {
         }
     };
     Ok((local, at))
+}
+
+/// `upload FILE`: the archive sent whole (as `Content-Type` its name
+/// says), and the upload's id printed, to be named by `run --upload`.
+async fn send_upload(
+    client: &ApiClient,
+    upload: &ArgMatches,
+    json: bool,
+) -> Result<ExitCode, CliError> {
+    let Some(path) = upload.get_one::<PathBuf>("archive") else {
+        return Err(CliError::Usage("an archive is needed".into()));
+    };
+    let name = path.to_string_lossy().to_lowercase();
+    let content_type = if name.ends_with(".tar.gz") || name.ends_with(".tgz") {
+        "application/gzip"
+    } else if name.ends_with(".zip") {
+        "application/zip"
+    } else {
+        return Err(CliError::Usage(format!(
+            "{}: an upload is a .tar.gz (or .tgz) or a .zip, named so",
+            path.display()
+        )));
+    };
+    let body =
+        std::fs::read(path).map_err(|e| CliError::Usage(format!("{}: {e}", path.display())))?;
+    let made = client.post_bytes("/v1/uploads", content_type, body).await?;
+    if json {
+        outln!("{made}")?;
+    } else {
+        outln!(
+            "{}  {} files, {} bytes",
+            made["id"].as_str().unwrap_or("-"),
+            made["files"],
+            made["size"]
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `runs archive ID`: the workspace's `.tar.gz`, written to `--out` (made
+/// only once the server has answered it, and removed if the download is
+/// cut short) or to standard output with `-`.
+async fn download_archive(client: &ApiClient, archive: &ArgMatches) -> Result<ExitCode, CliError> {
+    let id = archive.get_one::<String>("id").map_or("", String::as_str);
+    let out = archive
+        .get_one::<PathBuf>("out")
+        .cloned()
+        .unwrap_or_else(|| PathBuf::from(format!("{id}.tar.gz")));
+    let mut path = run_path(archive, "/archive");
+    if archive.get_flag("include_git") {
+        path.push_str("?include_git=true");
+    }
+    let response = client.get_bytes(&path).await?;
+    if out.as_os_str() == "-" {
+        client::copy_body(response, &mut std::io::stdout().lock(), "standard output").await?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let what = out.display().to_string();
+    let mut file = std::fs::File::create(&out)
+        .map_err(|e| CliError::Refused(format!("cannot write {what}: {e}")))?;
+    if let Err(error) = client::copy_body(response, &mut file, &what).await {
+        drop(file);
+        let _ = std::fs::remove_file(&out);
+        return Err(error);
+    }
+    outln!("{what}")?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `runs approve|deny ID [CALL...]`: answers the named pending approvals,

@@ -360,3 +360,113 @@ async fn a_reader_that_stops_reading_ends_the_client_quietly() {
         assert_eq!(stderr(&closed), "", "{args:?}");
     }
 }
+
+#[tokio::test]
+async fn upload_run_from_it_and_take_its_diff_and_archive() {
+    let app = spawn_app().await;
+    let address = app.address.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let archive = dir.path().join("project.tar.gz");
+    std::fs::write(
+        &archive,
+        crate::repositories::tar_gz(&[
+            ("lib/calc.py", b"def add(a, b):\n    return a - b\n"),
+            ("README.md", b"calc\n"),
+        ]),
+    )
+    .unwrap();
+    // An upload named as neither archive is refused before it is sent.
+    let notes = dir.path().join("notes.txt");
+    std::fs::write(&notes, "x").unwrap();
+    let refused = client(&address, None, &["upload", notes.to_str().unwrap()]).await;
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    assert!(stderr(&refused).contains(".tar.gz"), "{refused:?}");
+    // Uploaded, then named by a run made with the client.
+    let uploaded = client(
+        &address,
+        None,
+        &["--json", "upload", archive.to_str().unwrap()],
+    )
+    .await;
+    assert_eq!(uploaded.status.code(), Some(0), "{uploaded:?}");
+    let upload: Value = serde_json::from_str(&stdout(&uploaded)).unwrap();
+    assert_eq!(upload["files"], 2);
+    let upload_id = upload["id"].as_str().unwrap();
+    let created = client(
+        &address,
+        None,
+        &[
+            "--json", "run", "look", "--upload", upload_id, "--tool", "list_dir",
+        ],
+    )
+    .await;
+    assert_eq!(created.status.code(), Some(0), "{created:?}");
+    let created: Value = serde_json::from_str(&stdout(&created)).unwrap();
+    let ended = app.wait_terminal(created["id"].as_str().unwrap()).await;
+    assert_eq!(ended["status"], "completed", "{ended}");
+    let seeded = app
+        .get(&format!(
+            "/v1/runs/{}/workspace/lib/calc.py",
+            ended["id"].as_str().unwrap()
+        ))
+        .await;
+    assert!(seeded.text.contains("a - b"), "{}", seeded.text);
+    // A run from the same upload that fixes the file: its diff, as the
+    // server wrote it, and its archive.
+    let fixed = app
+        .run_to_end(json!({
+            "prompt": "fix add",
+            "tools": ["write_file"],
+            "workspace": {"archive": upload_id},
+            "model": {"scripted": [
+                {"content": "", "tool_calls": [call("1", "write_file",
+                    json!({"path": "lib/calc.py", "content": "def add(a, b):\n    return a + b\n"}))]},
+                {"content": "fixed"}
+            ]}
+        }))
+        .await;
+    let id = fixed["id"].as_str().unwrap();
+    let diff = client(&address, None, &["runs", "diff", id]).await;
+    assert_eq!(diff.status.code(), Some(0), "{diff:?}");
+    assert_eq!(stdout(&diff), app.diff(id).await);
+    assert!(stdout(&diff).contains("+    return a + b"), "{diff:?}");
+    let out = dir.path().join("out.tar.gz");
+    let archived = client(
+        &address,
+        None,
+        &["runs", "archive", id, "--out", out.to_str().unwrap()],
+    )
+    .await;
+    assert_eq!(archived.status.code(), Some(0), "{archived:?}");
+    let mut names: Vec<String> = tar::Archive::new(flate2::read::GzDecoder::new(
+        std::fs::File::open(&out).unwrap(),
+    ))
+    .entries()
+    .unwrap()
+    .map(Result::unwrap)
+    .filter(|entry| entry.header().entry_type().is_file())
+    .map(|entry| entry.path().unwrap().display().to_string())
+    .collect();
+    names.sort();
+    assert_eq!(names, ["README.md", "lib/calc.py"]);
+    // A run that is not there: refused, and no file left behind.
+    let missing = dir.path().join("missing.tar.gz");
+    let absent = uuid::Uuid::now_v7().to_string();
+    let refused = client(
+        &address,
+        None,
+        &[
+            "runs",
+            "archive",
+            &absent,
+            "--out",
+            missing.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    assert!(stderr(&refused).contains("404"), "{refused:?}");
+    assert!(!missing.exists());
+    let refused = client(&address, None, &["runs", "diff", &absent]).await;
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+}
