@@ -1,10 +1,7 @@
 -- Repositories in, patches out. A run's seed besides its files (`seed`:
 -- JSON, a git clone's URL and ref, an upload's id; never a credential),
--- the files its request gave (`seed_files`: JSON, its starting tree when
--- they are all it started from, and what is written over a clone), and
--- what it changed once it ended (`changes`: JSON counts).
+-- and what it changed once it ended (`changes`: JSON counts).
 ALTER TABLE runs ADD COLUMN seed TEXT;
-ALTER TABLE runs ADD COLUMN seed_files TEXT;
 ALTER TABLE runs ADD COLUMN changes TEXT;
 
 -- Uploaded archives, unpacked beside the workspaces; the tenant's own.
@@ -17,3 +14,12 @@ CREATE TABLE uploads (
 ) STRICT;
 
 CREATE INDEX uploads_by_created ON uploads (created_at);
+
+-- The files a run's request gave, when it gave any: its starting tree when
+-- they are all it started from, and what is written over a clone or an
+-- upload. A table of its own, written once: a run's row is rewritten whole
+-- by every update of its status and progress, and these can be large.
+CREATE TABLE run_seed_files (
+    run_id  TEXT PRIMARY KEY,
+    files   TEXT NOT NULL
+) STRICT;

@@ -94,20 +94,20 @@ impl Store {
 
     /// The files a run's request seeded its workspace with (none: none).
     pub async fn seed_files(&self, run_id: Uuid) -> Result<BTreeMap<String, String>, StoreError> {
-        let query =
-            sqlx::query("SELECT seed_files FROM runs WHERE id = $1").bind(run_id.to_string());
-        let text: Option<Option<String>> = self
+        let query = sqlx::query("SELECT files FROM run_seed_files WHERE run_id = $1")
+            .bind(run_id.to_string());
+        let text: Option<String> = self
             .read(async |connection| {
                 query
                     .fetch_optional(connection)
                     .await
-                    .map(|row| row.map(|row| row.get::<Option<String>, _>("seed_files")))
+                    .map(|row| row.map(|row| row.get::<String, _>("files")))
             })
             .await?;
-        match text.flatten() {
+        match text {
             None => Ok(BTreeMap::new()),
             Some(text) => serde_json::from_str(&text)
-                .map_err(|e| StoreError::Corrupt(format!("runs.seed_files: {e}"))),
+                .map_err(|e| StoreError::Corrupt(format!("run_seed_files.files: {e}"))),
         }
     }
 }

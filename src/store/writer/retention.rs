@@ -65,6 +65,7 @@ async fn remove(connection: &mut AnyConnection, ids: &[String]) -> Result<(), St
             "DELETE FROM webhook_deliveries WHERE run_id = $1",
             "DELETE FROM events WHERE run_id = $1",
             "DELETE FROM messages WHERE run_id = $1",
+            "DELETE FROM run_seed_files WHERE run_id = $1",
             "DELETE FROM runs WHERE id = $1",
         ] {
             sqlx::query(statement)

@@ -287,9 +287,9 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
              model, metadata, approval, client_tools, mcp_servers, instructions, thread_id, \
              previous_run_id, model_spec, idempotency_key, request_hash, created_at, started_at, \
              owner, webhook, trace_id, parent_span_id, trace_sampled, agent_name, agent_version, \
-             output_schema, seed, seed_files) ",
+             output_schema, seed) ",
             chunk.len(),
-            31,
+            30,
             "",
         );
         let mut query = sqlx::query(&sql);
@@ -324,10 +324,19 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
                 .bind(row.agent_name.as_deref())
                 .bind(row.agent_version)
                 .bind(row.output_schema.as_deref())
-                .bind(row.seed.as_deref())
-                .bind(row.seed_files.as_deref());
+                .bind(row.seed.as_deref());
         }
         query.execute(&mut *connection).await?;
+    }
+    // Apart from the run's row, which each update rewrites whole.
+    for row in &runs {
+        if let Some(files) = &row.seed_files {
+            sqlx::query("INSERT INTO run_seed_files (run_id, files) VALUES ($1, $2)")
+                .bind(row.id.as_str())
+                .bind(files.as_str())
+                .execute(&mut *connection)
+                .await?;
+        }
     }
     // A run that continues another starts with its transcript (and is not
     // stored if that run was removed since it was accepted).
