@@ -21,13 +21,26 @@ and a check made once the run ended:
   fields right, and the runs that ended `failed` with `output_invalid`.
   `--no-schema` removes `output_schema` from every request, to compare.
 
+- `{"repo": {"hidden": {PATH: TEXT}, "command": [...]}}`: a small
+  repository (eval/build_repo_tasks.py). Whatever the run's end, every file
+  of its workspace is fetched into a temporary directory, the hidden files
+  are written there (over any of the same path), and `command` run there
+  with a timeout must exit 0. The files the run changed are listed in the
+  result (`changed`), and the run's status in its detail.
+
 A task with `one_shot` (`{"prompt", "check": {"python": CODE}}`) is also
 asked, with --one-shot, of the same model without tools: the first
-```python block of its answer, followed by CODE, must exit 0.
+```python block of its answer, followed by CODE, must exit 0. With a
+`{"repo": ...}` check, the answer's files, each a line `### PATH` (or the
+path alone, in backticks or bold) followed by a fenced block, are written
+over the task's workspace files (a path that names no file but ends one,
+such as `slug.py` for `textkit/slug.py`, is that file), and the hidden
+tests run as above.
 
     python3 eval/run.py --server http://127.0.0.1:8080 --model qwen \\
         eval/tasks/humaneval-0-81.jsonl --one-shot --out results.jsonl
     python3 eval/run.py --model qwen eval/tasks/extraction.jsonl --no-schema
+    python3 eval/run.py --model qwen eval/tasks/repos.jsonl --one-shot --out repos.jsonl
 
 Prints a row per task and the totals; --out keeps every result as JSONL.
 Standard library only.
@@ -86,6 +99,22 @@ class Server:
             _, run = self.call("GET", f"/v1/runs/{run['id']}")
         return run
 
+    def workspace(self, run_id):
+        """Every file of a run's workspace, {path: bytes}, or None and why."""
+        status, listing = self.call("GET", f"/v1/runs/{run_id}/workspace")
+        if status != 200 or not isinstance(listing, dict):
+            return None, f"GET /workspace answered {status}"
+        files = {}
+        for entry in listing.get("files", []):
+            path = entry["path"]
+            if "__pycache__" in path.split("/") or path.endswith(".pyc"):
+                continue
+            content = self.file(run_id, path)
+            if content is None:
+                return None, f"could not download {path}"
+            files[path] = content
+        return files, None
+
     def file(self, run_id, path):
         quoted = urllib.parse.quote(path)
         status, body = self.call("GET", f"/v1/runs/{run_id}/workspace/{quoted}")
@@ -130,10 +159,111 @@ def check_run(server, run, check):
     return run_python(content.decode(errors="replace") + "\n\n" + check["python"], {})
 
 
+def safe_path(path):
+    """Whether `path` stays inside the directory it is written to."""
+    parts = path.split("/")
+    return bool(path) and not path.startswith("/") and "\\" not in path and all(
+        part not in ("", ".", "..") for part in parts
+    )
+
+
+def run_repo(spec, files, task):
+    """Whether the hidden tests of `spec` pass on `files` (the repository
+    as the model left it, {path: bytes}), and a detail: the files changed
+    from the task's workspace, and the output's tail on a failure."""
+    original = {}
+    if task is not None:
+        original = {path: text.encode() for path, text in task["request"]["workspace"]["files"].items()}
+    changed = sorted(path for path in files if original.get(path) != files[path])
+    with tempfile.TemporaryDirectory() as directory:
+        for path, content in list(files.items()) + [
+            (path, text.encode()) for path, text in spec["hidden"].items()
+        ]:
+            if not safe_path(path):
+                continue
+            target = os.path.join(directory, *path.split("/"))
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with open(target, "wb") as out:
+                out.write(content)
+        try:
+            done = subprocess.run(
+                spec["command"],
+                cwd=directory,
+                capture_output=True,
+                timeout=CHECK_TIMEOUT_S,
+                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                     "PYTHONDONTWRITEBYTECODE": "1"},
+            )
+            passed = done.returncode == 0
+            output = (done.stdout + done.stderr).decode(errors="replace")
+        except subprocess.TimeoutExpired:
+            passed, output = False, "the hidden tests timed out"
+    detail = "changed: " + (", ".join(changed) or "nothing")
+    if not passed:
+        detail += "; hidden tests fail: " + test_failure(output)
+    return {"passed": passed, "changed": changed, "detail": detail, "output": output[-3000:]}
+
+
+def test_failure(output):
+    """What a failing unittest run says, in a line: its verdict, the tests
+    that failed, and the first exception's message."""
+    lines = output.splitlines()
+    verdict = [line for line in lines if line.startswith("FAILED")]
+    tests = [line.split()[1] for line in lines if line.startswith(("FAIL: ", "ERROR: "))]
+    error = next((line.strip() for line in lines
+                  if re.match(r"\s*\w+(Error|Exception|Exit)\b", line)), "")
+    parts = verdict[-1:] + ([", ".join(tests)] if tests else []) + ([error] if error else [])
+    return "; ".join(parts) or " | ".join(line for line in lines[-4:] if line.strip())
+
+
+# A file of a one-shot answer: a line ending with its path (`### a/b.py`,
+# `a/b.py`, `**a/b.py**`, `` Here is `b.py`: ``), blank lines, then a
+# fenced block; a block left unclosed runs to the end of the answer.
+ANSWER_FILE = re.compile(
+    r"^[^\n]*?(?P<path>[\w./-]+\.\w+)[`*]*:?[ \t]*\n(?:[ \t]*\n)*"
+    r"(?P<fence>`{3,})[^\n]*\n(?P<body>.*?)(?:^(?P=fence)[ \t]*$|\Z)",
+    re.M | re.S,
+)
+
+
+def answer_files(answer, known):
+    """The files of a one-shot answer, {path: text}: each path as written,
+    or the one file of `known` whose path ends with it; a path that is
+    neither is taken only when it looks like a new Python file."""
+    files = {}
+    for match in ANSWER_FILE.finditer(answer):
+        path = match.group("path")
+        if path.startswith("./"):
+            path = path[2:]
+        if path not in known:
+            endings = [name for name in known if name.endswith("/" + path)]
+            if len(endings) == 1:
+                path = endings[0]
+            elif not path.endswith(".py"):
+                continue
+        body = match.group("body")
+        files[path] = body if body.endswith("\n") or not body else body + "\n"
+    return files
+
+
 CODE_BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.S)
 
 
-def check_one_shot(run, check):
+def check_one_shot(run, check, task=None):
+    if "repo" in check:
+        answer = run.get("answer") or ""
+        if not answer:
+            return {"passed": False, "changed": [],
+                    "detail": f"ended {run['status']}: {run.get('error')}, no answer"}
+        original = task["request"]["workspace"]["files"]
+        written = answer_files(answer, original)
+        files = {path: text.encode() for path, text in original.items()}
+        files.update((path, text.encode()) for path, text in written.items())
+        result = run_repo(check["repo"], files, task)
+        result["answer"] = answer
+        if not written:
+            result["detail"] = "no file in the answer; " + result["detail"]
+        return result
     if run["status"] != "completed":
         return False, f"ended {run['status']}: {run.get('error')}"
     answer = run.get("answer") or ""
@@ -260,6 +390,7 @@ def with_model(request, model, ablate=()):
 def attempt(server, task, model, one_shot, ablate=(), no_schema=False):
     began = time.monotonic()
     extraction = None
+    repo = None
     if one_shot:
         spec = task["one_shot"]
         request = with_model(
@@ -269,7 +400,12 @@ def attempt(server, task, model, one_shot, ablate=(), no_schema=False):
         if "model" in spec:
             request["model"] = spec["model"]
         run = server.run(request)
-        passed, detail = check_one_shot(run, spec["check"])
+        checked = check_one_shot(run, spec["check"], task)
+        if isinstance(checked, dict):
+            repo = checked
+            passed, detail = repo.pop("passed"), repo.pop("detail")
+        else:
+            passed, detail = checked
     else:
         request = with_model(task["request"], model, ablate)
         if no_schema:
@@ -278,6 +414,14 @@ def attempt(server, task, model, one_shot, ablate=(), no_schema=False):
         if "expect_json" in task["check"]:
             extraction = check_extraction(run, task["check"]["expect_json"], "output_schema" in request)
             passed, detail = extraction.pop("passed"), extraction.pop("detail")
+        elif "repo" in task["check"]:
+            files, problem = server.workspace(run["id"])
+            if files is None:
+                passed, detail = False, problem
+            else:
+                repo = run_repo(task["check"]["repo"], files, task)
+                passed = repo.pop("passed")
+                detail = f"run {run['status']}; " + repo.pop("detail")
         else:
             passed, detail = check_run(server, run, task["check"])
     result = {
@@ -293,6 +437,8 @@ def attempt(server, task, model, one_shot, ablate=(), no_schema=False):
     }
     if extraction is not None:
         result.update(extraction)
+    if repo is not None:
+        result.update(repo)
     return result
 
 
@@ -373,7 +519,7 @@ def main():
                 count, took = totals.get(result["mode"] + "_n", (0, 0.0))
                 totals[result["mode"]] = (passed[0] + result["passed"], 0)
                 totals[result["mode"] + "_n"] = (count + 1, took + seconds)
-                detail = " ".join(str(result["detail"]).split())[:60]
+                detail = " ".join(str(result["detail"]).split())[:110]
                 print(
                     f"{result['task']:<18} {result['mode']:<9} "
                     f"{'pass' if result['passed'] else 'FAIL':<6} "

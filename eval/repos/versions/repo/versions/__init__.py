@@ -1,0 +1,5 @@
+"""Version numbers."""
+
+from .semver import compare, latest, parse_version
+
+__all__ = ["compare", "latest", "parse_version"]
