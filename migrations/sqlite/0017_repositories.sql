@@ -15,10 +15,10 @@ CREATE TABLE uploads (
 
 CREATE INDEX uploads_by_created ON uploads (created_at);
 
--- The files a run's request gave, when it gave any: its starting tree when
--- they are all it started from, and what is written over a clone or an
--- upload. A table of its own, written once: a run's row is rewritten whole
--- by every update of its status and progress, and these can be large.
+-- The files a run's request gave to be written over a clone or an upload,
+-- which whichever process starts the run fetches (a run of files alone has
+-- them written when it is accepted). A table of its own, written once: a
+-- run's row is rewritten whole by every update, and these can be large.
 CREATE TABLE run_seed_files (
     run_id  TEXT PRIMARY KEY,
     files   TEXT NOT NULL

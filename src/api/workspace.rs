@@ -143,15 +143,15 @@ pub async fn diff(
         .downloads
         .hold(Client::Tenant(Arc::from(tenant.0.as_str())))
         .ok_or_else(|| ApiError::TooManyDownloads(state.downloads.limit()))?;
-    let kept = run.seed.is_some() || run.previous_run_id.is_some();
+    let seeded = run.seed.is_some() || run.previous_run_id.is_some();
     let base = state
         .runner
-        .diff_base(run.id, kept)
+        .diff_base(run.id, seeded)
         .await
         .map_err(|e| ApiError::internal("reading a run's starting tree", e))?;
     let now = walk(&state, run.id, false).await?;
-    // Not seeded yet (queued, cloning, or its clone failed): nothing
-    // changed.
+    // No starting tree kept yet (queued, cloning, its clone failed, or
+    // files alone never written to): nothing changed.
     let body = match base {
         None => Body::empty(),
         Some(base) => streamed(held, move |out| {

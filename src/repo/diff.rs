@@ -38,70 +38,12 @@ const DIFF_DEADLINE: Duration = Duration::from_secs(2);
 /// read whole and hashed).
 const MAX_RENAME_CANDIDATES: usize = 10_000;
 
-/// The tree a run started from: a copy kept beside the workspaces, or the
-/// files of its request (a run seeded from them alone keeps no copy: they
-/// are stored with it).
-#[derive(Debug)]
-pub enum Base {
-    Tree(Tree),
-    /// By path as the workspace names it (see [`Base::files`]).
-    Files(BTreeMap<Vec<u8>, String>),
-}
-
-impl Base {
-    /// The files of a request, by the paths it gave them.
-    pub fn files(files: BTreeMap<String, String>) -> Self {
-        Base::Files(
-            files
-                .into_iter()
-                .map(|(path, content)| (normalized(&path).into_bytes(), content))
-                .collect(),
-        )
+/// Whether a file's bytes are the same in both trees (its size is).
+fn same_bytes(base: &Tree, now: &Tree, path: &[u8], meta: Meta) -> io::Result<bool> {
+    match meta.kind {
+        Kind::File { .. } => same_files(base.open_file(path)?, now.open_file(path)?),
+        _ => Ok(base.read(path, meta.kind, meta.size)? == now.read(path, meta.kind, meta.size)?),
     }
-
-    /// Its files and links (not its directories), by path.
-    fn entries(&self) -> BTreeMap<Vec<u8>, Meta> {
-        match self {
-            Base::Tree(tree) => files_of(tree),
-            Base::Files(files) => files
-                .iter()
-                .map(|(path, content)| {
-                    let meta = Meta {
-                        kind: Kind::File { executable: false },
-                        size: content.len() as u64,
-                    };
-                    (path.clone(), meta)
-                })
-                .collect(),
-        }
-    }
-
-    fn read(&self, path: &[u8], meta: Meta, max: u64) -> io::Result<Vec<u8>> {
-        match self {
-            Base::Tree(tree) => tree.read(path, meta.kind, max),
-            Base::Files(files) => files
-                .get(path)
-                .map(|content| content.as_bytes().to_vec())
-                .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound)),
-        }
-    }
-
-    fn same_bytes(&self, now: &Tree, path: &[u8], meta: Meta) -> io::Result<bool> {
-        match (self, meta.kind) {
-            (Base::Tree(tree), Kind::File { .. }) => {
-                same_files(tree.open_file(path)?, now.open_file(path)?)
-            }
-            _ => Ok(self.read(path, meta, meta.size)? == now.read(path, meta.kind, meta.size)?),
-        }
-    }
-}
-
-/// A request's path as the workspace names it: `./a//b` is `a/b`.
-fn normalized(path: &str) -> String {
-    path.split('/')
-        .filter(|part| !part.is_empty() && *part != ".")
-        .collect::<Vec<_>>()
-        .join("/")
 }
 
 fn files_of(tree: &Tree) -> BTreeMap<Vec<u8>, Meta> {
@@ -178,16 +120,16 @@ pub enum DiffError {
 
 /// Writes the diff of `now` against `base` to `out` (git's format), and
 /// counts it.
-pub fn write(base: &Base, now: &Tree, out: &mut dyn Write) -> Result<Changes, DiffError> {
+pub fn write(base: &Tree, now: &Tree, out: &mut dyn Write) -> Result<Changes, DiffError> {
     run(base, now, Some(out))
 }
 
 /// Counts the diff of `now` against `base`, writing nothing.
-pub fn count(base: &Base, now: &Tree) -> Result<Changes, DiffError> {
+pub fn count(base: &Tree, now: &Tree) -> Result<Changes, DiffError> {
     run(base, now, None)
 }
 
-fn run(base: &Base, now: &Tree, mut out: Option<&mut dyn Write>) -> Result<Changes, DiffError> {
+fn run(base: &Tree, now: &Tree, mut out: Option<&mut dyn Write>) -> Result<Changes, DiffError> {
     let changes = changed(base, now)?;
     let mut counts = Changes {
         files: changes.len() as u64,
@@ -207,8 +149,8 @@ fn run(base: &Base, now: &Tree, mut out: Option<&mut dyn Write>) -> Result<Chang
 }
 
 /// The changed paths, in the order of their (new) paths.
-fn changed(base: &Base, now: &Tree) -> Result<Vec<Change>, DiffError> {
-    let old = base.entries();
+fn changed(base: &Tree, now: &Tree) -> Result<Vec<Change>, DiffError> {
+    let old = files_of(base);
     let new = files_of(now);
     let mut changes = Vec::new();
     for (path, before) in &old {
@@ -222,7 +164,7 @@ fn changed(base: &Base, now: &Tree) -> Result<Vec<Change>, DiffError> {
             }
             Some(after) => {
                 let differs = before.size != after.size
-                    || !base.same_bytes(now, path, *after).unwrap_or(false);
+                    || !same_bytes(base, now, path, *after).unwrap_or(false);
                 if differs || before.kind != after.kind {
                     changes.push(Change::Modified(path.clone(), *before, *after));
                 }
@@ -249,7 +191,7 @@ type RenameKey = (bool, [u8; 32]);
 
 /// Pairs each removed file with an added one of the same bytes (and the
 /// same kind of entry): a rename.
-fn find_renames(base: &Base, now: &Tree, changes: &mut Vec<Change>) {
+fn find_renames(base: &Tree, now: &Tree, changes: &mut Vec<Change>) {
     let deleted = changes
         .iter()
         .filter(|c| matches!(c, Change::Deleted(..)))
@@ -285,7 +227,7 @@ fn find_renames(base: &Base, now: &Tree, changes: &mut Vec<Change>) {
         if let Change::Deleted(path, meta) = change
             && candidate(meta)
             && added_sizes.contains(&meta.size)
-            && let Ok(bytes) = base.read(path, *meta, meta.size)
+            && let Ok(bytes) = base.read(path, meta.kind, meta.size)
         {
             let key = (is_link(meta), Sha256::digest(&bytes).into());
             removed.entry(key).or_default().push((path.clone(), *meta));
@@ -350,12 +292,12 @@ fn side(read: io::Result<Vec<u8>>, meta: Meta) -> Side {
 
 /// Writes one change (when `out` is given) and counts its lines.
 fn file_diff(
-    base: &Base,
+    base: &Tree,
     now: &Tree,
     change: &Change,
     out: Option<&mut dyn Write>,
 ) -> Result<(u64, u64), DiffError> {
-    let read_old = |path: &[u8], meta: Meta| side(base.read(path, meta, MAX_TEXT_BYTES), meta);
+    let read_old = |path: &[u8], meta: Meta| side(base.read(path, meta.kind, MAX_TEXT_BYTES), meta);
     let read_new = |path: &[u8], meta: Meta| side(now.read(path, meta.kind, MAX_TEXT_BYTES), meta);
     let (old_path, new_path, old, new) = match change {
         Change::Added(path, meta) => (path, path, None, Some(*meta)),

@@ -24,10 +24,9 @@ pub mod unpack;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-/// Where a run's workspace comes from besides its request's `files` (and
-/// the run it continues): stored with the run, so that whichever process
-/// starts it can seed it. Never holds a credential: `token_env` is the name
-/// of a variable of the server's.
+/// Where a run's workspace comes from: stored with the run, so that
+/// whichever process starts it can seed it. Never holds a credential:
+/// `token_env` is the name of a variable of the server's.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Seed {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -35,13 +34,23 @@ pub struct Seed {
     /// An upload's id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub archive: Option<Uuid>,
+    /// The request had files (they are its, not stored here). A run of
+    /// files alone keeps its starting tree on its first write (see
+    /// [`places`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub files: bool,
 }
 
 impl Seed {
-    /// Neither a clone nor an upload: the request's files (if any) are the
-    /// whole seed.
+    /// A clone or an upload, which the run's task fetches before it starts;
+    /// the request's files alone are written when it is accepted.
+    pub fn fetches(&self) -> bool {
+        self.git.is_some() || self.archive.is_some()
+    }
+
+    /// Nothing at all: the workspace starts empty.
     pub fn is_empty(&self) -> bool {
-        self.git.is_none() && self.archive.is_none()
+        !self.fetches() && !self.files
     }
 }
 

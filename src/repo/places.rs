@@ -2,11 +2,11 @@
 //! directory (so that replicas sharing it share them too), under names
 //! that are never a run id (a UUID):
 //!
-//! - `.bases/ID`: the tree a run started from, when it started from more
-//!   than its request's files (a clone, an upload, a run it continues):
-//!   copied once it is seeded, before the run's first step. A run of files
-//!   alone has none: its files are its starting tree (see
-//!   [`crate::repo::diff::Base`]).
+//! - `.bases/ID`: the tree a run started from. Copied once it is seeded,
+//!   before the run's first step, when it started from more than its
+//!   request's files (a clone, an upload, a run it continues); on its first
+//!   write when it started from its files alone (until then its workspace
+//!   is that tree); never when it started empty (the empty tree).
 //! - `.uploads/ID`: an upload, unpacked (checked once, when it came).
 //!
 //! A directory being made is `NAME.partial` until it is complete, then

@@ -1,6 +1,6 @@
 //! What a run changed in its workspace: the tree it started from (a copy
-//! kept beside the workspaces, or the files of its request, see
-//! [`crate::repo::places`]), and the counts its end is stored with.
+//! kept beside the workspaces, see [`crate::repo::places`]), and the counts
+//! its end is stored with.
 //!
 //! Counting costs a run nothing when its tools never asked to write (no
 //! write, command or MCP server touched the workspace in this execution of
@@ -13,17 +13,19 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use super::Runner;
-use crate::repo::diff::{self, Base};
+use crate::repo::diff;
 use crate::repo::tree::Tree;
 use crate::repo::{Changes, places};
 use crate::tools::RunWorkspace;
 
 impl Runner {
-    /// The tree run `id` started from; `None` while it has none yet: a run
-    /// seeded from more than its files (`kept`: a clone, an upload, a run
-    /// it continues) whose copy is not made (queued, cloning, or its clone
-    /// failed).
-    pub async fn diff_base(&self, id: Uuid, kept: bool) -> Result<Option<Base>, String> {
+    /// The tree run `id` started from. `seeded`: it started from more than
+    /// an empty workspace (files, a clone, an upload, a run it continues);
+    /// until its starting tree is kept (see [`places`]) it is `None`: it has
+    /// changed nothing yet (queued, cloning, its clone failed, or a run of
+    /// files alone that has not written). A run seeded with nothing started
+    /// from the empty tree.
+    pub async fn diff_base(&self, id: Uuid, seeded: bool) -> Result<Option<Tree>, String> {
         let base = places::base(self.workspaces_root(), id);
         let tree = tokio::task::spawn_blocking(move || {
             std::fs::symlink_metadata(&base)
@@ -34,19 +36,11 @@ impl Runner {
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("the run's starting tree could not be read: {e}"))?;
-        if let Some(tree) = tree {
-            return Ok(Some(Base::Tree(tree)));
-        }
-        if kept {
-            return Ok(None);
-        }
-        let files = self
-            .services
-            .store
-            .seed_files(id)
-            .await
-            .map_err(|e| format!("the run's seeded files could not be read: {e}"))?;
-        Ok(Some(Base::files(files)))
+        Ok(match tree {
+            Some(tree) => Some(tree),
+            None if seeded => None,
+            None => Some(Tree::empty()),
+        })
     }
 }
 
@@ -58,8 +52,11 @@ pub(super) struct ChangesWatch {
     /// A new run in this process: its workspace is as seeded unless its
     /// tools asked to write.
     pub(super) fresh: bool,
-    /// Its starting tree is a copy (see [`Runner::diff_base`]).
+    /// Its starting tree is kept when it is seeded: without one, it was
+    /// never seeded.
     pub(super) kept: bool,
+    /// See [`Runner::diff_base`].
+    pub(super) seeded: bool,
 }
 
 impl ChangesWatch {
@@ -70,8 +67,12 @@ impl ChangesWatch {
             return Some(Changes::default());
         }
         let counted = async {
-            let Some(base) = self.runner.diff_base(self.run_id, self.kept).await? else {
-                return Err("it has no starting tree (it was never seeded)".to_owned());
+            let Some(base) = self.runner.diff_base(self.run_id, self.seeded).await? else {
+                if self.kept {
+                    return Err("it has no starting tree (it was never seeded)".to_owned());
+                }
+                // Files alone, never written to.
+                return Ok(Changes::default());
             };
             let dir = self.runner.workspace_dir(self.run_id);
             tokio::task::spawn_blocking(move || {

@@ -2,15 +2,16 @@
 //! the tree it starts from (SPEC section 21).
 //!
 //! A run of files alone is seeded when it is accepted (see `submit`) and
-//! keeps no copy: its files are stored with it. Anything more is done by
-//! the run's task before its harness starts (a clone can take a while; the
-//! time counts against nothing of the run's): the clone, then the upload's
-//! files over it, then the request's files over both; then the workspace
-//! is copied (without `.git`) to `.bases/ID`, which is the sign that it is
-//! seeded: a process that stopped halfway leaves no base, and whichever
-//! process runs it next seeds it again from the start. A run that
-//! continues another (copied from it when accepted) keeps its base the
-//! same way.
+//! keeps its starting tree on its first write (see
+//! [`crate::tools::RunWorkspace`]): its files are not stored. Anything
+//! more is done by the run's task before its harness starts (a clone can
+//! take a while; the time counts against nothing of the run's): the clone,
+//! then the upload's files over it, then the request's files over both;
+//! then the workspace is copied (without `.git`) to `.bases/ID`, which is
+//! the sign that it is seeded: a process that stopped halfway leaves no
+//! base, and whichever process runs it next seeds it again from the start.
+//! A run that continues another (copied from it when accepted) keeps its
+//! base the same way.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -20,7 +21,7 @@ use super::task::RunTask;
 use crate::repo::git::{self, CloneLimits};
 use crate::repo::places;
 use crate::tools::Workspace;
-use crate::tools::copy::{CopyOptions, copy_tree};
+use crate::tools::copy::{CopyOptions, copy_tree, keep_starting_tree};
 
 impl RunTask {
     /// Seeds the workspace and keeps its starting tree, unless a run of
@@ -28,7 +29,7 @@ impl RunTask {
     /// error is the run's end (`failed`).
     pub(super) async fn seed_workspace(&self) -> Result<(), String> {
         let spec = &self.spec;
-        if spec.seed.is_empty() && spec.previous_run_id.is_none() {
+        if !spec.seed.fetches() && spec.previous_run_id.is_none() {
             return Ok(());
         }
         let id = self.live.id;
@@ -38,7 +39,7 @@ impl RunTask {
             return Ok(());
         }
         let dir = self.runner.workspace_dir(id);
-        if !spec.seed.is_empty() {
+        if spec.seed.fetches() {
             let began = std::time::Instant::now();
             self.fill(&dir).await?;
             tracing::info!(
@@ -131,30 +132,9 @@ fn write_files(dir: &Path, files: &BTreeMap<String, String>) -> Result<(), Strin
     Ok(())
 }
 
-/// Copies the workspace at `dir` (without `.git`) to `base`, through a
-/// partial copy renamed into place.
+/// Copies the workspace at `dir` to `base` (see [`keep_starting_tree`]).
 fn keep_base(dir: &Path, base: &Path) -> Result<(), String> {
-    let partial = places::partial(base);
-    let failed = |e: &dyn std::fmt::Display| format!("the starting tree could not be kept: {e}");
-    places::remove_tree(&partial).map_err(|e| failed(&e))?;
-    if let Some(parent) = partial.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| failed(&e))?;
-    }
-    let options = CopyOptions {
-        skip_git: true,
-        over_existing: false,
-    };
-    let kept = copy_tree(dir, &partial, options)
-        .map(drop)
-        .map_err(|e| failed(&e))
-        // A workspace never made (a continued run's, which never wrote) is
-        // an empty tree.
-        .and_then(|()| std::fs::create_dir_all(&partial).map_err(|e| failed(&e)))
-        .and_then(|()| std::fs::rename(&partial, base).map_err(|e| failed(&e)));
-    if kept.is_err() {
-        let _ = places::remove_tree(&partial);
-    }
-    kept
+    keep_starting_tree(dir, base).map_err(|e| format!("the starting tree could not be kept: {e}"))
 }
 
 async fn blocking<T: Send + 'static>(

@@ -235,7 +235,7 @@ async fn copy_previous(from: &std::path::Path, to: &std::path::Path) -> Result<(
 async fn seed_workspace(directory: &std::path::Path, spec: &RunSpec) -> Result<(), SubmitError> {
     // A clone or an upload is seeded by the run's task, files last (see
     // `super::seed`).
-    if spec.files.is_empty() || !spec.seed.is_empty() {
+    if spec.files.is_empty() || spec.seed.fetches() {
         return Ok(());
     }
     tokio::fs::create_dir_all(directory)

@@ -26,13 +26,22 @@ impl RunTask {
     ) -> Result<(ToolRegistry, Duration), String> {
         let shared = &self.runner.services;
         let spec = &self.spec;
-        let workspace = Arc::new(shared.workspaces.run(&self.live.id.to_string()));
+        // A starting tree is kept when the run is seeded (see `super::seed`),
+        // unless it is the request's files alone: then on the first write.
+        let kept = spec.seed.fetches() || spec.previous_run_id.is_some();
+        let mut workspace = shared.workspaces.run(&self.live.id.to_string());
+        if spec.seed.files && !kept {
+            let base = crate::repo::places::base(self.runner.workspaces_root(), self.live.id);
+            workspace = workspace.keeping_starting_tree(base);
+        }
+        let workspace = Arc::new(workspace);
         observer.watch_changes(super::changes::ChangesWatch {
             runner: self.runner.clone(),
             run_id: self.live.id,
             workspace: Arc::clone(&workspace),
             fresh: matches!(self.origin, super::Origin::Start),
-            kept: !spec.seed.is_empty() || spec.previous_run_id.is_some(),
+            kept,
+            seeded: kept || spec.seed.files,
         });
         let (builtin, mcp): (Vec<&str>, Vec<&str>) = spec
             .tools

@@ -253,6 +253,27 @@ fn make_room(
     }
 }
 
+/// Copies the workspace at `dir` (without `.git`) to `base`, a run's
+/// starting tree, through a partial copy renamed into place: whoever finds
+/// `base` finds it whole. A workspace never made is an empty tree.
+pub fn keep_starting_tree(dir: &Path, base: &Path) -> io::Result<()> {
+    use crate::repo::places;
+    let partial = places::partial(base);
+    places::remove_tree(&partial)?;
+    let options = CopyOptions {
+        skip_git: true,
+        over_existing: false,
+    };
+    let kept = copy_tree(dir, &partial, options)
+        .map_err(io::Error::other)
+        .and_then(|_| std::fs::create_dir_all(&partial))
+        .and_then(|()| std::fs::rename(&partial, base));
+    if kept.is_err() {
+        let _ = places::remove_tree(&partial);
+    }
+    kept
+}
+
 #[cfg(test)]
 mod tests {
     use std::fs;

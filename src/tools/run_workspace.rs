@@ -4,6 +4,10 @@
 //! they go through the same confinement and give the same answers as any
 //! other), and a run that never writes costs no directory at all. Making a
 //! directory was the largest single cost of a short run.
+//!
+//! A run seeded from its request's files alone has its workspace from the
+//! start, and its starting tree is kept on its first write: until then the
+//! workspace is that tree, and a run that never writes costs nothing for it.
 
 use std::io;
 use std::path::PathBuf;
@@ -52,6 +56,7 @@ impl Workspaces {
             opened: OnceLock::new(),
             creating: Mutex::new(()),
             written: AtomicBool::new(false),
+            keep_base: None,
         }
     }
 
@@ -77,6 +82,9 @@ pub struct RunWorkspace {
     /// Opened for a write (or a command, or an MCP server) by this run's
     /// tools: its files may have changed.
     written: AtomicBool,
+    /// Where its starting tree is copied before its first write, unless it
+    /// is there already (see [`RunWorkspace::keeping_starting_tree`]).
+    keep_base: Option<PathBuf>,
 }
 
 impl From<Arc<Workspace>> for RunWorkspace {
@@ -88,6 +96,7 @@ impl From<Arc<Workspace>> for RunWorkspace {
             opened: OnceLock::from(workspace),
             creating: Mutex::new(()),
             written: AtomicBool::new(false),
+            keep_base: None,
         }
     }
 }
@@ -99,6 +108,14 @@ impl From<Workspace> for RunWorkspace {
 }
 
 impl RunWorkspace {
+    /// Copies the workspace as it is to `base` before the first write
+    /// opens it (once: a `base` that exists, kept by an earlier execution
+    /// of the run, is its starting tree already).
+    pub fn keeping_starting_tree(mut self, base: PathBuf) -> Self {
+        self.keep_base = Some(base);
+        self
+    }
+
     /// The read limit of the workspace's files.
     pub fn max_read_bytes(&self) -> u64 {
         match (self.opened.get(), &self.workspaces) {
@@ -134,7 +151,10 @@ impl RunWorkspace {
     /// The run's own workspace, made if it does not exist yet: for a write
     /// or a command. Blocking.
     pub fn for_writing(&self) -> io::Result<Arc<Workspace>> {
-        self.written.store(true, Ordering::Relaxed);
+        if self.keep_base.is_some() && !self.written.load(Ordering::Acquire) {
+            self.keep_starting_tree()?;
+        }
+        self.written.store(true, Ordering::Release);
         if let Some(workspace) = self.opened.get() {
             return Ok(Arc::clone(workspace));
         }
@@ -159,6 +179,20 @@ impl RunWorkspace {
     /// its files are as they were seeded.
     pub fn was_written(&self) -> bool {
         self.written.load(Ordering::Relaxed)
+    }
+
+    /// The first write's: copies the workspace to its `keep_base` unless
+    /// that is there. The others wait for it, and a copy that failed fails
+    /// the write (and is tried again by the next).
+    fn keep_starting_tree(&self) -> io::Result<()> {
+        let Some(base) = &self.keep_base else {
+            return Ok(());
+        };
+        let _making = lock(&self.creating);
+        if self.written.load(Ordering::Acquire) || std::fs::symlink_metadata(base).is_ok() {
+            return Ok(());
+        }
+        super::copy::keep_starting_tree(&self.dir, base)
     }
 
     fn keep(&self, workspace: Workspace) -> Arc<Workspace> {
@@ -188,5 +222,40 @@ mod tests {
         // The shared empty workspace stayed empty.
         let other = workspaces.run("other").for_reading().unwrap();
         assert!(other.list_dir(".").unwrap().is_empty());
+    }
+
+    #[test]
+    fn the_starting_tree_is_kept_on_the_first_write_once() {
+        let root = tempfile::tempdir().unwrap();
+        let workspaces = Arc::new(Workspaces::new(root.path(), WorkspaceOptions::default()));
+        std::fs::create_dir_all(root.path().join("run/src")).unwrap();
+        std::fs::write(root.path().join("run/src/a.py"), "x = 1\n").unwrap();
+        let base = root.path().join(".bases/run");
+        let run = workspaces.run("run").keeping_starting_tree(base.clone());
+        assert_eq!(
+            run.for_reading().unwrap().read_file("src/a.py").unwrap(),
+            "x = 1\n"
+        );
+        assert!(!base.exists(), "a read keeps nothing");
+        run.for_writing()
+            .unwrap()
+            .write_file("src/a.py", b"x = 2\n")
+            .unwrap();
+        assert_eq!(std::fs::read(base.join("src/a.py")).unwrap(), b"x = 1\n");
+        run.for_writing()
+            .unwrap()
+            .write_file("src/b.py", b"y\n")
+            .unwrap();
+        assert!(
+            !base.join("src/b.py").exists(),
+            "kept once, before the first"
+        );
+
+        // Another execution of the run (resumed elsewhere) keeps the tree
+        // that is there.
+        let again = workspaces.run("run").keeping_starting_tree(base.clone());
+        again.for_writing().unwrap();
+        assert_eq!(std::fs::read(base.join("src/a.py")).unwrap(), b"x = 1\n");
+        assert!(!base.join("src/b.py").exists());
     }
 }

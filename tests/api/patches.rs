@@ -98,6 +98,11 @@ async fn a_run_of_files_and_the_run_that_continues_it_each_diff_against_their_st
         json!({"files": 0, "insertions": 0, "deletions": 0})
     );
     assert_eq!(app.diff(idle["id"].as_str().unwrap()).await, "");
+    // Its starting tree was kept only by the run that wrote, on its first
+    // write: the idle one's workspace is its own starting tree.
+    let bases = app.dir.path().join("workspaces/.bases");
+    assert!(bases.join(id).join("gone.txt").is_file());
+    assert!(!bases.join(idle["id"].as_str().unwrap()).exists());
     // A live run has no changes yet; its diff is the workspace now.
     let live = app
         .create_run(json!({"prompt": "wait", "workspace": {"files": files},

@@ -242,7 +242,7 @@ impl CreateRunRequest {
         let limits = bounds::limits(self.limits.unwrap_or_default(), server.limits)?;
         let context = bounds::context(self.context.unwrap_or_default(), server.limits)?;
 
-        let (files, seed) = match self.workspace {
+        let (files, mut seed) = match self.workspace {
             Some(workspace) => {
                 let seed = repositories::seed(workspace.git, workspace.archive, server)?;
                 (workspace.files, seed)
@@ -258,6 +258,7 @@ impl CreateRunRequest {
             check_workspace_path(path)
                 .map_err(|why| ApiError::Validation(format!("workspace.files.{path}: {why}")))?;
         }
+        seed.files = !files.is_empty();
 
         let metadata = self.metadata.unwrap_or_default();
         let size = serde_json::to_string(&metadata).map_or(usize::MAX, |s| s.len());
@@ -293,7 +294,7 @@ impl CreateRunRequest {
                 })
             })
             .transpose()?;
-        if previous_run_id.is_some() && !seed.is_empty() {
+        if previous_run_id.is_some() && seed.fetches() {
             return invalid(
                 "workspace.git and workspace.archive cannot be given with previous_run_id: a run \
                  that continues another starts from the workspace it continues"

@@ -58,5 +58,9 @@ pub(super) fn seed(
             }
         }
     }
-    Ok(Seed { git, archive })
+    Ok(Seed {
+        git,
+        archive,
+        files: false,
+    })
 }

@@ -11,7 +11,7 @@ fn write(root: &Path, path: &str, content: &str) {
     fs::write(path, content).unwrap();
 }
 
-fn diff_text(base: &Base, now: &Path) -> (String, Changes) {
+fn diff_text(base: &Tree, now: &Path) -> (String, Changes) {
     let tree = Tree::walk(now, false).unwrap();
     let mut out = Vec::new();
     let changes = super::write(base, &tree, &mut out).unwrap();
@@ -70,7 +70,7 @@ fn git_apply_takes_the_base_to_the_workspace() {
     write(&now, "tab\tname.txt", "quoted\n");
     std::os::unix::fs::symlink("src/long.txt", now.join("link")).unwrap();
 
-    let (text, changes) = diff_text(&Base::Tree(Tree::walk(&base, false).unwrap()), &now);
+    let (text, changes) = diff_text(&Tree::walk(&base, false).unwrap(), &now);
     assert!(text.contains("diff --git a/moved/old name.py b/moved/new name.py\nsimilarity index 100%\nrename from moved/old name.py\nrename to moved/new name.py\n"), "{text}");
     assert!(
         text.contains("diff --git a/tool.sh b/tool.sh\nold mode 100644\nnew mode 100755\n"),
@@ -123,35 +123,11 @@ fn git_apply_takes_the_base_to_the_workspace() {
 }
 
 #[test]
-fn a_request_s_files_are_the_base_of_a_run_seeded_from_them_alone() {
+fn a_workspace_never_made_against_the_empty_tree_changed_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let files = BTreeMap::from([
-        ("./a.py".to_owned(), "x = 1\n".to_owned()),
-        ("lib/b.py".to_owned(), "y = 2\n".to_owned()),
-    ]);
-    write(dir.path(), "a.py", "x = 1\n");
-    write(dir.path(), "lib/b.py", "y = 3\n");
-    let (text, changes) = diff_text(&Base::files(files.clone()), dir.path());
     assert_eq!(
-        text,
-        "diff --git a/lib/b.py b/lib/b.py\n--- a/lib/b.py\n+++ b/lib/b.py\n@@ -1 +1 @@\n-y = 2\n+y = 3\n"
-    );
-    assert_eq!(
-        changes,
-        Changes {
-            files: 1,
-            insertions: 1,
-            deletions: 1
-        }
-    );
-    // Unchanged: an empty diff.
-    write(dir.path(), "lib/b.py", "y = 2\n");
-    assert_eq!(diff_text(&Base::files(files), dir.path()).0, "");
-    // A workspace never made, against no files: empty too.
-    let none = Base::files(BTreeMap::new());
-    assert_eq!(
-        diff_text(&none, &dir.path().join("missing")).1,
-        Changes::default()
+        diff_text(&Tree::empty(), &dir.path().join("missing")),
+        (String::new(), Changes::default())
     );
 }
 
@@ -164,7 +140,7 @@ fn binary_files_are_said_to_differ() {
     fs::write(base.join("img.bin"), b"\x00\x01\x02").unwrap();
     fs::write(now.join("img.bin"), b"\x00\x01\x03").unwrap();
     fs::write(now.join("latin1.txt"), b"caf\xe9\n").unwrap();
-    let (text, changes) = diff_text(&Base::Tree(Tree::walk(&base, false).unwrap()), &now);
+    let (text, changes) = diff_text(&Tree::walk(&base, false).unwrap(), &now);
     assert!(
         text.contains(
             "diff --git a/img.bin b/img.bin\nBinary files a/img.bin and b/img.bin differ\n"

@@ -93,9 +93,10 @@ impl RunRow {
             agent_version: run.agent.as_ref().map(|agent| i64::from(agent.version)),
             output_schema: run.output_schema.as_deref().map(json).transpose()?,
             seed: run.seed.as_deref().map(json).transpose()?,
-            // The starting tree of a run seeded from its files alone, and
-            // what is written over a clone or an upload: kept with it.
-            seed_files: (!new.spec.files.is_empty())
+            // What is written over a clone or an upload, which whichever
+            // process starts the run fetches. A run of files alone has them
+            // written when it is accepted: they are not kept.
+            seed_files: (new.spec.seed.fetches() && !new.spec.files.is_empty())
                 .then(|| json(&new.spec.files))
                 .transpose()?,
             change: StatusChange {
