@@ -10,7 +10,8 @@
 //! rather than with the model's answer from without its tools (a refusal
 //! to read a file it could not see) leading it.
 //!
-//! A draft is shown the files its prompt names, and a draft whose code
+//! A draft is shown the files its prompt names (or, naming none, those
+//! that define a name it mentions), and a draft whose code
 //! failed its check (a preset with `check = true`) is drafted again, shown
 //! that code and the check's output, a few times before the tools take
 //! over: a small model fixes code better in one shot than through calls.
@@ -79,7 +80,8 @@ impl Run<'_, '_> {
     /// guesses. A redraft: the prompt, the files the failed draft wrote as
     /// they are now, and what its check printed (the files the prompt names
     /// left out: a small model shown a test file echoes it). `None` for a
-    /// first draft whose prompt names no file (it is sent as it is). Never
+    /// first draft whose prompt names no file and nothing a file defines (it
+    /// is sent as it is). Never
     /// stored: the transcript keeps the prompt as the client gave it.
     pub(super) async fn draft_prompt(&self) -> Option<String> {
         let tools = self.harness.tools;
@@ -105,6 +107,16 @@ impl Run<'_, '_> {
         let mut shown = String::new();
         let mut text = prompt.clone();
         let Some((_, results)) = failed else {
+            // A prompt that names no file (an issue: "parse_duration(...)
+            // returns 1800") is shown the files that define what it names:
+            // a draft shown nothing guesses the file, and its guess written
+            // over the real one loses the rest of it.
+            let (named, heading) = if named.is_empty() {
+                let defining = crate::harness::blocks::defining_files(prompt, &files);
+                (defining, "The files that define what it names")
+            } else {
+                (named, "The files it names")
+            };
             for (path, content) in &files {
                 if named.contains(&path.as_str()) {
                     show(&mut shown, path, content);
@@ -113,7 +125,7 @@ impl Run<'_, '_> {
             if shown.is_empty() {
                 return None;
             }
-            text.push_str("\n\nThe files it names, as they are now:\n");
+            text.push_str(&format!("\n\n{heading}, as they are now:\n"));
             text.push_str(&shown);
             return Some(text);
         };

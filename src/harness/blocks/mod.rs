@@ -50,6 +50,25 @@ use serde_json::Value;
 use excerpt::{drops_definitions, merge_excerpt};
 use files::{adds_lines, is_elided, keep_around, redefined_file, rewritten_file};
 
+/// The files among `files` (path, text) that define at their top level a
+/// name `text` mentions (`parse_duration("1h30m") returns 1800` names
+/// `parse_duration`): where an issue that names no file is likely fixed.
+pub fn defining_files<'f>(text: &str, files: &'f [(String, String)]) -> Vec<&'f str> {
+    let words: std::collections::HashSet<&str> = text
+        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .filter(|word| word.len() >= 3)
+        .collect();
+    files
+        .iter()
+        .filter(|(_, content)| {
+            excerpt::definitions(content)
+                .iter()
+                .any(|(name, _)| words.contains(name))
+        })
+        .map(|(path, _)| path.as_str())
+        .collect()
+}
+
 /// Blocks applied from one response at most.
 const MAX_BLOCKS: usize = 8;
 
@@ -249,6 +268,27 @@ fn normalize(path: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_files_defining_what_a_text_names_are_found() {
+        let files = vec![
+            (
+                "d/parser.py".to_owned(),
+                "import re\n\ndef parse_duration(text):\n    return 0\n".to_owned(),
+            ),
+            (
+                "d/format.py".to_owned(),
+                "def format_duration(s):\n    return ''\n".to_owned(),
+            ),
+            (
+                "t/test_d.py".to_owned(),
+                "class T:\n    def test_parse_duration(self):\n        pass\n".to_owned(),
+            ),
+        ];
+        let text = "parse_duration(\"1h30m\") returns 1800 instead of 5400. Fix it.";
+        assert_eq!(super::defining_files(text, &files), ["d/parser.py"]);
+        assert!(super::defining_files("Fix the total.", &files).is_empty());
+    }
+
     use super::*;
 
     #[test]
