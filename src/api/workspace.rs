@@ -25,6 +25,7 @@ use super::create::check_workspace_path;
 use super::error::ApiError;
 use super::state::AppState;
 use super::tenant_run::TenantRun;
+use crate::repo::StartingTree;
 use crate::repo::tree::{Tree, TreeError};
 use crate::tools::{FileListing, Workspace, WorkspaceError};
 
@@ -143,10 +144,10 @@ pub async fn diff(
         .downloads
         .hold(Client::Tenant(Arc::from(tenant.0.as_str())))
         .ok_or_else(|| ApiError::TooManyDownloads(state.downloads.limit()))?;
-    let seeded = run.seed.is_some() || run.previous_run_id.is_some();
+    let starting = StartingTree::of(run.seed.as_deref(), run.previous_run_id.is_some());
     let base = state
         .runner
-        .diff_base(run.id, seeded)
+        .diff_base(run.id, starting)
         .await
         .map_err(|e| ApiError::internal("reading a run's starting tree", e))?;
     let now = walk(&state, run.id, false).await?;

@@ -54,6 +54,32 @@ impl Seed {
     }
 }
 
+/// How the tree a run started from is known (see [`places`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartingTree {
+    /// Seeded with nothing: the empty tree, and nothing kept.
+    Empty,
+    /// Kept as the run is seeded (a clone, an upload, the workspace of a
+    /// run it continues): a run without one has not been seeded yet, or
+    /// its seeding failed.
+    AtSeed,
+    /// The request's files alone: kept on the run's first write, so a run
+    /// without one has changed nothing.
+    OnFirstWrite,
+}
+
+impl StartingTree {
+    /// For a run with `seed`, continuing a previous run's workspace or not.
+    pub fn of(seed: Option<&Seed>, continues: bool) -> Self {
+        match seed {
+            _ if continues => Self::AtSeed,
+            Some(seed) if seed.fetches() => Self::AtSeed,
+            Some(seed) if seed.files => Self::OnFirstWrite,
+            _ => Self::Empty,
+        }
+    }
+}
+
 /// `workspace.git` of a run request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -15,19 +15,23 @@ use uuid::Uuid;
 use super::Runner;
 use crate::repo::diff;
 use crate::repo::tree::Tree;
-use crate::repo::{Changes, places};
+use crate::repo::{Changes, StartingTree, places};
 use crate::tools::RunWorkspace;
 
 impl Runner {
-    /// The tree run `id` started from. `seeded`: it started from more than
-    /// an empty workspace (files, a clone, an upload, a run it continues);
-    /// until its starting tree is kept (see [`places`]) it is `None`: it has
-    /// changed nothing yet (queued, cloning, its clone failed, or a run of
-    /// files alone that has not written). A run seeded with nothing started
-    /// from the empty tree.
-    pub async fn diff_base(&self, id: Uuid, seeded: bool) -> Result<Option<Tree>, String> {
+    /// The tree run `id` started from; `None` while it has none kept (see
+    /// [`StartingTree`]): it is queued, cloning, its clone failed, or it is
+    /// a run of files alone that has not written.
+    pub async fn diff_base(
+        &self,
+        id: Uuid,
+        starting: StartingTree,
+    ) -> Result<Option<Tree>, String> {
+        if starting == StartingTree::Empty {
+            return Ok(Some(Tree::empty()));
+        }
         let base = places::base(self.workspaces_root(), id);
-        let tree = tokio::task::spawn_blocking(move || {
+        tokio::task::spawn_blocking(move || {
             std::fs::symlink_metadata(&base)
                 .is_ok()
                 .then(|| Tree::walk(&base, false))
@@ -35,12 +39,7 @@ impl Runner {
         })
         .await
         .map_err(|e| e.to_string())?
-        .map_err(|e| format!("the run's starting tree could not be read: {e}"))?;
-        Ok(match tree {
-            Some(tree) => Some(tree),
-            None if seeded => None,
-            None => Some(Tree::empty()),
-        })
+        .map_err(|e| format!("the run's starting tree could not be read: {e}"))
     }
 }
 
@@ -52,11 +51,7 @@ pub(super) struct ChangesWatch {
     /// A new run in this process: its workspace is as seeded unless its
     /// tools asked to write.
     pub(super) fresh: bool,
-    /// Its starting tree is kept when it is seeded: without one, it was
-    /// never seeded.
-    pub(super) kept: bool,
-    /// See [`Runner::diff_base`].
-    pub(super) seeded: bool,
+    pub(super) starting: StartingTree,
 }
 
 impl ChangesWatch {
@@ -67,12 +62,11 @@ impl ChangesWatch {
             return Some(Changes::default());
         }
         let counted = async {
-            let Some(base) = self.runner.diff_base(self.run_id, self.seeded).await? else {
-                if self.kept {
-                    return Err("it has no starting tree (it was never seeded)".to_owned());
-                }
-                // Files alone, never written to.
-                return Ok(Changes::default());
+            let Some(base) = self.runner.diff_base(self.run_id, self.starting).await? else {
+                return match self.starting {
+                    StartingTree::OnFirstWrite => Ok(Changes::default()),
+                    _ => Err("it has no starting tree (it was never seeded)".to_owned()),
+                };
             };
             let dir = self.runner.workspace_dir(self.run_id);
             tokio::task::spawn_blocking(move || {

@@ -9,6 +9,7 @@ use super::observer::RunObserver;
 use super::task::RunTask;
 use crate::harness::{ClientTool, Observer, Tool, ToolRegistry};
 use crate::mcp::{RunServers, TOOL_PREFIX};
+use crate::repo::StartingTree;
 use crate::tools::{RunWorkspace, builtin_tools};
 use tokio_util::sync::CancellationToken;
 
@@ -28,9 +29,9 @@ impl RunTask {
         let spec = &self.spec;
         // A starting tree is kept when the run is seeded (see `super::seed`),
         // unless it is the request's files alone: then on the first write.
-        let kept = spec.seed.fetches() || spec.previous_run_id.is_some();
+        let starting = StartingTree::of(Some(&spec.seed), spec.previous_run_id.is_some());
         let mut workspace = shared.workspaces.run(&self.live.id.to_string());
-        if spec.seed.files && !kept {
+        if starting == StartingTree::OnFirstWrite {
             let base = crate::repo::places::base(self.runner.workspaces_root(), self.live.id);
             workspace = workspace.keeping_starting_tree(base);
         }
@@ -40,8 +41,7 @@ impl RunTask {
             run_id: self.live.id,
             workspace: Arc::clone(&workspace),
             fresh: matches!(self.origin, super::Origin::Start),
-            kept,
-            seeded: kept || spec.seed.files,
+            starting,
         });
         let (builtin, mcp): (Vec<&str>, Vec<&str>) = spec
             .tools
