@@ -110,12 +110,9 @@ pub(crate) struct Services {
     keep_days: Option<u32>,
     /// `limits.max_run_bytes`.
     max_run_bytes: usize,
-    /// `runs.check_answers`.
-    check_answers: bool,
-    /// `runs.write_code_blocks`.
-    write_code_blocks: bool,
-    /// `runs.draft_first`.
-    draft_first: bool,
+    /// `runs.draft_first`, `runs.check_answers` and
+    /// `runs.write_code_blocks`: what a run's profile leaves unset.
+    loop_defaults: crate::models::profile::LoopSettings,
     /// `runs.default_instructions`, when not empty: a run whose
     /// instructions are these is not sent them in a draft.
     default_instructions: Option<Arc<str>>,
@@ -229,9 +226,11 @@ impl Runner {
                 max_upload_bytes: config.limits.max_upload_bytes,
                 keep_days: config.retention.keep_days,
                 max_run_bytes: config.limits.max_run_bytes,
-                check_answers: config.runs.check_answers,
-                write_code_blocks: config.runs.write_code_blocks,
-                draft_first: config.runs.draft_first,
+                loop_defaults: crate::models::profile::LoopSettings::all(
+                    config.runs.draft_first,
+                    config.runs.check_answers,
+                    config.runs.write_code_blocks,
+                ),
                 default_instructions: (!config.runs.default_instructions.is_empty())
                     .then(|| config.runs.default_instructions.as_str().into()),
                 telemetry,

@@ -469,14 +469,23 @@ impl RunTask {
         // one it gave (each accepted response is a step; a lost one, not
         // counted above, is given again).
         let answered = resumed.map_or(0, |(steps, _, _)| steps as usize);
-        let model: Arc<dyn Model> = match &spec.model {
-            ModelSpec::Scripted(script) => Arc::new(ScriptedModel::new(
-                script.get(answered..).unwrap_or_default().to_vec(),
-            )),
+        // The loop's switches: the profile's, else the server's.
+        let (model, loop_settings): (Arc<dyn Model>, _) = match &spec.model {
+            ModelSpec::Scripted(script) => (
+                Arc::new(ScriptedModel::new(
+                    script.get(answered..).unwrap_or_default().to_vec(),
+                )),
+                shared.loop_defaults,
+            ),
             ModelSpec::Profile(name) => shared
                 .profiles
                 .get(name)
-                .map(|profile| profile.instantiate_after(answered))
+                .map(|profile| {
+                    (
+                        profile.instantiate_after(answered),
+                        profile.loop_settings().or(shared.loop_defaults),
+                    )
+                })
                 .ok_or_else(|| format!("model profile {name:?} is not configured"))?,
         };
         // A resumed run's running time so far.
@@ -514,9 +523,9 @@ impl RunTask {
                     .ok_or("max_run_bytes is zero")?,
             },
             approval: Approval::from_names(&spec.approval.tools),
-            check_answers: shared.check_answers,
-            write_code_blocks: shared.write_code_blocks,
-            draft_first: shared.draft_first,
+            check_answers: loop_settings.check_answers(),
+            write_code_blocks: loop_settings.write_code_blocks(),
+            draft_first: loop_settings.draft_first(),
             output: spec
                 .output_schema
                 .as_ref()

@@ -13,10 +13,7 @@ use crate::providers::{Seen, mock_openai_profile, scripted_openai};
 async fn spawn_drafting(replies: Vec<Value>) -> (TestApp, Seen) {
     let (address, seen) = scripted_openai(replies).await;
     let app = spawn_with(move |config| {
-        let preset =
-            "program = \"sh\"\nargs = [\"-c\", \"grep -q ok main.py\"]\ntimeout_ms = 20000";
-        let preset = toml::from_str::<CommandPreset>(preset).unwrap();
-        config.commands.insert("test".into(), preset);
+        add_test_preset(config);
         config.runs.draft_first = true;
         config.runs.write_code_blocks = true;
         config
@@ -25,6 +22,13 @@ async fn spawn_drafting(replies: Vec<Value>) -> (TestApp, Seen) {
     })
     .await;
     (app, seen)
+}
+
+/// The `test` preset: it passes once `main.py` says `ok`.
+fn add_test_preset(config: &mut agent_runner::config::Config) {
+    let preset = "program = \"sh\"\nargs = [\"-c\", \"grep -q ok main.py\"]\ntimeout_ms = 20000";
+    let preset = toml::from_str::<CommandPreset>(preset).unwrap();
+    config.commands.insert("test".into(), preset);
 }
 
 fn run_test_call() -> Value {
@@ -230,4 +234,102 @@ async fn a_draft_is_sent_the_runs_own_instructions() {
     for request in &requests {
         assert_eq!(system(request), Some("Answer in French."), "{request}");
     }
+}
+
+/// A server whose `[runs]` switches are `server`, with the `test` preset
+/// and two profiles on one provider answering `replies`: `small`, whose
+/// own switches are `small`, and `strong`, which sets none.
+async fn spawn_two_profiles(
+    replies: Vec<Value>,
+    server: bool,
+    small: Option<bool>,
+) -> (TestApp, Seen) {
+    use agent_runner::models::profile::{LoopSettings, ModelProfile};
+    let (address, seen) = scripted_openai(replies).await;
+    let app = spawn_with(move |config| {
+        add_test_preset(config);
+        config.runs.draft_first = server;
+        config.runs.write_code_blocks = server;
+        let mut profile = mock_openai_profile(&address);
+        if let ModelProfile::OpenAi(http) = &mut profile {
+            http.loop_settings = LoopSettings {
+                draft_first: small,
+                check_answers: None,
+                write_code_blocks: small,
+            };
+        }
+        config.models.insert("small".into(), profile);
+        config
+            .models
+            .insert("strong".into(), mock_openai_profile(&address));
+    })
+    .await;
+    (app, seen)
+}
+
+fn request_of(profile: &str) -> Value {
+    let mut request = request("make the program print ok");
+    request["model"] = json!({"profile": profile});
+    request
+}
+
+#[tokio::test]
+async fn a_profile_drafts_first_on_a_server_that_does_not_and_another_profile_does_not() {
+    let (app, seen) = spawn_two_profiles(
+        vec![
+            text("main.py\n```python\nprint('ok')\n```"),
+            run_test_call(),
+            text("Done; the test passes."),
+            text("I would make main.py print ok."),
+        ],
+        false,
+        Some(true),
+    )
+    .await;
+    let small = app.run_to_end(request_of("small")).await;
+    assert_eq!(small["status"], "completed", "{small}");
+    assert_eq!(app.workspace_file(&small, "main.py").await, "print('ok')\n");
+    let strong = app.run_to_end(request_of("strong")).await;
+    assert_eq!(strong["status"], "completed", "{strong}");
+    // Without write_code_blocks, the answer's words end the run and change
+    // nothing.
+    assert_eq!(strong["answer"], "I would make main.py print ok.");
+    assert_eq!(
+        app.workspace_file(&strong, "main.py").await,
+        "print('no')\n"
+    );
+
+    let requests = seen.lock().unwrap().clone();
+    assert_eq!(requests.len(), 4);
+    assert!(requests[0].get("tools").is_none(), "{}", requests[0]);
+    assert!(requests[1]["tools"].is_array(), "{}", requests[1]);
+    assert!(requests[3]["tools"].is_array(), "{}", requests[3]);
+}
+
+#[tokio::test]
+async fn a_profile_that_turns_a_switch_off_does_not_draft_on_a_server_that_does() {
+    let (app, seen) = spawn_two_profiles(
+        vec![
+            text("No draft here."),
+            text("main.py\n```python\nprint('ok')\n```"),
+            run_test_call(),
+            text("Done."),
+        ],
+        true,
+        Some(false),
+    )
+    .await;
+    let small = app.run_to_end(request_of("small")).await;
+    assert_eq!(small["answer"], "No draft here.", "{small}");
+    let strong = app.run_to_end(request_of("strong")).await;
+    assert_eq!(strong["answer"], "Done.", "{strong}");
+    assert_eq!(
+        app.workspace_file(&strong, "main.py").await,
+        "print('ok')\n"
+    );
+
+    let requests = seen.lock().unwrap().clone();
+    assert_eq!(requests.len(), 4);
+    assert!(requests[0]["tools"].is_array(), "{}", requests[0]);
+    assert!(requests[1].get("tools").is_none(), "{}", requests[1]);
 }

@@ -18,9 +18,11 @@
 //! - [`resolve`]: checking a profile and turning it into adapter settings;
 //! - [`prepared`]: validated profiles, ready to give each run its model.
 
+mod loop_settings;
 mod prepared;
 mod resolve;
 
+pub use loop_settings::LoopSettings;
 pub use prepared::{ModelProfiles, PreparedProfile, ProfileInfo};
 
 use std::collections::BTreeMap;
@@ -91,6 +93,12 @@ struct RawProfile {
     instructions: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     native_output_schema: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    draft_first: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    check_answers: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    write_code_blocks: Option<bool>,
 }
 
 impl ModelProfile {
@@ -123,7 +131,14 @@ impl From<ModelProfile> for RawProfile {
             script: None,
             instructions: None,
             native_output_schema: None,
+            draft_first: None,
+            check_answers: None,
+            write_code_blocks: None,
         };
+        let settings = profile.loop_settings();
+        raw.draft_first = settings.draft_first;
+        raw.check_answers = settings.check_answers;
+        raw.write_code_blocks = settings.write_code_blocks;
         match profile {
             ModelProfile::Scripted(scripted) => {
                 raw.script = Some(scripted.script);
@@ -162,6 +177,11 @@ impl TryFrom<RawProfile> for ModelProfile {
 
     fn try_from(raw: RawProfile) -> Result<Self, String> {
         let kind = raw.kind;
+        let loop_settings = LoopSettings {
+            draft_first: raw.draft_first,
+            check_answers: raw.check_answers,
+            write_code_blocks: raw.write_code_blocks,
+        };
         if kind == ProfileKind::Scripted {
             let http_fields = [
                 ("base_url", raw.base_url.is_some()),
@@ -184,6 +204,7 @@ impl TryFrom<RawProfile> for ModelProfile {
             return Ok(Self::Scripted(ScriptedProfile {
                 script,
                 instructions: raw.instructions,
+                loop_settings,
             }));
         }
         if raw.script.is_some() {
@@ -210,6 +231,7 @@ impl TryFrom<RawProfile> for ModelProfile {
             stream: raw.stream.unwrap_or(false),
             instructions: raw.instructions,
             native_output_schema: raw.native_output_schema.unwrap_or(true),
+            loop_settings,
         };
         Ok(match kind {
             ProfileKind::Anthropic => Self::Anthropic(profile),
@@ -254,6 +276,8 @@ pub struct HttpProfile {
     /// `response_format`); off for servers that cannot combine it with
     /// tools. Default on.
     pub native_output_schema: bool,
+    /// How the loop treats this model; unset: the server's `[runs]`.
+    pub loop_settings: LoopSettings,
 }
 
 impl Default for HttpProfile {
@@ -272,6 +296,7 @@ impl Default for HttpProfile {
             stream: false,
             instructions: None,
             native_output_schema: true,
+            loop_settings: LoopSettings::default(),
         }
     }
 }
@@ -294,6 +319,7 @@ impl fmt::Debug for HttpProfile {
             .field("stream", &self.stream)
             .field("instructions", &self.instructions.as_ref().map(String::len))
             .field("native_output_schema", &self.native_output_schema)
+            .field("loop_settings", &self.loop_settings)
             .finish()
     }
 }
@@ -306,6 +332,8 @@ pub struct ScriptedProfile {
     pub script: Vec<Value>,
     /// The system prompt of a run of this profile that gives none.
     pub instructions: Option<String>,
+    /// How the loop treats this model; unset: the server's `[runs]`.
+    pub loop_settings: LoopSettings,
 }
 
 /// The kind of a profile, as `GET /v1/models` shows it.
@@ -360,6 +388,15 @@ impl ModelProfile {
         }
     }
 
+    /// How the loop treats this profile's model (what it leaves unset is
+    /// the server's).
+    pub fn loop_settings(&self) -> LoopSettings {
+        match self {
+            Self::OpenAi(http) | Self::Anthropic(http) => http.loop_settings,
+            Self::Scripted(scripted) => scripted.loop_settings,
+        }
+    }
+
     pub fn kind(&self) -> ProfileKind {
         match self {
             Self::OpenAi(_) => ProfileKind::OpenAi,
@@ -374,6 +411,7 @@ impl ModelProfile {
     pub fn demo() -> Self {
         Self::Scripted(ScriptedProfile {
             instructions: None,
+            loop_settings: LoopSettings::default(),
             script: vec![
                 json!({
                     "content": "",
@@ -440,6 +478,7 @@ mod tests {
             ModelProfile::Scripted(ScriptedProfile {
                 script,
                 instructions: None,
+                loop_settings: LoopSettings::default(),
             })
         };
         let error = |script: Vec<Value>| {
@@ -470,5 +509,31 @@ mod tests {
         ])
         .validate("s", &no_env)
         .unwrap();
+    }
+
+    #[test]
+    fn the_loops_switches_are_read_for_every_kind_and_written_back() {
+        let http: ModelProfile = toml::from_str(
+            "kind = \"openai\"\nmodel = \"m\"\ndraft_first = true\ncheck_answers = false\n",
+        )
+        .unwrap();
+        let expected = LoopSettings {
+            draft_first: Some(true),
+            check_answers: Some(false),
+            write_code_blocks: None,
+        };
+        assert_eq!(http.loop_settings(), expected);
+        let written = toml::to_string(&http).unwrap();
+        let read: ModelProfile = toml::from_str(&written).unwrap();
+        assert_eq!(read.loop_settings(), expected, "{written}");
+        assert!(!written.contains("write_code_blocks"), "{written}");
+
+        let scripted: ModelProfile = toml::from_str(
+            "kind = \"scripted\"\nscript = [{content = \"hi\"}]\nwrite_code_blocks = true\n",
+        )
+        .unwrap();
+        assert_eq!(scripted.loop_settings().write_code_blocks, Some(true));
+        let wrong = toml::from_str::<ModelProfile>("kind = \"openai\"\ndraft_first = \"yes\"\n");
+        assert!(wrong.is_err());
     }
 }

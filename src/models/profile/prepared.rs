@@ -38,6 +38,7 @@ impl ModelProfile {
             kind: self.kind(),
             model,
             instructions: self.instructions().map(str::to_owned),
+            loop_settings: self.loop_settings(),
             source,
         })
     }
@@ -64,6 +65,7 @@ pub struct PreparedProfile {
     kind: ProfileKind,
     model: Option<String>,
     instructions: Option<String>,
+    loop_settings: super::LoopSettings,
     source: Source,
 }
 
@@ -80,6 +82,12 @@ impl PreparedProfile {
     /// The system prompt of a run of this profile that gives none.
     pub fn instructions(&self) -> Option<&str> {
         self.instructions.as_deref()
+    }
+
+    /// How the loop treats this profile's model (what it leaves unset is
+    /// the server's).
+    pub fn loop_settings(&self) -> super::LoopSettings {
+        self.loop_settings
     }
 
     /// The model for one run.
