@@ -145,6 +145,19 @@ fn sh(script: &str) -> CommandPreset {
 struct Grandchild(String);
 
 impl Grandchild {
+    /// Its pid once it runs as `sleep`: its pid file is written before its
+    /// shell execs the sleep, whose command line names it.
+    async fn running(&self) -> i32 {
+        let deadline = Instant::now() + GONE_WITHIN;
+        loop {
+            if let Some(pid) = self.pid() {
+                return pid;
+            }
+            assert!(Instant::now() < deadline, "{self} never ran");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// Its pid on this machine while it is alive.
     fn pid(&self) -> Option<i32> {
         std::fs::read_dir("/proc")
@@ -388,7 +401,7 @@ async fn cancellation_kills_the_whole_tree_within_500_ms() {
         let grandchild = f.grandchild().await;
         // It really called setsid, so its process group is no longer the
         // command's.
-        let pid = grandchild.pid().expect("the grandchild is alive");
+        let pid = grandchild.running().await;
         assert_eq!(sid_of(pid), pid);
         let cancelled_at = Instant::now();
         cancel.cancel();
