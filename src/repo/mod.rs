@@ -112,3 +112,33 @@ pub struct Changes {
     /// Lines removed.
     pub deletions: u64,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_runs_starting_tree_is_kept_as_its_seed_says() {
+        let files = Seed {
+            files: true,
+            ..Seed::default()
+        };
+        let upload = Seed {
+            archive: Some(Uuid::now_v7()),
+            files: true,
+            ..Seed::default()
+        };
+        assert_eq!(StartingTree::of(None, false), StartingTree::Empty);
+        assert_eq!(
+            StartingTree::of(Some(&Seed::default()), false),
+            StartingTree::Empty
+        );
+        assert_eq!(
+            StartingTree::of(Some(&files), false),
+            StartingTree::OnFirstWrite
+        );
+        assert_eq!(StartingTree::of(Some(&upload), false), StartingTree::AtSeed);
+        assert_eq!(StartingTree::of(Some(&files), true), StartingTree::AtSeed);
+        assert_eq!(StartingTree::of(None, true), StartingTree::AtSeed);
+    }
+}

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use super::task::RunTask;
 use crate::repo::git::{self, CloneLimits};
-use crate::repo::places;
+use crate::repo::{StartingTree, places};
 use crate::tools::Workspace;
 use crate::tools::copy::{CopyOptions, copy_tree, keep_starting_tree};
 
@@ -29,7 +29,8 @@ impl RunTask {
     /// error is the run's end (`failed`).
     pub(super) async fn seed_workspace(&self) -> Result<(), String> {
         let spec = &self.spec;
-        if !spec.seed.fetches() && spec.previous_run_id.is_none() {
+        let starting = StartingTree::of(Some(&spec.seed), spec.previous_run_id.is_some());
+        if starting != StartingTree::AtSeed {
             return Ok(());
         }
         let id = self.live.id;

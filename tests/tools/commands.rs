@@ -102,11 +102,13 @@ impl Fixture {
     /// command's PID namespace).
     async fn grandchild(&self) -> Grandchild {
         let file = self.path("gc.pid");
-        let deadline = Instant::now() + GONE_WITHIN;
-        while !std::fs::read_to_string(&file).is_ok_and(|text| !text.trim().is_empty()) {
-            assert!(Instant::now() < deadline, "the grandchild never started");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        eventually(|| {
+            std::fs::read_to_string(&file)
+                .is_ok_and(|text| !text.trim().is_empty())
+                .then_some(())
+        })
+        .await
+        .expect("the grandchild never started");
         Grandchild(format!("300.{}", self.token))
     }
 
@@ -148,14 +150,8 @@ impl Grandchild {
     /// Its pid once it runs as `sleep`: its pid file is written before its
     /// shell execs the sleep, whose command line names it.
     async fn running(&self) -> i32 {
-        let deadline = Instant::now() + GONE_WITHIN;
-        loop {
-            if let Some(pid) = self.pid() {
-                return pid;
-            }
-            assert!(Instant::now() < deadline, "{self} never ran");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let never = format!("{self} never ran");
+        eventually(|| self.pid()).await.expect(&never)
     }
 
     /// Its pid on this machine while it is alive.
@@ -199,14 +195,24 @@ fn sid_of(pid: i32) -> i32 {
 }
 
 async fn eventually_gone(grandchild: &Grandchild) -> bool {
+    eventually(|| grandchild.pid().is_none().then_some(()))
+        .await
+        .is_some()
+}
+
+/// What `probe` finds once it finds something, looking again every 10 ms
+/// for [`GONE_WITHIN`]; `None` if it never did.
+async fn eventually<T>(mut probe: impl FnMut() -> Option<T>) -> Option<T> {
     let deadline = Instant::now() + GONE_WITHIN;
-    while grandchild.pid().is_some() {
-        if Instant::now() > deadline {
-            return false;
+    loop {
+        if let Some(found) = probe() {
+            return Some(found);
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        if Instant::now() > deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    true
 }
 
 fn kill(pid: i32) {
@@ -304,38 +310,25 @@ async fn a_commands_private_tmpdir_is_removed_after_it() {
         )),
     )]);
     let find = async {
-        let deadline = Instant::now() + GONE_WITHIN;
-        loop {
-            let found = std::fs::read_dir(std::env::temp_dir())
+        let tmp = eventually(|| {
+            std::fs::read_dir(std::env::temp_dir())
                 .unwrap()
                 .filter_map(Result::ok)
                 .map(|entry| entry.path().join("tmp"))
-                .find(|tmp| tmp.join(&marker).exists());
-            if let Some(tmp) = found {
-                std::fs::write(tmp.join("go"), "").unwrap();
-                return tmp;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the command's TMPDIR was not found"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+                .find(|tmp| tmp.join(&marker).exists())
+        })
+        .await
+        .expect("the command's TMPDIR was not found");
+        std::fs::write(tmp.join("go"), "").unwrap();
+        tmp
     };
     let (output, tmp) = tokio::join!(f.run("fill"), find);
     let output = output.unwrap();
     assert_eq!(output["exit_code"], 0, "{output}");
     assert_eq!(output["stdout"], "/tmp\n", "{output}");
     // The removal runs on a blocking thread, after the result.
-    let deadline = Instant::now() + GONE_WITHIN;
-    while tmp.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "{} is still there",
-            tmp.display()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let gone = eventually(|| (!tmp.exists()).then_some(())).await;
+    assert!(gone.is_some(), "{} is still there", tmp.display());
 }
 
 #[tokio::test]
@@ -438,10 +431,7 @@ async fn dropping_a_running_command_kills_its_tree() {
         eventually_gone(&grandchild).await,
         "grandchild {grandchild} survived"
     );
-    let deadline = Instant::now() + GONE_WITHIN;
-    while !f.leftover_cgroups().is_empty() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(|| f.leftover_cgroups().is_empty().then_some(())).await;
     assert_eq!(f.leftover_cgroups(), Vec::<String>::new());
 }
 

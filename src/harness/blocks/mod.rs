@@ -268,6 +268,8 @@ fn normalize(path: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn the_files_defining_what_a_text_names_are_found() {
         let files = vec![
@@ -285,11 +287,9 @@ mod tests {
             ),
         ];
         let text = "parse_duration(\"1h30m\") returns 1800 instead of 5400. Fix it.";
-        assert_eq!(super::defining_files(text, &files), ["d/parser.py"]);
-        assert!(super::defining_files("Fix the total.", &files).is_empty());
+        assert_eq!(defining_files(text, &files), ["d/parser.py"]);
+        assert!(defining_files("Fix the total.", &files).is_empty());
     }
-
-    use super::*;
 
     #[test]
     fn a_block_of_a_call_written_as_text_is_that_call() {
