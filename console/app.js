@@ -419,7 +419,7 @@ async function openRun(id) {
   if (state.open && state.open.id === id) return;
   if (state.runStream) state.runStream.stop();
   state.runStream = null;
-  const open = { id, run: null, delta: null, refreshes: 0, diff: { loading: false, again: false } };
+  const open = { id, run: null, delta: null, refreshes: 0, diff: { loading: false, again: false }, attempts: new Map() };
   state.open = open;
   showDetail("run");
   $("transcript").replaceChildren();
@@ -428,6 +428,8 @@ async function openRun(id) {
   $("run-error").hidden = true;
   $("run-output-box").hidden = true;
   $("diff").replaceChildren();
+  $("attempts").hidden = true;
+  $("attempts-grid").replaceChildren();
   $("changes-error").hidden = true;
   renderChanges($("changes-counts"), null);
   $("run-title").textContent = `Run ${id}`;
@@ -501,6 +503,9 @@ function renderRun(run) {
   if (run.previous_run_id) {
     list.push(h("dt", {}, "Continues"), h("dd", {}, h("a", { href: `#/runs/${run.previous_run_id}` }, run.previous_run_id)));
   }
+  if (run.parent_run_id) {
+    list.push(h("dt", {}, `Attempt ${run.attempt} of`), h("dd", {}, h("a", { href: `#/runs/${run.parent_run_id}` }, run.parent_run_id)));
+  }
   $("run-facts").replaceChildren(...list);
   if (run.error) showRunError(run.error);
   else $("run-error").hidden = true;
@@ -511,7 +516,61 @@ function renderRun(run) {
   $("run-output").textContent = hasOutput ? JSON.stringify(run.output, null, 2) : "";
   // The counts of its diff, once it has ended.
   renderChanges($("changes-counts"), run.changes);
+  renderAttempts(run);
   renderPending(run);
+}
+
+/**
+ * A run of attempts: each attempt side by side, its status, whether its
+ * checks passed, the chosen one marked, and its diff (read again whenever
+ * its status changed).
+ */
+function renderAttempts(run) {
+  const section = $("attempts");
+  const attempts = run.attempts || [];
+  section.hidden = attempts.length === 0;
+  const open = state.open;
+  const grid = $("attempts-grid");
+  for (const attempt of attempts) {
+    let card = open.attempts.get(attempt.run_id);
+    if (!card) {
+      const diff = h("div", { class: "diff-box" });
+      const element = h("article", { class: "attempt", "data-attempt": String(attempt.attempt) });
+      card = { element, diff, status: null };
+      open.attempts.set(attempt.run_id, card);
+      grid.append(element);
+    }
+    const checks = attempt.checks_passed === null ? "checks pending" : attempt.checks_passed ? "checks passed" : "checks failed";
+    const checksClass = attempt.checks_passed === null ? "" : attempt.checks_passed ? "passed" : "failed";
+    const chosen = run.chosen_attempt === attempt.attempt;
+    card.element.className = chosen ? "attempt chosen" : "attempt";
+    card.element.replaceChildren(
+      h(
+        "div",
+        { class: "attempt-head" },
+        h("a", { href: `#/runs/${attempt.run_id}` }, `Attempt ${attempt.attempt}`),
+        h("span", { class: `status ${attempt.status}` }, attempt.status),
+        h("span", { class: `attempt-checks ${checksClass}` }, checks),
+        chosen && h("strong", { class: "attempt-chosen" }, "chosen"),
+      ),
+      card.diff,
+    );
+    if (card.status !== attempt.status) {
+      card.status = attempt.status;
+      loadAttemptDiff(open, attempt.run_id, card);
+    }
+  }
+}
+
+async function loadAttemptDiff(open, id, card) {
+  let text;
+  try {
+    text = await (await request("GET", `/v1/runs/${id}/diff`)).text();
+  } catch (error) {
+    if (state.open === open) card.diff.textContent = `Cannot read the diff: ${error.message}`;
+    return;
+  }
+  if (state.open === open) renderDiff(card.diff, text);
 }
 
 /**
@@ -650,7 +709,7 @@ function showEvent(event) {
     }
     $("transcript").append(messageItem(event.message));
   }
-  if (["run_start", "actions_required", "run_end", "tool_end"].includes(event.type)) {
+  if (["run_start", "actions_required", "run_end", "tool_end", "attempt_start", "attempt_end"].includes(event.type)) {
     refreshOpenRun();
   }
   // A tool may have changed the workspace.
@@ -677,6 +736,12 @@ function eventItem(event) {
       break;
     case "run_end":
       detail = event.status;
+      break;
+    case "attempt_start":
+      detail = `attempt ${event.attempt}`;
+      break;
+    case "attempt_end":
+      detail = `attempt ${event.attempt} ${event.status} · checks ${event.checks_passed ? "passed" : "failed"}`;
       break;
     case "message":
       detail = event.message.role;

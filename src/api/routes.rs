@@ -63,7 +63,14 @@ pub fn table() -> Vec<Route> {
             [
                 (
                     M::GET,
-                    &["status", "thread_id", "agent", "limit", "cursor"][..],
+                    &[
+                        "status",
+                        "thread_id",
+                        "agent",
+                        "parent_run_id",
+                        "limit",
+                        "cursor",
+                    ][..],
                     get(runs::list),
                 ),
                 (M::POST, &["wait", "stream"][..], post(runs::create)),

@@ -295,6 +295,12 @@ pub async fn list(
             "agent {name:?} is not an agent's name (^[a-z0-9][a-z0-9_-]{{0,63}}$)"
         )));
     }
+    let parent_run_id = id_param("parent_run_id", "a run id")?;
+    if parent_run_id.is_some() && (thread_id.is_some() || agent.is_some()) {
+        return Err(ApiError::InvalidQuery(
+            "parent_run_id combines with status alone, not with thread_id or agent".into(),
+        ));
+    }
     let cursor = id_param("cursor", "a valid cursor")?;
     let mut runs = state
         .runner
@@ -305,6 +311,7 @@ pub async fn list(
                 status,
                 thread_id,
                 agent,
+                parent_run_id,
             },
             cursor,
             limit + 1,

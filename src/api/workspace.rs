@@ -25,7 +25,6 @@ use super::create::check_workspace_path;
 use super::error::ApiError;
 use super::state::AppState;
 use super::tenant_run::TenantRun;
-use crate::repo::StartingTree;
 use crate::repo::tree::{Tree, TreeError};
 use crate::tools::{FileListing, Workspace, WorkspaceError};
 
@@ -144,7 +143,7 @@ pub async fn diff(
         .downloads
         .hold(Client::Tenant(Arc::from(tenant.0.as_str())))
         .ok_or_else(|| ApiError::TooManyDownloads(state.downloads.limit()))?;
-    let starting = StartingTree::of(run.seed.as_deref(), run.previous_run_id.is_some());
+    let starting = run.starting_tree();
     let base = state
         .runner
         .diff_base(run.id, starting)

@@ -88,6 +88,12 @@ impl Config {
                 "server.max_connections and max_connections_per_client must be at least 1".into(),
             );
         }
+        if self.runs.max_attempts < 2 {
+            return invalid("runs.max_attempts must be at least 2".into());
+        }
+        if self.runs.max_parallel_attempts == 0 {
+            return invalid("runs.max_parallel_attempts must be at least 1".into());
+        }
         if self.runs.max_concurrent == 0 {
             return invalid("runs.max_concurrent must be at least 1".into());
         }

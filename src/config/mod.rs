@@ -212,6 +212,11 @@ pub struct RunsConfig {
     /// would without tools (with `write_code_blocks`, its code blocks become
     /// files), then goes on with them. Off by default.
     pub draft_first: bool,
+    /// Most `attempts.n` a run may ask for (SPEC section 27).
+    pub max_attempts: u32,
+    /// Most attempts of one run executing at once; the rest wait for one
+    /// to end.
+    pub max_parallel_attempts: u32,
 }
 
 /// What `runs.default_instructions` is unless configured: how to work
@@ -237,6 +242,8 @@ impl Default for RunsConfig {
             check_answers: false,
             write_code_blocks: false,
             draft_first: false,
+            max_attempts: 8,
+            max_parallel_attempts: 4,
         }
     }
 }

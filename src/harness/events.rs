@@ -119,6 +119,20 @@ pub enum EventKind {
         #[serde(skip)]
         json: Arc<str>,
     },
+    /// An attempt of the run began: a child run (see
+    /// [`crate::run::AttemptPolicy`]). Written with one `run_id`, the
+    /// attempt's, in place of the run's own (the service's observer does).
+    AttemptStart {
+        attempt: u32,
+        run_id: Uuid,
+    },
+    /// An attempt ended, its checks run on its workspace as it ended.
+    AttemptEnd {
+        attempt: u32,
+        run_id: Uuid,
+        status: String,
+        checks_passed: bool,
+    },
     RunEnd {
         status: Outcome,
         steps: u32,
@@ -149,6 +163,8 @@ impl EventKind {
             Self::ToolEnd { .. } => "tool_end",
             Self::ActionsRequired { .. } => "actions_required",
             Self::Message { .. } => "message",
+            Self::AttemptStart { .. } => "attempt_start",
+            Self::AttemptEnd { .. } => "attempt_end",
             Self::RunEnd { .. } => Self::RUN_END,
         }
     }

@@ -47,6 +47,9 @@ pub struct ModelRequest<'a> {
     pub traceparent: Option<String>,
     /// Where a streaming adapter sends text as it arrives (`model_delta`).
     pub deltas: &'a dyn DeltaSink,
+    /// The temperature to sample at instead of the adapter's own (an
+    /// attempt of several; see [`crate::run::AttemptPolicy`]).
+    pub temperature: Option<f64>,
 }
 
 /// Receives streamed text from a model while a step is in flight.

@@ -18,6 +18,9 @@ pub enum StopReason {
     /// The service can no longer run it (its records cannot be stored): it
     /// ends `failed` with this message.
     Failed(String),
+    /// Another attempt of its parent passed its checks first: it ends
+    /// `aborted` with this message.
+    Superseded(String),
     /// The server stops and hands it over: it leaves at its next safe point
     /// without an end (a model call in flight is given up, to be made
     /// again), to be resumed by another process.

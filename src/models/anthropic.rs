@@ -132,7 +132,7 @@ impl Dialect for Anthropic {
                 body["tool_choice"] = json!({"type": "any"});
             }
         }
-        if let Some(temperature) = self.temperature {
+        if let Some(temperature) = request.temperature.or(self.temperature) {
             body["temperature"] = json!(temperature);
         }
         if stream {

@@ -132,7 +132,7 @@ impl Dialect for OpenAi {
         if let Some(max_tokens) = self.max_tokens {
             body["max_tokens"] = json!(max_tokens);
         }
-        if let Some(temperature) = self.temperature {
+        if let Some(temperature) = request.temperature.or(self.temperature) {
             body["temperature"] = json!(temperature);
         }
         if stream {

@@ -10,6 +10,7 @@
 //! - `pauses`: answering paused runs, and the watch of their deadlines.
 //! - `webhooks`, `retention`: posting ends and pauses; removing old runs.
 
+mod attempts;
 mod changes;
 mod observer;
 mod pauses;
@@ -118,6 +119,9 @@ pub(crate) struct Services {
     default_instructions: Option<Arc<str>>,
     /// Where runs' spans go, if anywhere.
     telemetry: Arc<Telemetry>,
+    /// `runs.max_attempts` and `runs.max_parallel_attempts`.
+    max_attempts: u32,
+    max_parallel_attempts: u32,
 }
 
 /// Where the runner is in its life: taking runs, in shutdown's grace, or
@@ -234,6 +238,8 @@ impl Runner {
                 default_instructions: (!config.runs.default_instructions.is_empty())
                     .then(|| config.runs.default_instructions.as_str().into()),
                 telemetry,
+                max_attempts: config.runs.max_attempts,
+                max_parallel_attempts: config.runs.max_parallel_attempts,
             }),
             runs: Arc::default(),
             scheduler,
@@ -296,6 +302,11 @@ impl Runner {
     /// `[workspaces]`: which repositories runs may be cloned from, and how.
     pub fn repositories(&self) -> &crate::config::WorkspacesConfig {
         &self.services.repositories
+    }
+
+    /// `[runs] max_attempts`: most attempts a run may ask for.
+    pub fn max_attempts(&self) -> u32 {
+        self.services.max_attempts
     }
 
     /// `[limits] max_upload_bytes`.

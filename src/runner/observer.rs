@@ -217,6 +217,26 @@ impl RunObserver {
         let _ = self.on_event(&event);
     }
 
+    /// Tells an event of the run's own that no harness emits (a run of
+    /// attempts: its start, its attempts' starts and ends, its end), next
+    /// in its sequence.
+    pub(super) fn emit(&self, kind: EventKind) {
+        let event = Event {
+            run_id: self.live.id,
+            sequence: self.last_sequence.load(Ordering::Acquire) + 1,
+            timestamp: Utc::now(),
+            kind,
+        };
+        if let Err(error) = self.on_event(&event) {
+            tracing::error!(%error, "an event of the run could not be told");
+        }
+    }
+
+    /// Whether the run has told any event (a run taken up again has).
+    pub(super) fn has_begun(&self) -> bool {
+        self.last_sequence.load(Ordering::Acquire) > 0
+    }
+
     /// A `run_start` event with what the run starts with: its model, its
     /// limits and its tools (from its start: with its MCP servers').
     fn run_start_json(&self, event: &Event) -> Result<String, serde_json::Error> {
@@ -467,6 +487,11 @@ fn tool_label(tools: &[String], client: &[String], name: &str) -> String {
 /// The event's JSON. A `message` event reuses the JSON the harness made of
 /// its message rather than serialising the message again.
 fn event_json(event: &Event) -> Result<String, serde_json::Error> {
+    if let EventKind::AttemptStart { .. } | EventKind::AttemptEnd { .. } = &event.kind {
+        // An attempt's event names the attempt's run as its `run_id` (SPEC
+        // section 27), in place of the run whose event it is: one key.
+        return serde_json::to_value(event).and_then(|value| serde_json::to_string(&value));
+    }
     let EventKind::Message { json, .. } = &event.kind else {
         return serde_json::to_string(event);
     };

@@ -29,7 +29,7 @@ impl RunTask {
     /// error is the run's end (`failed`).
     pub(super) async fn seed_workspace(&self) -> Result<(), String> {
         let spec = &self.spec;
-        let starting = StartingTree::of(Some(&spec.seed), spec.previous_run_id.is_some());
+        let starting = spec.starting_tree();
         if starting != StartingTree::AtSeed {
             return Ok(());
         }

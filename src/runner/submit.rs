@@ -193,6 +193,93 @@ impl Runner {
     }
 }
 
+impl Runner {
+    /// Starts attempt `of.attempt` of the run `parent` (SPEC section 27): a
+    /// run of its own with the parent's request, its workspace a copy of
+    /// the parent's starting tree (kept as its own), queued for a slot
+    /// like any run of the tenant. It was admitted with its parent: no rate
+    /// or quota refuses it, and it waits for no quota (a quota never breaks
+    /// a run). Nothing is left behind when this fails.
+    pub(super) async fn start_attempt(
+        &self,
+        tenant: &Tenant,
+        parent: &RunSpec,
+        parent_dir: &std::path::Path,
+        of: crate::run::AttemptOf,
+    ) -> Result<Run, SubmitError> {
+        if self.is_closing() {
+            return Err(SubmitError::ShuttingDown);
+        }
+        let _accepting = self.lifecycle.tasks.token();
+        let mut spec = parent.clone();
+        spec.attempts = None;
+        spec.attempt_of = Some(of);
+        // Its files are in the tree it copies; a webhook is the parent's.
+        spec.files.clear();
+        spec.seed = crate::repo::Seed::default();
+        spec.webhook = None;
+        let place = self.scheduler.readmit(tenant);
+        let id = Uuid::now_v7();
+        let run = Run::queued(id, &spec, Utc::now());
+        let directory = self.workspace_dir(id);
+        let base = crate::repo::places::base(self.workspaces_root(), id);
+        let copied = copy_starting_tree(parent_dir, &directory, &base).await;
+        let row = copied.and_then(|()| {
+            RunRow::new(NewRun {
+                run: &run,
+                tenant,
+                spec: &spec,
+                idempotency: None,
+                owner: None,
+            })
+            .map_err(SubmitError::from)
+        });
+        let inserted = match row {
+            Ok(row) => self
+                .services
+                .store
+                .writer()
+                .insert_run(row)
+                .await
+                .map_err(SubmitError::from),
+            Err(error) => Err(error),
+        };
+        if let Err(error) = inserted {
+            let _ = tokio::fs::remove_dir_all(&directory).await;
+            let _ = crate::repo::places::remove_tree(&base);
+            return Err(error);
+        }
+        self.services.metrics.run_created(&tenant.0);
+        if let Queued::Here(turn) = self.scheduler.enqueue(place, false) {
+            self.start(
+                run.clone(),
+                tenant.clone(),
+                spec,
+                Entry::Turn(turn),
+                Origin::Start,
+                false,
+            );
+        }
+        Ok(run)
+    }
+}
+
+/// Copies a parent's workspace (its starting tree: it changes nothing of
+/// it until its attempts end) to an attempt's, and keeps it as the
+/// attempt's starting tree.
+async fn copy_starting_tree(
+    from: &std::path::Path,
+    to: &std::path::Path,
+    base: &std::path::Path,
+) -> Result<(), SubmitError> {
+    copy_previous(from, to).await?;
+    let (to, base) = (to.to_owned(), base.to_owned());
+    tokio::task::spawn_blocking(move || crate::tools::copy::keep_starting_tree(&to, &base))
+        .await
+        .map_err(|e| SubmitError::Workspace(format!("keeping the starting tree failed: {e}")))?
+        .map_err(|e| server_side(&e, format!("keeping an attempt's starting tree: {e}")))
+}
+
 /// Drives `work` in a task of its own, so that it finishes even if whoever
 /// awaits it (a request's handler) is dropped halfway.
 pub(super) async fn detached<T: Send + 'static>(

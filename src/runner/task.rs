@@ -21,7 +21,7 @@ use crate::mcp::RunServers;
 use crate::models::ScriptedModel;
 use crate::run::RunStatus;
 use crate::run::{ModelSpec, RunSpec, format_time};
-use crate::scheduler::Hold;
+use crate::scheduler::{Hold, Slot};
 use crate::store::{Closing, Pause, StoredPause, StoredRecovery, Transition, Transitioned};
 
 /// The first wait before a run's stored state is read again, after a read
@@ -42,7 +42,7 @@ enum Begin {
 }
 
 /// How a run's drive left it.
-enum Left {
+pub(super) enum Left {
     /// Its `run_end` was handed to the store.
     Ended,
     /// Paused for a decision.
@@ -155,9 +155,20 @@ impl RunTask {
         // A run with MCP servers holds its `run_end` back until they are
         // ended: whoever sees the end sees no server still at work.
         observer.hold_end(!self.spec.mcp_servers.is_empty());
-        let outcome = std::panic::AssertUnwindSafe(self.run_harness(&observer, begin))
-            .catch_unwind()
-            .await;
+        // The slot, or the hold kept of it once it is given back.
+        let mut slot: Result<Slot, Hold> = Ok(slot);
+        let outcome = if self.spec.attempts.is_some() {
+            // Its attempts execute in slots of their own; it waits for them
+            // in none (keeping its hold).
+            slot = slot.and_then(|slot| Err(slot.hold()));
+            std::panic::AssertUnwindSafe(self.run_attempts(&observer))
+                .catch_unwind()
+                .await
+        } else {
+            std::panic::AssertUnwindSafe(self.run_harness(&observer, begin))
+                .catch_unwind()
+                .await
+        };
         // Its MCP servers are gone by now: its end may be told.
         observer.release_end();
         let (failure, left) = match outcome {
@@ -176,8 +187,10 @@ impl RunTask {
         shared.metrics.run_duration(began.elapsed());
         // Kept until the task ends: what it writes next is written under
         // its slot's holding.
-        let hold = slot.hold();
-        drop(slot);
+        let hold = match slot {
+            Ok(slot) => slot.hold(),
+            Err(hold) => hold,
+        };
         match left {
             Left::Paused(checkpoint) => self.paused(&observer, checkpoint).await,
             Left::HandedOver if observer.ended().is_none() => self.handed_over(&hold).await,
@@ -533,6 +546,7 @@ impl RunTask {
                 .transpose()
                 .map_err(|why| format!("the output schema does not compile: {why}"))?
                 .map(Arc::new),
+            temperature: spec.attempt_of.and_then(|of| of.temperature),
         };
         let harness = Harness {
             model: &*model,

@@ -29,7 +29,7 @@ impl RunTask {
         let spec = &self.spec;
         // A starting tree is kept when the run is seeded (see `super::seed`),
         // unless it is the request's files alone: then on the first write.
-        let starting = StartingTree::of(Some(&spec.seed), spec.previous_run_id.is_some());
+        let starting = spec.starting_tree();
         let mut workspace = shared.workspaces.run(&self.live.id.to_string());
         if starting == StartingTree::OnFirstWrite {
             let base = crate::repo::places::base(self.runner.workspaces_root(), self.live.id);

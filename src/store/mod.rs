@@ -144,6 +144,8 @@ pub struct RunFilter<'a> {
     pub thread_id: Option<Uuid>,
     /// The runs made from this agent (any version).
     pub agent: Option<&'a str>,
+    /// The attempts of this run (with `status` alone).
+    pub parent_run_id: Option<Uuid>,
 }
 
 /// A paused run, answered, as stored: what its resume starts from.

@@ -84,6 +84,18 @@ impl Store {
         cursor: Option<Uuid>,
         limit: u32,
     ) -> Result<Vec<Run>, StoreError> {
+        if let Some(parent) = filter.parent_run_id {
+            let query = sqlx::query(rows::SELECT_RUNS_PAGE_BY_PARENT)
+                .bind(&tenant.0)
+                .bind(cursor.map(|c| c.to_string()))
+                .bind(i64::from(limit))
+                .bind(parent.to_string())
+                .bind(filter.status.map(RunStatus::as_str));
+            let rows = self
+                .read(async |connection| query.fetch_all(connection).await)
+                .await?;
+            return rows.iter().map(rows::run_from_row).collect();
+        }
         if let Some(agent) = filter.agent {
             let query = sqlx::query(rows::SELECT_RUNS_PAGE_BY_AGENT)
                 .bind(&tenant.0)
@@ -113,6 +125,15 @@ impl Store {
         if let Some(status) = filter.status {
             query = query.bind(status.as_str());
         }
+        let rows = self
+            .read(async |connection| query.fetch_all(connection).await)
+            .await?;
+        rows.iter().map(rows::run_from_row).collect()
+    }
+
+    /// Every attempt of run `parent`, by number.
+    pub async fn attempts_of(&self, parent: Uuid) -> Result<Vec<Run>, StoreError> {
+        let query = sqlx::query(rows::SELECT_ATTEMPTS_OF).bind(parent.to_string());
         let rows = self
             .read(async |connection| query.fetch_all(connection).await)
             .await?;

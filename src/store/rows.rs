@@ -21,7 +21,8 @@ macro_rules! select_runs {
             "finished_at, approval, client_tools, pending_actions, answers, running_ms, ",
             "action_deadline, instructions, thread_id, previous_run_id, mcp_servers, webhook, ",
             "resumes, owner, trace_id, parent_span_id, trace_sampled, agent_name, agent_version, ",
-            "output_schema, output, seed, changes ",
+            "output_schema, output, seed, changes, parent_run_id, attempt, temperature, ",
+            "attempt_policy, attempts, chosen_attempt ",
             "FROM runs ",
             $filter
         )
@@ -71,6 +72,14 @@ pub(super) const SELECT_RUNS_PAGE_BY_STATUS_AND_THREAD: &str = select_runs!(
     "WHERE tenant = $1 AND ($2 IS NULL OR id < $2) AND thread_id = $4 AND status = $5 \
      ORDER BY id DESC LIMIT $3"
 );
+/// A run's attempts (`runs_attempts`).
+pub(super) const SELECT_RUNS_PAGE_BY_PARENT: &str = select_runs!(
+    "WHERE tenant = $1 AND ($2 IS NULL OR id < $2) AND parent_run_id = $4 \
+     AND ($5 IS NULL OR status = $5) ORDER BY id DESC LIMIT $3"
+);
+/// Every attempt of a run, whoever its tenant (the runner's own read).
+pub(super) const SELECT_ATTEMPTS_OF: &str =
+    select_runs!("WHERE parent_run_id = $1 ORDER BY attempt");
 /// An agent's runs (`runs_by_tenant_agent`), of one status or thread when
 /// bound non-null.
 pub(super) const SELECT_RUNS_PAGE_BY_AGENT: &str = select_runs!(
@@ -132,6 +141,22 @@ pub(super) fn run_from_row(row: &AnyRow) -> Result<Run, StoreError> {
         output_schema: optional_json(row, "output_schema")?.map(std::sync::Arc::new),
         seed: optional_json(row, "seed")?.map(std::sync::Arc::new),
         changes: optional_json(row, "changes")?,
+        parent_run_id: row
+            .get::<Option<String>, _>("parent_run_id")
+            .as_deref()
+            .map(parse_uuid)
+            .transpose()?,
+        attempt: optional_count(row, "attempt")?,
+        temperature: row
+            .get::<Option<String>, _>("temperature")
+            .map(|text| {
+                text.parse::<f64>()
+                    .map_err(|_| StoreError::Corrupt(format!("temperature {text:?}")))
+            })
+            .transpose()?,
+        attempt_policy: optional_json(row, "attempt_policy")?,
+        attempts: optional_json(row, "attempts")?,
+        chosen_attempt: optional_count(row, "chosen_attempt")?,
         output: optional_json(row, "output")?,
         created_at: time(&row.get::<String, _>("created_at"))?,
         started_at: row
@@ -182,6 +207,13 @@ pub(super) fn parse_uuid(text: &str) -> Result<Uuid, StoreError> {
 fn count<T: TryFrom<i64>>(row: &AnyRow, column: &str) -> Result<T, StoreError> {
     T::try_from(row.get::<i64, _>(column))
         .map_err(|_| StoreError::Corrupt(format!("{column} out of range")))
+}
+
+/// A count that may be null.
+fn optional_count<T: TryFrom<i64>>(row: &AnyRow, column: &str) -> Result<Option<T>, StoreError> {
+    row.get::<Option<i64>, _>(column)
+        .map(|n| T::try_from(n).map_err(|_| StoreError::Corrupt(format!("{column} out of range"))))
+        .transpose()
 }
 
 pub(super) fn json<T: DeserializeOwned>(row: &AnyRow, column: &str) -> Result<T, StoreError> {

@@ -368,7 +368,10 @@ impl RunSpans {
                 }
                 span.end();
             }
-            EventKind::RunStart | EventKind::Message { .. } => {}
+            EventKind::RunStart
+            | EventKind::Message { .. }
+            | EventKind::AttemptStart { .. }
+            | EventKind::AttemptEnd { .. } => {}
         }
     }
 

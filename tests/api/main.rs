@@ -6,6 +6,7 @@
 mod helpers;
 
 mod agents;
+mod attempts;
 mod blocks;
 mod browsers;
 mod cancel;

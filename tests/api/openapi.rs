@@ -1143,7 +1143,14 @@ fn check_events(events: &[SseEvent], seen: &mut BTreeSet<String>) {
 
 #[tokio::test]
 async fn every_event_of_a_stream_matches_the_event_schema() {
-    let app = spawn_with(|config| config.server.sse_keep_alive_ms = Some(100)).await;
+    let app = spawn_with(|config| {
+        config.server.sse_keep_alive_ms = Some(100);
+        let check = "program = \"true\"\ncheck = true";
+        config
+            .commands
+            .insert("check".into(), toml::from_str(check).unwrap());
+    })
+    .await;
     let mut seen = BTreeSet::new();
 
     // Tool calls that succeed and fail, usage, then a model failure.
@@ -1178,6 +1185,16 @@ async fn every_event_of_a_stream_matches_the_event_schema() {
         .send(app.request(Method::GET, &format!("/v1/runs/{done_id}/events?after=3")))
         .await;
     check("get", "/v1/runs/{id}/events", &resumed);
+
+    // A run of attempts: attempt_start and attempt_end on its stream.
+    let tried = app
+        .run_to_end(
+            json!({"prompt": "try twice", "model": {"scripted": [{"content": "done"}]},
+                           "commands": ["check"], "attempts": {"n": 2, "until": "all"}}),
+        )
+        .await;
+    assert_eq!(tried["chosen_attempt"], 1, "{tried}");
+    check_events(&app.events(tried["id"].as_str().unwrap()).await, &mut seen);
 
     // A run that pauses for an approval, is answered, and goes on: its
     // stream carries actions_required and follows it across the pause.
@@ -1375,10 +1392,20 @@ fn the_schemas_refuse_wrong_shapes() {
         "agent": {"name": "triage", "version": 2}, "output_schema": {"type": "object"},
         "output": {"severity": "low"},
         "changes": {"files": 2, "insertions": 5, "deletions": 1},
+        "parent_run_id": null, "attempt": null, "attempt_policy": {"n": 2, "until": "all"},
+        "attempts": [{"run_id": run_id, "attempt": 1, "status": "completed", "checks_passed": true}],
+        "chosen_attempt": 1,
         "created_at": "2026-01-02T03:04:05.123Z", "started_at": null, "finished_at": null,
         "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736"
     });
     assert_matches(run_schema, &run, "a run object");
+    let mut unknown = run.clone();
+    unknown["attempts"][0]["checks_passed"] = json!("yes");
+    assert_refused(
+        run_schema,
+        &unknown,
+        "an attempt whose checks_passed is not a boolean",
+    );
     let mut extra = run.clone();
     extra["cost_usd"] = json!(0.5);
     assert_refused(run_schema, &extra, "a run with an unknown property");

@@ -55,9 +55,19 @@ pub async fn scripted_openai(replies: Vec<Value>) -> (String, Seen) {
             post(
                 |State((seen, replies)): State<(Seen, Arc<Vec<Value>>)>,
                  body: axum::Json<Value>| async move {
-                    let mut seen = seen.lock().unwrap();
-                    seen.push(body.0);
-                    let mut message = replies[(seen.len() - 1).min(replies.len() - 1)].clone();
+                    let mut message = {
+                        let mut seen = seen.lock().unwrap();
+                        seen.push(body.0);
+                        replies[(seen.len() - 1).min(replies.len() - 1)].clone()
+                    };
+                    // A reply may come late (`"_delay_ms": 30000`).
+                    let delay = message
+                        .as_object_mut()
+                        .and_then(|reply| reply.remove("_delay_ms"))
+                        .and_then(|ms| ms.as_u64());
+                    if let Some(ms) = delay {
+                        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                    }
                     // A reply may name its finish reason (`"_finish": "length"`).
                     let named = message
                         .as_object_mut()

@@ -207,11 +207,18 @@ async fn a_stop_ends_the_run_with_its_reason() {
         ),
         // A caller that cannot hand a run over (`Harness::run`) ends it.
         (StopReason::HandOver, Outcome::Interrupted),
+        // Another attempt of its parent passed first.
+        (
+            StopReason::Superseded("superseded: attempt 2 passed its checks first".into()),
+            Outcome::Aborted,
+        ),
     ] {
         let stop = Stop::new();
         let trigger = stop.clone();
         let expected = match &reason {
-            StopReason::Interrupted(why) | StopReason::Failed(why) => why.clone(),
+            StopReason::Interrupted(why)
+            | StopReason::Failed(why)
+            | StopReason::Superseded(why) => why.clone(),
             StopReason::HandOver => agent_runner::harness::HANDED_OVER.to_owned(),
             StopReason::Cancelled => unreachable!(),
         };

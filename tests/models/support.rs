@@ -308,6 +308,7 @@ pub async fn generate(
         deadline,
         traceparent: None,
         deltas,
+        temperature: None,
     };
     model.generate(request).await
 }
@@ -342,6 +343,7 @@ pub async fn generate_answer_now(model: &dyn Model) -> Result<ModelResponse, Mod
         deadline: None,
         traceparent: None,
         deltas: &Deltas::default(),
+        temperature: None,
     };
     model.generate(request).await
 }

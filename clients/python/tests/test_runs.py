@@ -144,3 +144,27 @@ def test_run_fields_are_the_schema_properties(server: Server) -> None:
     properties = document["components"]["schemas"]["Run"]["properties"]
 
     assert {field.name for field in dataclasses.fields(Run)} == set(properties)
+
+
+def test_a_run_of_attempts_lists_them_and_takes_the_chosen_one() -> None:
+    server = Server('[commands.check]\nprogram = "true"\ncheck = true\n')
+    try:
+        with Client(server.url) as client:
+            run = client.create_run(
+                "try twice",
+                model={"scripted": [{"content": "done"}]},
+                commands=["check"],
+                attempts={"n": 2, "until": "all"},
+                wait=True,
+            )
+            assert run.status == "completed"
+            assert run.chosen_attempt == 1
+            assert run.attempt_policy == {"n": 2, "until": "all"}
+            assert run.attempts is not None
+            assert [(a.attempt, a.checks_passed) for a in run.attempts] == [(1, True), (2, True)]
+            children = sorted(client.list_runs(parent_run_id=run.id), key=lambda r: r.attempt or 0)
+            assert [child.attempt for child in children] == [1, 2]
+            assert all(child.parent_run_id == run.id for child in children)
+            assert children[1].temperature == 0.8
+    finally:
+        server.stop()

@@ -62,6 +62,8 @@ export interface ListRunsOptions extends RequestOptions {
   threadId?: string;
   /** Only the runs made from this agent (any of its versions), by its name. */
   agent?: string;
+  /** Only the attempts of this run. */
+  parentRunId?: string;
   /** Page size, 1 to 100 (default 20). */
   limit?: number;
 }
@@ -167,6 +169,7 @@ export class AgentRunner {
     if (options.status !== undefined) query.status = options.status;
     if (options.threadId !== undefined) query.thread_id = options.threadId;
     if (options.agent !== undefined) query.agent = options.agent;
+    if (options.parentRunId !== undefined) query.parent_run_id = options.parentRunId;
     if (options.limit !== undefined) query.limit = options.limit;
     if (options.cursor != null) query.cursor = options.cursor;
     return sendJson<RunList>(this.transport, "GET", "/v1/runs", {

@@ -169,10 +169,51 @@ export interface Run {
   output_schema: Record<string, unknown> | null;
   /** What the run changed in its workspace (its diff, counted), once it has ended; `null` until then. */
   changes: Changes | null;
+  /** The run it is an attempt of; `null` when none. */
+  parent_run_id: string | null;
+  /** Which attempt of its parent it is (from 1); `null` when none. */
+  attempt: number | null;
+  /** The temperature an attempt is sent with; absent when its profile's. */
+  temperature?: number;
+  /** The run's `attempts` as requested; `null` for a run without. */
+  attempt_policy: AttemptPolicy | null;
+  /** Its attempts as they stand, by number; `null` for a run without. */
+  attempts: AttemptSummary[] | null;
+  /** The attempt whose answer and workspace it took; `null` until one is chosen, and when none passed. */
+  chosen_attempt: number | null;
   created_at: string;
   started_at: string | null;
   finished_at: string | null;
   trace_id: string;
+}
+
+/** A run's `attempts`, as accepted. */
+export interface AttemptPolicy {
+  n: number;
+  temperature?: number;
+  until: "first_pass" | "all";
+}
+
+/** One attempt of a run tried several times. */
+export interface AttemptSummary {
+  run_id: string;
+  attempt: number;
+  status: RunStatus;
+  /** Whether its checks passed on its workspace as it ended; `null` until then. */
+  checks_passed: boolean | null;
+}
+
+/**
+ * `attempts` of a run request: try it `n` times, each attempt a run of its
+ * own, the run's check presets choosing the one it keeps.
+ */
+export interface AttemptsRequest {
+  /** 2 to the server's `[runs] max_attempts` (default 8). */
+  n: number;
+  /** The temperature of attempts 2 and on; absent: the profile's, or 0.8. */
+  temperature?: number | null;
+  /** `first_pass` (default) or `all`. */
+  until?: "first_pass" | "all";
 }
 
 /** The size of a run's diff: the files it touches, the lines it adds and removes. */
@@ -195,6 +236,8 @@ export interface ListRunsQuery {
   thread_id?: string;
   /** An agent's name: the runs made from any of its versions. */
   agent?: string;
+  /** The attempts of this run. */
+  parent_run_id?: string;
   /** Page size, 1 to 100 (default 20). */
   limit?: number;
   /** The `next_cursor` of the previous page. */
@@ -301,6 +344,8 @@ export interface RunDefinition {
    * JSON document: the run's `output` is then that document.
    */
   output_schema?: Record<string, unknown> | null;
+  /** Try the run several times; its checks choose. */
+  attempts?: AttemptsRequest | null;
 }
 
 /**
@@ -567,6 +612,20 @@ export interface RunResumedEvent extends StoredEvent {
   reason: "crash" | "shutdown" | "lease_lost";
 }
 
+/** An attempt of the run was made; `run_id` is the attempt's own run. */
+export interface AttemptStartEvent extends StoredEvent {
+  type: "attempt_start";
+  attempt: number;
+}
+
+/** An attempt ended and its checks ran; `run_id` is the attempt's own run. */
+export interface AttemptEndEvent extends StoredEvent {
+  type: "attempt_end";
+  attempt: number;
+  status: TerminalRunStatus;
+  checks_passed: boolean;
+}
+
 /** The run ended; always its last event, exactly once. */
 export interface RunEndEvent extends StoredEvent {
   type: "run_end";
@@ -601,6 +660,8 @@ export type RunEvent =
   | MessageEvent
   | ActionsRequiredEvent
   | RunResumedEvent
+  | AttemptStartEvent
+  | AttemptEndEvent
   | RunEndEvent
   | ModelDeltaEvent;
 

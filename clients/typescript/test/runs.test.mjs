@@ -161,3 +161,42 @@ function isEnd(event) {
 function pauseFor(callId) {
   return (event) => event.type === "actions_required" && event.actions[0]?.call_id === callId;
 }
+
+test("a run of attempts lists its attempts and takes the chosen one", async () => {
+  const checked = await startServer({ config: '[commands.check]\nprogram = "true"\ncheck = true' });
+  try {
+    const client = new AgentRunner({ baseUrl: checked.baseUrl });
+    const run = await client.createRun(
+      {
+        prompt: "try twice",
+        model: { scripted: [{ content: "done" }] },
+        commands: ["check"],
+        attempts: { n: 2, until: "all" },
+      },
+      { wait: true },
+    );
+    assert.equal(run.status, "completed");
+    assert.equal(run.chosen_attempt, 1);
+    assert.deepEqual(run.attempt_policy, { n: 2, until: "all" });
+    assert.deepEqual(
+      run.attempts.map((a) => [a.attempt, a.checks_passed]),
+      [
+        [1, true],
+        [2, true],
+      ],
+    );
+    const children = [];
+    for await (const child of client.listRuns({ parentRunId: run.id })) children.push(child);
+    children.sort((a, b) => a.attempt - b.attempt);
+    assert.deepEqual(
+      children.map((c) => [c.attempt, c.parent_run_id]),
+      [
+        [1, run.id],
+        [2, run.id],
+      ],
+    );
+    assert.equal(children[1].temperature, 0.8);
+  } finally {
+    await checked.stop();
+  }
+});

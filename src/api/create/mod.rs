@@ -75,6 +75,19 @@ pub struct CreateRunRequest {
     pub webhook: Option<crate::run::Webhook>,
     #[serde(default)]
     pub output_schema: Option<Value>,
+    #[serde(default)]
+    pub attempts: Option<AttemptsRequest>,
+}
+
+/// `attempts`: the run tried `n` times, its checks choosing (SPEC 27).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttemptsRequest {
+    pub n: u64,
+    #[serde(default)]
+    pub temperature: Option<f64>,
+    #[serde(default)]
+    pub until: Option<crate::run::Until>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -182,6 +195,8 @@ pub struct Ceilings<'a> {
     pub repositories: &'a crate::config::WorkspacesConfig,
     /// For a run with built-in tools and no instructions (none: none).
     pub default_instructions: Option<&'a std::sync::Arc<str>>,
+    /// `[runs] max_attempts`.
+    pub max_attempts: u32,
 }
 
 impl<'a> Ceilings<'a> {
@@ -196,6 +211,7 @@ impl<'a> Ceilings<'a> {
             webhooks: state.runner.webhooks(),
             repositories: state.runner.repositories(),
             default_instructions: state.default_instructions.as_ref(),
+            max_attempts: state.runner.max_attempts(),
         }
     }
 }
@@ -313,6 +329,10 @@ impl CreateRunRequest {
             .output_schema
             .map(|schema| bounds::output_schema(schema, instructions.as_deref(), &context))
             .transpose()?;
+        let attempts = self
+            .attempts
+            .map(|attempts| attempt_policy(attempts, &commands, server))
+            .transpose()?;
 
         Ok(RunSpec {
             prompt: self.prompt,
@@ -334,6 +354,8 @@ impl CreateRunRequest {
             agent: None,
             output_schema,
             seed,
+            attempts,
+            attempt_of: None,
         })
     }
 }
@@ -416,4 +438,45 @@ pub fn check_workspace_path(path: &str) -> Result<(), &'static str> {
         return Err("the path is too long");
     }
     crate::tools::path::check_file_path(path)
+}
+
+/// `attempts`, validated: `n` within `[runs] max_attempts`, a temperature a
+/// provider takes, and a check among the run's commands to tell the
+/// attempts apart.
+fn attempt_policy(
+    attempts: AttemptsRequest,
+    commands: &[String],
+    server: &Ceilings<'_>,
+) -> Result<crate::run::AttemptPolicy, ApiError> {
+    let invalid = |message: String| Err(ApiError::Validation(message));
+    let most = server.max_attempts;
+    let n = match u32::try_from(attempts.n) {
+        Ok(n) if (2..=most).contains(&n) => n,
+        _ => {
+            return invalid(format!(
+                "attempts.n: from 2 to {most} (the server's runs.max_attempts), got {}",
+                attempts.n
+            ));
+        }
+    };
+    if let Some(t) = attempts.temperature
+        && !(0.0..=2.0).contains(&t)
+    {
+        return invalid(format!("attempts.temperature: from 0 to 2, got {t}"));
+    }
+    let checks = commands
+        .iter()
+        .any(|name| server.presets.get(name).is_some_and(|preset| preset.check));
+    if !checks {
+        return invalid(
+            "attempts: needs a command preset with check = true among commands; nothing else \
+             could tell the attempts apart"
+                .into(),
+        );
+    }
+    Ok(crate::run::AttemptPolicy {
+        n,
+        temperature: attempts.temperature,
+        until: attempts.until.unwrap_or_default(),
+    })
 }

@@ -80,6 +80,7 @@ impl Run<'_, '_> {
             deadline,
             traceparent: self.emitter.traceparent(),
             deltas: &deltas,
+            temperature: self.config.temperature,
         };
         let outcome = tokio::select! {
             biased;

@@ -100,6 +100,9 @@ pub struct RunConfig {
     /// The JSON Schema its final answer must be valid under, if any (see
     /// [`crate::harness::output`]).
     pub output: Option<Arc<crate::harness::output::OutputSchema>>,
+    /// The temperature its model calls ask for instead of the model's own
+    /// (an attempt of several), if any.
+    pub temperature: Option<f64>,
 }
 
 impl RunConfig {
@@ -118,6 +121,7 @@ impl RunConfig {
             write_code_blocks: false,
             draft_first: false,
             output: None,
+            temperature: None,
         }
     }
 }

@@ -50,6 +50,7 @@ impl Run<'_, '_> {
                     (Outcome::Interrupted, None, Some(why))
                 }
                 Stopped::From(StopReason::Failed(why)) => (Outcome::Failed, None, Some(why)),
+                Stopped::From(StopReason::Superseded(why)) => (Outcome::Aborted, None, Some(why)),
                 Stopped::From(StopReason::HandOver) => {
                     (Outcome::Interrupted, None, Some(HANDED_OVER.to_owned()))
                 }

@@ -30,13 +30,16 @@ impl ModelProfile {
                 AnthropicModel::new(config).map_err(|e| error(e.to_string()))?,
             )),
         };
-        let model = match self {
-            Self::OpenAi(profile) | Self::Anthropic(profile) => profile.model.clone(),
-            Self::Scripted(_) => None,
+        let (model, temperature) = match self {
+            Self::OpenAi(profile) | Self::Anthropic(profile) => {
+                (profile.model.clone(), profile.temperature)
+            }
+            Self::Scripted(_) => (None, None),
         };
         Ok(PreparedProfile {
             kind: self.kind(),
             model,
+            temperature,
             instructions: self.instructions().map(str::to_owned),
             loop_settings: self.loop_settings(),
             source,
@@ -64,6 +67,7 @@ enum Source {
 pub struct PreparedProfile {
     kind: ProfileKind,
     model: Option<String>,
+    temperature: Option<f64>,
     instructions: Option<String>,
     loop_settings: super::LoopSettings,
     source: Source,
@@ -82,6 +86,11 @@ impl PreparedProfile {
     /// The system prompt of a run of this profile that gives none.
     pub fn instructions(&self) -> Option<&str> {
         self.instructions.as_deref()
+    }
+
+    /// The temperature its model is sent with, if the profile sets one.
+    pub fn temperature(&self) -> Option<f64> {
+        self.temperature
     }
 
     /// How the loop treats this profile's model (what it leaves unset is

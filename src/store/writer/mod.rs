@@ -225,6 +225,27 @@ impl Writer {
         Ok(())
     }
 
+    /// Records a run's attempts as they stand, in order with its events
+    /// (see [`Op::Attempts`]).
+    pub fn attempts(
+        &self,
+        run_id: Uuid,
+        list: Vec<crate::run::AttemptSummary>,
+        chosen: Option<u32>,
+        transcript_of: Option<Uuid>,
+    ) -> Result<(), StoreError> {
+        let attempts = serde_json::to_string(&list)
+            .map_err(|e| StoreError::Corrupt(format!("cannot serialise attempts: {e}")))?;
+        self.send(Op::Attempts {
+            run_id,
+            attempts,
+            list,
+            chosen,
+            transcript_of,
+        });
+        Ok(())
+    }
+
     /// Appends an event (and the message it announces, if any); a `run_end`
     /// carries the run's final state, written in the same transaction. Its
     /// subscribers hear of it once it is committed.

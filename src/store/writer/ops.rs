@@ -113,6 +113,17 @@ pub(super) enum Op {
         tools: String,
         names: Vec<String>,
     },
+    /// A run's attempts as they stand (and the one chosen, once one is):
+    /// `attempts` their JSON, `list` what the live copy takes. With
+    /// `transcript_of`, the chosen attempt whose transcript becomes the
+    /// run's (a follow-up continues it).
+    Attempts {
+        run_id: Uuid,
+        attempts: String,
+        list: Vec<crate::run::AttemptSummary>,
+        chosen: Option<u32>,
+        transcript_of: Option<Uuid>,
+    },
     /// A change that depends on what is stored (answering or ending a paused
     /// run): written apart from other writes, with the transitions waiting
     /// beside it (see `Task::transitions`).
@@ -158,6 +169,7 @@ impl Op {
                 (None, None) => return None,
             },
             Self::Tools { .. }
+            | Self::Attempts { .. }
             | Self::Transition(..)
             | Self::Barrier(_)
             | Self::Delivery { .. }
@@ -235,7 +247,7 @@ pub(super) fn finish(op: Op, stored: bool, channels: &Channels) {
         Op::Barrier(done) => {
             let _ = done.send(stored);
         }
-        Op::Tools { .. } | Op::Close(_) => {}
+        Op::Tools { .. } | Op::Attempts { .. } | Op::Close(_) => {}
     }
 }
 
@@ -260,6 +272,15 @@ fn apply(op: &Op, channels: &Channels) {
         Op::Tools { run_id, names, .. } => {
             channels.apply(*run_id, |run| run.tools.clone_from(names));
         }
+        Op::Attempts {
+            run_id,
+            list,
+            chosen,
+            ..
+        } => channels.apply(*run_id, |run| {
+            run.attempts = Some(list.clone());
+            run.chosen_attempt = *chosen;
+        }),
         Op::Event(event) => apply_event(event, channels),
         // A paused run's copy goes with its channel: it goes live again
         // from what storage holds.

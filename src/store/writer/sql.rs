@@ -43,6 +43,11 @@ pub(crate) struct RunRow {
     output_schema: Option<String>,
     seed: Option<String>,
     seed_files: Option<String>,
+    parent_run_id: Option<String>,
+    attempt: Option<i64>,
+    temperature: Option<String>,
+    attempt_policy: Option<String>,
+    attempts: Option<String>,
     /// The change of status its insert commits.
     change: StatusChange,
 }
@@ -93,6 +98,11 @@ impl RunRow {
             agent_version: run.agent.as_ref().map(|agent| i64::from(agent.version)),
             output_schema: run.output_schema.as_deref().map(json).transpose()?,
             seed: run.seed.as_deref().map(json).transpose()?,
+            parent_run_id: run.parent_run_id.map(|id| id.to_string()),
+            attempt: run.attempt.map(i64::from),
+            temperature: run.temperature.map(|t| t.to_string()),
+            attempt_policy: run.attempt_policy.as_ref().map(json).transpose()?,
+            attempts: run.attempts.as_ref().map(json).transpose()?,
             // What is written over a clone or an upload, which whichever
             // process starts the run fetches. A run of files alone has them
             // written when it is accepted: they are not kept.
@@ -225,6 +235,7 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
     let mut finishes = Vec::new();
     let mut pauses = Vec::new();
     let mut tools = Vec::new();
+    let mut attempts = Vec::new();
     // Runs that end or pause in the batch.
     let mut settled = Vec::new();
     // Webhooks' deliveries delivered (or given up), and tried again later.
@@ -238,6 +249,13 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
                 tools: list,
                 ..
             } => tools.push((run_id.to_string(), list.as_str())),
+            Op::Attempts {
+                run_id,
+                attempts: list,
+                chosen,
+                transcript_of,
+                ..
+            } => attempts.push((run_id.to_string(), list.as_str(), *chosen, *transcript_of)),
             Op::Started { run_id, at, .. } => started.push((run_id.to_string(), at.as_str())),
             Op::Event(outer) => {
                 for event in outer.all() {
@@ -288,9 +306,9 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
              model, metadata, approval, client_tools, mcp_servers, instructions, thread_id, \
              previous_run_id, model_spec, idempotency_key, request_hash, created_at, started_at, \
              owner, webhook, trace_id, parent_span_id, trace_sampled, agent_name, agent_version, \
-             output_schema, seed) ",
+             output_schema, seed, parent_run_id, attempt, temperature, attempt_policy, attempts) ",
             chunk.len(),
-            30,
+            35,
             "",
         );
         let mut query = sqlx::query(&sql);
@@ -325,7 +343,12 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
                 .bind(row.agent_name.as_deref())
                 .bind(row.agent_version)
                 .bind(row.output_schema.as_deref())
-                .bind(row.seed.as_deref());
+                .bind(row.seed.as_deref())
+                .bind(row.parent_run_id.as_deref())
+                .bind(row.attempt)
+                .bind(row.temperature.as_deref())
+                .bind(row.attempt_policy.as_deref())
+                .bind(row.attempts.as_deref());
         }
         query.execute(&mut *connection).await?;
     }
@@ -385,6 +408,31 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
             .bind(run_id.as_str())
             .execute(&mut *connection)
             .await?;
+    }
+    // A run's attempts (a few rows a run); the chosen one's transcript
+    // replaces the run's own (what it continued, which the attempt
+    // continued too), so that a follow-up continues it.
+    for (run_id, list, chosen, transcript_of) in &attempts {
+        sqlx::query("UPDATE runs SET attempts = $1, chosen_attempt = $2 WHERE id = $3")
+            .bind(*list)
+            .bind(chosen.map(i64::from))
+            .bind(run_id.as_str())
+            .execute(&mut *connection)
+            .await?;
+        if let Some(chosen) = transcript_of {
+            sqlx::query("DELETE FROM messages WHERE run_id = $1")
+                .bind(run_id.as_str())
+                .execute(&mut *connection)
+                .await?;
+            sqlx::query(
+                "INSERT INTO messages (run_id, position, body) \
+                 SELECT $1, position, body FROM messages WHERE run_id = $2",
+            )
+            .bind(run_id.as_str())
+            .bind(chosen.to_string())
+            .execute(&mut *connection)
+            .await?;
+        }
     }
     for chunk in chunks(&messages) {
         let sql = values_statement(

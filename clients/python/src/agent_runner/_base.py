@@ -155,12 +155,14 @@ def list_params(
     limit: Optional[int],
     cursor: Optional[str],
     agent: Optional[str] = None,
+    parent_run_id: Optional[str] = None,
 ) -> dict[str, Union[str, int]]:
     """The query of ``GET /v1/runs``, without the parameters not given."""
     given = {
         "status": status,
         "thread_id": thread_id,
         "agent": agent,
+        "parent_run_id": parent_run_id,
         "limit": limit,
         "cursor": cursor,
     }

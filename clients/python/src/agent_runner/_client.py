@@ -120,7 +120,8 @@ class Client:
 
         The keyword arguments are the fields of the API's
         ``CreateRunRequest`` (``None`` leaves one out); ``extra`` passes any
-        other field as is (``webhook``, ``mcp_servers``, ``commands``).
+        other field as is (``webhook``, ``mcp_servers``, ``commands``,
+        ``attempts``).
         ``approval`` may be a list of tool names. ``agent`` names a stored
         agent to start from (``"NAME"``, its latest version, or
         ``"NAME@VERSION"``): the fields given replace its definition's
@@ -167,11 +168,13 @@ class Client:
         limit: Optional[int] = None,
         cursor: Optional[str] = None,
         agent: Optional[str] = None,
+        parent_run_id: Optional[str] = None,
     ) -> RunPage:
         """One page of runs, newest first: pass its ``next_cursor`` as ``cursor``
         for the next. ``limit`` is the page's size (the server's default 20);
-        ``agent`` keeps the runs made from that agent (any of its versions)."""
-        params = list_params(status, thread_id, limit, cursor, agent)
+        ``agent`` keeps the runs made from that agent (any of its versions),
+        ``parent_run_id`` the attempts of that run."""
+        params = list_params(status, thread_id, limit, cursor, agent, parent_run_id)
         return RunPage.from_dict(json_object(self._request("GET", "/v1/runs", params=params)))
 
     def list_runs(
@@ -181,12 +184,15 @@ class Client:
         limit: Optional[int] = None,
         cursor: Optional[str] = None,
         agent: Optional[str] = None,
+        parent_run_id: Optional[str] = None,
     ) -> Generator[Run, None, None]:
-        """Every run (with ``status``, of ``thread_id``, made from ``agent``
-        when given), newest first, fetched ``limit`` at a time as the
-        iteration goes on."""
+        """Every run (with ``status``, of ``thread_id``, made from ``agent``,
+        attempts of ``parent_run_id``, when given), newest first, fetched
+        ``limit`` at a time as the iteration goes on."""
         while True:
-            page = self.list_runs_page(status, thread_id, limit, cursor, agent)
+            page = self.list_runs_page(
+                status, thread_id, limit, cursor, agent, parent_run_id
+            )
             yield from page.runs
             if page.next_cursor is None:
                 return

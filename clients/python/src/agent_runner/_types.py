@@ -96,6 +96,28 @@ class Changes:
         )
 
 
+@dataclass(frozen=True)
+class AttemptSummary:
+    """One attempt of a run tried several times (``attempts``): its own run,
+    its number from 1, its status, and whether its checks passed on its
+    workspace as it ended (``None`` until it has ended)."""
+
+    run_id: str
+    attempt: int
+    status: str
+    checks_passed: Optional[bool] = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AttemptSummary:
+        """An ``AttemptSummary`` from the server's JSON object."""
+        return cls(
+            run_id=str(data["run_id"]),
+            attempt=int(data["attempt"]),
+            status=str(data["status"]),
+            checks_passed=data.get("checks_passed"),
+        )
+
+
 @dataclass
 class Run:
     """A run as the server describes it (the ``Run`` schema, field for field).
@@ -107,7 +129,10 @@ class Run:
     run with an ``output_schema`` is, ``None`` otherwise; ``agent`` is
     ``{"name": ..., "version": ...}`` for a run made from an agent.
     ``changes`` counts what the run changed in its workspace (its diff) once
-    it has ended, ``None`` until then.
+    it has ended, ``None`` until then. A run tried several times has its
+    ``attempt_policy`` (the request's ``attempts``), its ``attempts`` and,
+    once one passed, ``chosen_attempt``; each attempt is a run whose
+    ``parent_run_id`` and ``attempt`` say whose attempt it is.
     """
 
     id: str
@@ -137,6 +162,12 @@ class Run:
     agent: Optional[dict[str, Any]] = None
     output_schema: Optional[dict[str, Any]] = None
     changes: Optional[Changes] = None
+    parent_run_id: Optional[str] = None
+    attempt: Optional[int] = None
+    temperature: Optional[float] = None
+    attempt_policy: Optional[dict[str, Any]] = None
+    attempts: Optional[list[AttemptSummary]] = None
+    chosen_attempt: Optional[int] = None
     created_at: str = ""
     started_at: Optional[str] = None
     finished_at: Optional[str] = None
@@ -175,6 +206,16 @@ class Run:
             agent=data.get("agent"),
             output_schema=data.get("output_schema"),
             changes=Changes.from_dict(data.get("changes")),
+            parent_run_id=data.get("parent_run_id"),
+            attempt=data.get("attempt"),
+            temperature=data.get("temperature"),
+            attempt_policy=data.get("attempt_policy"),
+            attempts=(
+                None
+                if data.get("attempts") is None
+                else [AttemptSummary.from_dict(a) for a in data["attempts"]]
+            ),
+            chosen_attempt=data.get("chosen_attempt"),
             created_at=data.get("created_at") or "",
             started_at=data.get("started_at"),
             finished_at=data.get("finished_at"),

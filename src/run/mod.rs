@@ -13,6 +13,9 @@ use uuid::Uuid;
 use crate::harness::{Answer, Outcome, PendingAction, ToolDefinition, UsageTotals, agent};
 use crate::telemetry::RunTrace;
 
+pub mod attempts;
+pub use attempts::{AttemptOf, AttemptPolicy, AttemptSummary, Until};
+
 /// The tenant a request authenticated as; every run belongs to one.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Tenant(pub String);
@@ -231,6 +234,10 @@ pub struct RunSpec {
     pub output_schema: Option<Arc<Value>>,
     /// Where its workspace comes from besides `files`: a clone, an upload.
     pub seed: crate::repo::Seed,
+    /// Tried this many times, each attempt a child run (SPEC section 27).
+    pub attempts: Option<AttemptPolicy>,
+    /// The run this one is an attempt of.
+    pub attempt_of: Option<AttemptOf>,
 }
 
 /// Where a run's ends and pauses are posted (signed; see
@@ -265,7 +272,29 @@ impl RunSpec {
             agent: run.agent.clone(),
             output_schema: run.output_schema.clone(),
             seed: run.seed.as_deref().cloned().unwrap_or_default(),
+            attempts: run.attempt_policy,
+            attempt_of: run
+                .parent_run_id
+                .zip(run.attempt)
+                .map(|(parent_run_id, attempt)| AttemptOf {
+                    parent_run_id,
+                    attempt,
+                    temperature: run.temperature,
+                }),
         }
+    }
+
+    /// Whether the run's starting tree is kept as it is seeded (see
+    /// [`crate::repo::StartingTree`]).
+    pub fn starting_tree(&self) -> crate::repo::StartingTree {
+        crate::repo::StartingTree::of(Some(&self.seed), self.continues_a_tree())
+    }
+
+    /// Whether it starts from a tree made before it: the workspace of the
+    /// run it continues, of the run it is an attempt of, or (one with
+    /// attempts) its own, kept before its attempts copy it.
+    fn continues_a_tree(&self) -> bool {
+        self.previous_run_id.is_some() || self.attempts.is_some() || self.attempt_of.is_some()
     }
 }
 
@@ -370,6 +399,24 @@ pub struct Run {
     /// What it changed in its workspace, once it has ended.
     #[serde(default)]
     pub changes: Option<crate::repo::Changes>,
+    /// The run it is an attempt of, and which attempt (from 1).
+    #[serde(default)]
+    pub parent_run_id: Option<Uuid>,
+    #[serde(default)]
+    pub attempt: Option<u32>,
+    /// The temperature it was sent with, as an attempt (absent: its
+    /// profile's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    /// `attempts` as requested: it runs as several attempts.
+    #[serde(default)]
+    pub attempt_policy: Option<AttemptPolicy>,
+    /// Its attempts so far (null for a run without attempts).
+    #[serde(default)]
+    pub attempts: Option<Vec<AttemptSummary>>,
+    /// The attempt whose answer and workspace it took, once one passed.
+    #[serde(default)]
+    pub chosen_attempt: Option<u32>,
     /// Where its workspace came from besides its files (not shown: it is
     /// the request's).
     #[serde(skip)]
@@ -429,6 +476,12 @@ impl Run {
             output_schema: spec.output_schema.clone(),
             output: None,
             changes: None,
+            parent_run_id: spec.attempt_of.map(|of| of.parent_run_id),
+            attempt: spec.attempt_of.map(|of| of.attempt),
+            temperature: spec.attempt_of.and_then(|of| of.temperature),
+            attempt_policy: spec.attempts,
+            attempts: spec.attempts.map(|_| Vec::new()),
+            chosen_attempt: None,
             seed: (!spec.seed.is_empty()).then(|| Arc::new(spec.seed.clone())),
             created_at,
             started_at: None,
@@ -437,6 +490,15 @@ impl Run {
             parent_span_id: spec.trace.parent_span_id.map(|id| id.to_string()),
             trace_sampled: spec.trace.sampled,
         }
+    }
+
+    /// Whether its starting tree is kept as it is seeded (see
+    /// [`crate::repo::StartingTree`]).
+    pub fn starting_tree(&self) -> crate::repo::StartingTree {
+        let continues = self.previous_run_id.is_some()
+            || self.attempt_policy.is_some()
+            || self.parent_run_id.is_some();
+        crate::repo::StartingTree::of(self.seed.as_deref(), continues)
     }
 
     /// The trace its spans belong to.
@@ -552,6 +614,8 @@ impl RunSpec {
             agent: None,
             output_schema: None,
             seed: Default::default(),
+            attempts: None,
+            attempt_of: None,
         }
     }
 }
