@@ -50,6 +50,19 @@ async fn browse_with(app: &TestApp, scenario: &str, env: &[(&str, &str)]) -> Val
 }
 
 #[tokio::test]
+async fn the_console_shows_a_run_s_attempts_side_by_side_with_their_diffs() {
+    let app = spawn_with(|config| {
+        let check = "program = \"true\"\ncheck = true";
+        config
+            .commands
+            .insert("check".into(), toml::from_str(check).unwrap());
+    })
+    .await;
+    let seen = browse(&app, "attempts").await;
+    assert_eq!(seen["attempts"], 2);
+}
+
+#[tokio::test]
 async fn the_console_lists_runs_live_and_filters_them() {
     let app = spawn_app().await;
     let seen = browse(&app, "list").await;

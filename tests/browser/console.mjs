@@ -83,6 +83,34 @@ async function expectText(locator, text, what) {
 }
 
 const scenarios = {
+  // A run of attempts shows them side by side: each its status, whether
+  // its checks passed, its diff; the chosen one marked.
+  async attempts() {
+    const script = [
+      { content: "", tool_calls: [call("w1", "write_file", { path: "notes.txt", content: "tried\n" })] },
+      { content: "done" },
+    ];
+    const run = await api("POST", "/v1/runs", {
+      prompt: "try twice",
+      model: scripted(script),
+      commands: ["check"],
+      attempts: { n: 2, until: "all" },
+    });
+    await page.goto(`${base}/#/runs/${run.id}`);
+    await expectText(page.locator("#run-status"), "completed", "the run's end");
+    const cards = page.locator("#attempts .attempt");
+    await page.waitForFunction(() => document.querySelectorAll("#attempts .attempt .diff .line").length > 0 && document.querySelectorAll("#attempts .attempt").length === 2, null, { timeout: WAIT });
+    assert.equal(await cards.count(), 2);
+    await expectText(page.locator("#attempts .attempt.chosen .attempt-head a"), "Attempt 1", "the chosen attempt");
+    assert.equal(await page.locator("#attempts .attempt-checks.passed").count(), 2, "both passed their checks");
+    for (let i = 0; i < 2; i += 1) {
+      await cards.nth(i).locator(".diff .line", { hasText: "+tried" }).waitFor({ timeout: WAIT });
+    }
+    await shot("console-attempts");
+    return { attempts: await cards.count() };
+  },
+
+
   // The list follows runs as they are made and change, without a reload.
   async list() {
     await page.goto(base + "/");
