@@ -387,7 +387,7 @@ def with_model(request, model, ablate=()):
     return request
 
 
-def attempt(server, task, model, one_shot, ablate=(), no_schema=False):
+def attempt(server, task, model, one_shot, ablate=(), no_schema=False, attempts=1):
     began = time.monotonic()
     extraction = None
     repo = None
@@ -410,6 +410,8 @@ def attempt(server, task, model, one_shot, ablate=(), no_schema=False):
         request = with_model(task["request"], model, ablate)
         if no_schema:
             request.pop("output_schema", None)
+        if attempts > 1:
+            request["attempts"] = {"n": attempts, "until": "first_pass"}
         run = server.run(request)
         if "expect_json" in task["check"]:
             extraction = check_extraction(run, task["check"]["expect_json"], "output_schema" in request)
@@ -426,7 +428,7 @@ def attempt(server, task, model, one_shot, ablate=(), no_schema=False):
             passed, detail = check_run(server, run, task["check"])
     result = {
         "task": task["id"],
-        "mode": "one_shot" if one_shot else "harness",
+        "mode": "one_shot" if one_shot else harness_mode(attempts),
         "passed": passed,
         "status": run["status"],
         "steps": run.get("steps"),
@@ -440,6 +442,11 @@ def attempt(server, task, model, one_shot, ablate=(), no_schema=False):
     if repo is not None:
         result.update(repo)
     return result
+
+
+def harness_mode(attempts):
+    """The name of a harness run's mode: `harness`, or `attempts-N`."""
+    return "harness" if attempts <= 1 else f"attempts-{attempts}"
 
 
 def extraction_totals(totals, result):
@@ -465,6 +472,12 @@ def main():
     parser.add_argument("--one-shot", action="store_true", help="also ask each task in one shot")
     parser.add_argument("--no-harness", action="store_true", help="only the one-shot baseline")
     parser.add_argument("--repeat", type=int, default=1, help="tries of each task")
+    parser.add_argument(
+        "--attempts",
+        type=int,
+        default=1,
+        help="each harness run tried this many times, its checks choosing (first_pass)",
+    )
     parser.add_argument("--only", help="a regular expression the task ids must match")
     parser.add_argument("--out", help="where to write every result, as JSONL")
     parser.add_argument(
@@ -500,9 +513,10 @@ def main():
             for _ in range(args.repeat):
                 try:
                     result = attempt(server, task, args.model, one_shot, args.ablate,
-                                     args.no_schema)
+                                     args.no_schema, args.attempts)
                 except Exception as error:  # a task's failure is its own
-                    result = {"task": task["id"], "mode": "one_shot" if one_shot else "harness",
+                    mode = "one_shot" if one_shot else harness_mode(args.attempts)
+                    result = {"task": task["id"], "mode": mode,
                               "passed": False, "status": "error", "steps": None,
                               "seconds": 0, "detail": str(error)}
                     if not one_shot and "expect_json" in task["check"]:
@@ -530,8 +544,8 @@ def main():
                 if out:
                     out.write(json.dumps(result) + "\n")
                     out.flush()
-    for mode in ("harness", "one_shot"):
-        if mode + "_n" in totals:
+    for mode in ("harness", harness_mode(args.attempts), "one_shot"):
+        if mode + "_n" in totals and (mode != "harness" or args.attempts <= 1):
             count, took = totals[mode + "_n"]
             print(
                 f"{mode}: {totals[mode][0]}/{count} passed, "

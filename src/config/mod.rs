@@ -212,6 +212,13 @@ pub struct RunsConfig {
     /// would without tools (with `write_code_blocks`, its code blocks become
     /// files), then goes on with them. Off by default.
     pub draft_first: bool,
+    /// Whether an answer that changed no file, in a run that can change
+    /// files and whose prompt asks for a change ("fix", "implement", "make
+    /// ... pass"), is questioned once before it ends the run: a small model
+    /// otherwise tells the user to do the work. Unset: on for a provider's
+    /// model, off for a scripted one (whose answers are meant to end its
+    /// run).
+    pub question_unchanged: Option<bool>,
     /// Most `attempts.n` a run may ask for (SPEC section 27).
     pub max_attempts: u32,
     /// Most attempts of one run executing at once; the rest wait for one
@@ -242,6 +249,7 @@ impl Default for RunsConfig {
             check_answers: false,
             write_code_blocks: false,
             draft_first: false,
+            question_unchanged: None,
             max_attempts: 8,
             max_parallel_attempts: 4,
         }

@@ -16,6 +16,7 @@ pub mod review;
 pub mod stop;
 pub mod stuck;
 pub mod tool;
+pub mod unchanged;
 pub mod unread;
 
 pub use agent::{

@@ -214,6 +214,15 @@ impl ToolRegistry {
     }
 
     /// Whether one of the tools checks work.
+    /// The names of the tools that change files, in registration order.
+    pub fn file_changers(&self) -> Vec<String> {
+        self.entries
+            .iter()
+            .filter(|entry| entry.tool.role().changes_files())
+            .map(|entry| entry.tool.definition().name.clone())
+            .collect()
+    }
+
     pub fn has_check(&self) -> bool {
         self.entries
             .iter()

@@ -234,6 +234,7 @@ impl Runner {
                     config.runs.draft_first,
                     config.runs.check_answers,
                     config.runs.write_code_blocks,
+                    config.runs.question_unchanged,
                 ),
                 default_instructions: (!config.runs.default_instructions.is_empty())
                     .then(|| config.runs.default_instructions.as_str().into()),

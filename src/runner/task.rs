@@ -483,6 +483,13 @@ impl RunTask {
         // counted above, is given again).
         let answered = resumed.map_or(0, |(steps, _, _)| steps as usize);
         // The loop's switches: the profile's, else the server's.
+        let scripted = match &spec.model {
+            ModelSpec::Scripted(_) => true,
+            ModelSpec::Profile(name) => shared
+                .profiles
+                .get(name)
+                .is_some_and(|profile| profile.kind() == crate::models::ProfileKind::Scripted),
+        };
         let (model, loop_settings): (Arc<dyn Model>, _) = match &spec.model {
             ModelSpec::Scripted(script) => (
                 Arc::new(ScriptedModel::new(
@@ -539,6 +546,7 @@ impl RunTask {
             check_answers: loop_settings.check_answers(),
             write_code_blocks: loop_settings.write_code_blocks(),
             draft_first: loop_settings.draft_first(),
+            question_unchanged: loop_settings.question_unchanged(scripted),
             output: spec
                 .output_schema
                 .as_ref()

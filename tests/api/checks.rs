@@ -197,6 +197,29 @@ async fn a_run_drafts_three_times_at_most_then_goes_on_with_its_tools() {
 }
 
 #[tokio::test]
+async fn a_redraft_that_repeats_the_draft_is_the_last_one() {
+    let block = |word: &str| text(&format!("main.py\n```python\nprint('{word}')\n```"));
+    let (app, seen) = spawn_checked(
+        vec![
+            block("one"),
+            block("one"),
+            text("It still fails."),
+            text("It still fails."),
+        ],
+        true,
+    )
+    .await;
+    let run = app.run_to_end(request()).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    let requests = seen.lock().unwrap().clone();
+    for draft in &requests[..2] {
+        assert!(draft.get("tools").is_none(), "{draft}");
+    }
+    // The same code twice: the tools take over, no third draft.
+    assert!(requests[2]["tools"].is_array(), "{}", requests[2]);
+}
+
+#[tokio::test]
 async fn no_check_is_added_after_a_step_that_checks_itself_changes_nothing_or_has_no_room() {
     let app = spawn_with(|config| {
         config.commands.insert("test".into(), check_preset());

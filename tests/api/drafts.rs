@@ -16,6 +16,9 @@ async fn spawn_drafting(replies: Vec<Value>) -> (TestApp, Seen) {
         add_test_preset(config);
         config.runs.draft_first = true;
         config.runs.write_code_blocks = true;
+        // Drafts alone: an answer that changed nothing stands (see
+        // `unchanged.rs`).
+        config.runs.question_unchanged = Some(false);
         config
             .models
             .insert("oa".into(), mock_openai_profile(&address));
@@ -250,12 +253,14 @@ async fn spawn_two_profiles(
         add_test_preset(config);
         config.runs.draft_first = server;
         config.runs.write_code_blocks = server;
+        config.runs.question_unchanged = Some(false);
         let mut profile = mock_openai_profile(&address);
         if let ModelProfile::OpenAi(http) = &mut profile {
             http.loop_settings = LoopSettings {
                 draft_first: small,
                 check_answers: None,
                 write_code_blocks: small,
+                question_unchanged: None,
             };
         }
         config.models.insert("small".into(), profile);

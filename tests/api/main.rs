@@ -56,6 +56,7 @@ mod storage;
 mod tenants;
 mod tools;
 mod traces;
+mod unchanged;
 mod unread;
 mod webhook_hosts;
 mod webhooks;

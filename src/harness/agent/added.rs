@@ -131,6 +131,21 @@ pub(super) fn is_block_answer(message: &Message) -> bool {
     blocks > 0 && checks > 0 && blocks + checks == calls.len()
 }
 
+/// Whether two block answers wrote the same files with the same text: a
+/// model that answers a failed draft with the draft again (at temperature
+/// 0 it will, every time it is asked so).
+pub(super) fn same_blocks(one: &Message, other: &Message) -> bool {
+    let blocks = |message: &'_ Message| -> Vec<(String, serde_json::Value)> {
+        message
+            .tool_calls()
+            .iter()
+            .filter(|call| call.id.starts_with(CODE_BLOCK_ID))
+            .map(|call| (call.name.clone(), call.arguments.clone()))
+            .collect()
+    };
+    blocks(one) == blocks(other)
+}
+
 /// Whether every check of `assistant` passed, by `results`, the tool
 /// messages that follow it.
 pub(super) fn checks_passed(assistant: &Message, results: &[&Message]) -> bool {

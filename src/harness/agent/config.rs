@@ -97,6 +97,10 @@ pub struct RunConfig {
     /// is a draft made without tool definitions (see
     /// [`crate::harness::agent`]'s `draft` note).
     pub draft_first: bool,
+    /// Whether an answer that changed no file, when the prompt asks for a
+    /// change and the run can make one, is questioned once (see
+    /// [`crate::harness::unchanged`]).
+    pub question_unchanged: bool,
     /// The JSON Schema its final answer must be valid under, if any (see
     /// [`crate::harness::output`]).
     pub output: Option<Arc<crate::harness::output::OutputSchema>>,
@@ -120,6 +124,7 @@ impl RunConfig {
             check_answers: false,
             write_code_blocks: false,
             draft_first: false,
+            question_unchanged: false,
             output: None,
             temperature: None,
         }

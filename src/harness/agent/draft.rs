@@ -48,16 +48,24 @@ impl Run<'_, '_> {
 
     /// The last step, if it is a draft whose code became files and whose
     /// check failed, and another draft is allowed: the draft's message and
-    /// the results of its calls, in order.
+    /// the results of its calls, in order. A redraft that wrote what the
+    /// draft before it wrote allows none: asked again the same way, the
+    /// model repeats itself, so the tools take over at once rather than a
+    /// third call writing the same code.
     fn failed_draft(&self) -> Option<(&Message, Vec<&Message>)> {
         let at = stuck::step_start(&self.messages)?;
         let draft = &*self.messages[at];
         let results: Vec<&Message> = self.messages[at + 1..].iter().map(|m| &**m).collect();
-        // The transcript is counted last, once the step is a failed draft.
-        (added::is_block_answer(draft)
-            && !added::checks_passed(draft, &results)
-            && self.drafts() < MAX_DRAFTS)
-            .then_some((draft, results))
+        if !added::is_block_answer(draft) || added::checks_passed(draft, &results) {
+            return None;
+        }
+        // The transcript is read last, once the step is a failed draft.
+        let repeated = self.messages[..at]
+            .iter()
+            .rev()
+            .find(|message| added::is_block_answer(message))
+            .is_some_and(|before| added::same_blocks(before, draft));
+        (!repeated && self.drafts() < MAX_DRAFTS).then_some((draft, results))
     }
 
     /// How many drafts the run made: its first call's, and its block

@@ -521,8 +521,10 @@ impl Run<'_, '_> {
                     Some(draft::DRAFT_NOTE.to_owned())
                 } else if let Some(note) = self.review() {
                     Some(note)
+                } else if let Some(note) = self.unread_note().await {
+                    Some(note)
                 } else {
-                    self.unread_note().await
+                    self.unchanged_note()
                 };
                 let answer = response.content.clone();
                 if let Err(end) =

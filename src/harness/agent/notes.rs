@@ -1,9 +1,11 @@
 //! The harness's notes to the model about its checks (see
-//! [`crate::harness::review`]), under `[runs] check_answers`.
+//! [`crate::harness::review`]), under `[runs] check_answers`, and about an
+//! answer that changed nothing (see [`crate::harness::unchanged`]), under
+//! `[runs] question_unchanged`.
 
 use super::Run;
 use crate::harness::tool::Tool;
-use crate::harness::{review, unread};
+use crate::harness::{review, unchanged, unread};
 
 impl Run<'_, '_> {
     /// The note questioning the answer the model just gave, if it leaves
@@ -40,6 +42,31 @@ impl Run<'_, '_> {
         let reader = self.harness.tools.file_reader()?;
         let files = text_file_paths(&**reader).await;
         unread::note(&self.messages, &files, &reader.definition().name)
+    }
+
+    /// The note questioning an answer that changed no file when the prompt
+    /// asks for a change (see [`crate::harness::unchanged`]), if the run can
+    /// change files, has no output schema (its answer is a document), and
+    /// a step is left to.
+    pub(super) fn unchanged_note(&self) -> Option<String> {
+        if !self.config.question_unchanged
+            || self.config.output.is_some()
+            || self.steps >= self.config.limits.max_steps.get()
+        {
+            return None;
+        }
+        let tools = self.harness.tools;
+        let changers = tools.file_changers();
+        if changers.is_empty() {
+            return None;
+        }
+        let named = changers
+            .iter()
+            .take(2)
+            .map(|name| format!("`{name}`"))
+            .collect::<Vec<_>>()
+            .join(" or ");
+        unchanged::note(&self.messages, tools, &named)
     }
 
     /// Whether notes are on, the run has a check, and a step is left after

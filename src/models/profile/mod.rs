@@ -99,6 +99,8 @@ struct RawProfile {
     check_answers: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     write_code_blocks: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    question_unchanged: Option<bool>,
 }
 
 impl ModelProfile {
@@ -134,11 +136,13 @@ impl From<ModelProfile> for RawProfile {
             draft_first: None,
             check_answers: None,
             write_code_blocks: None,
+            question_unchanged: None,
         };
         let settings = profile.loop_settings();
         raw.draft_first = settings.draft_first;
         raw.check_answers = settings.check_answers;
         raw.write_code_blocks = settings.write_code_blocks;
+        raw.question_unchanged = settings.question_unchanged;
         match profile {
             ModelProfile::Scripted(scripted) => {
                 raw.script = Some(scripted.script);
@@ -181,6 +185,7 @@ impl TryFrom<RawProfile> for ModelProfile {
             draft_first: raw.draft_first,
             check_answers: raw.check_answers,
             write_code_blocks: raw.write_code_blocks,
+            question_unchanged: raw.question_unchanged,
         };
         if kind == ProfileKind::Scripted {
             let http_fields = [
@@ -521,6 +526,7 @@ mod tests {
             draft_first: Some(true),
             check_answers: Some(false),
             write_code_blocks: None,
+            question_unchanged: None,
         };
         assert_eq!(http.loop_settings(), expected);
         let written = toml::to_string(&http).unwrap();
