@@ -181,9 +181,18 @@ impl RunTask {
                 return Ok(Left::Ended);
             }
             if verdict.is_none() && superseded.is_none() {
-                changed |= self
+                match self
                     .start_more(&policy, &mut attempts, &parent_dir, observer)
-                    .await?;
+                    .await
+                {
+                    Ok(started) => changed |= started,
+                    Err(error) => {
+                        // The run fails: the attempts it made go with it.
+                        self.end_attempts(&attempts, &StopReason::Cancelled).await;
+                        self.record(&attempts, None, None)?;
+                        return Err(error);
+                    }
+                }
             }
             if changed {
                 self.record(&attempts, None, None)?;
@@ -354,9 +363,11 @@ impl RunTask {
         let (mut steps, mut tool_calls) = (0u32, 0u32);
         for attempt in attempts.values() {
             let run = &attempt.run;
-            usage.input_tokens += run.usage.input_tokens;
-            usage.output_tokens += run.usage.output_tokens;
-            usage.model_calls_with_usage += run.usage.model_calls_with_usage;
+            usage.input_tokens = usage.input_tokens.saturating_add(run.usage.input_tokens);
+            usage.output_tokens = usage.output_tokens.saturating_add(run.usage.output_tokens);
+            usage.model_calls_with_usage = usage
+                .model_calls_with_usage
+                .saturating_add(run.usage.model_calls_with_usage);
             steps = steps.saturating_add(run.steps);
             tool_calls = tool_calls.saturating_add(run.tool_calls);
         }

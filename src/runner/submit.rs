@@ -132,7 +132,12 @@ impl Runner {
         let mut prepared = Ok(());
         if let Some(previous) = &previous {
             run.thread_id = previous.thread_id;
-            prepared = copy_previous(&self.workspace_dir(previous.id), &directory).await;
+            prepared = copy_workspace(
+                &self.workspace_dir(previous.id),
+                &directory,
+                "previous_run_id",
+            )
+            .await;
         }
         if let Ok(()) = prepared {
             prepared = seed_workspace(&directory, &spec).await;
@@ -272,7 +277,7 @@ async fn copy_starting_tree(
     to: &std::path::Path,
     base: &std::path::Path,
 ) -> Result<(), SubmitError> {
-    copy_previous(from, to).await?;
+    copy_workspace(from, to, "attempts").await?;
     let (to, base) = (to.to_owned(), base.to_owned());
     tokio::task::spawn_blocking(move || crate::tools::copy::keep_starting_tree(&to, &base))
         .await
@@ -292,17 +297,23 @@ pub(super) async fn detached<T: Send + 'static>(
     })
 }
 
-/// Starts a run's workspace as a copy of the one it continues, as it ended.
-async fn copy_previous(from: &std::path::Path, to: &std::path::Path) -> Result<(), SubmitError> {
+/// Starts a run's workspace as a copy of another's: the one it continues,
+/// as it ended, or (an attempt) its parent's starting tree. `field` is the
+/// request's field a workspace too large to copy is refused under.
+async fn copy_workspace(
+    from: &std::path::Path,
+    to: &std::path::Path,
+    field: &'static str,
+) -> Result<(), SubmitError> {
     let (from, to) = (from.to_owned(), to.to_owned());
     let began = std::time::Instant::now();
     let stats = tokio::task::spawn_blocking(move || crate::tools::copy::copy_workspace(&from, &to))
         .await
         .map_err(|e| SubmitError::Workspace(format!("copying the workspace failed: {e}")))?
         .map_err(|error| match error {
-            CopyError::TooLarge => SubmitError::Workspace(format!("previous_run_id: {error}")),
+            CopyError::TooLarge => SubmitError::Workspace(format!("{field}: {error}")),
             CopyError::Write(e) | CopyError::Source(e) => {
-                server_side(&e, format!("copying the previous run's workspace: {e}"))
+                server_side(&e, format!("copying the workspace for {field}: {e}"))
             }
         })?;
     tracing::debug!(
