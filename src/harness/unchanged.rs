@@ -93,6 +93,27 @@ pub fn note(messages: &[Arc<Message>], tools: &impl Roles, writer: &str) -> Opti
     ))
 }
 
+/// Files named in the note at most.
+const MAX_NAMED: usize = 8;
+
+/// `note`, followed by the workspace's files (`files`, their paths; at
+/// most [`MAX_NAMED`] of them), if it has any.
+pub fn with_files(mut note: String, files: &[String]) -> String {
+    if files.is_empty() {
+        return note;
+    }
+    let mut named: Vec<String> = files
+        .iter()
+        .take(MAX_NAMED)
+        .map(|path| format!("`{path}`"))
+        .collect();
+    if files.len() > MAX_NAMED {
+        named.push(format!("and {} more", files.len() - MAX_NAMED));
+    }
+    note.push_str(&format!(" The workspace's files: {}.", named.join(", ")));
+    note
+}
+
 /// Whether `prompt` asks for a change: one of its sentences (or lines)
 /// starts with a verb of [`CHANGING_VERBS`], as an imperative does.
 pub fn asks_for_change(prompt: &str) -> bool {
@@ -185,6 +206,22 @@ mod tests {
             super::note(&again, &Tools, "write_file"),
             None,
             "once a turn"
+        );
+    }
+
+    #[test]
+    fn the_note_names_the_workspace_s_files() {
+        let files: Vec<String> = (1..=10).map(|i| format!("f{i}.py")).collect();
+        let note = with_files("Changed nothing.".into(), &files[..2]);
+        assert_eq!(
+            note,
+            "Changed nothing. The workspace's files: `f1.py`, `f2.py`."
+        );
+        let note = with_files("Changed nothing.".into(), &files);
+        assert!(note.ends_with("`f8.py`, and 2 more."), "{note}");
+        assert_eq!(
+            with_files("Changed nothing.".into(), &[]),
+            "Changed nothing."
         );
     }
 

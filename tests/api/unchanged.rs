@@ -78,6 +78,10 @@ async fn an_answer_that_changed_nothing_is_questioned_and_the_model_makes_the_ch
         note.starts_with("[agent-runner] You changed no file, but the task asks for a change"),
         "{note}"
     );
+    assert!(
+        note.ends_with("The workspace's files: `main.py`."),
+        "{note}"
+    );
     // The note stays in the transcript, after the answer it questions.
     let messages = app.messages(run["id"].as_str().unwrap()).await;
     let position = messages

@@ -524,7 +524,7 @@ impl Run<'_, '_> {
                 } else if let Some(note) = self.unread_note().await {
                     Some(note)
                 } else {
-                    self.unchanged_note()
+                    self.unchanged_note().await
                 };
                 let answer = response.content.clone();
                 if let Err(end) =

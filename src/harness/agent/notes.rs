@@ -48,7 +48,7 @@ impl Run<'_, '_> {
     /// asks for a change (see [`crate::harness::unchanged`]), if the run can
     /// change files, has no output schema (its answer is a document), and
     /// a step is left to.
-    pub(super) fn unchanged_note(&self) -> Option<String> {
+    pub(super) async fn unchanged_note(&self) -> Option<String> {
         if !self.config.question_unchanged
             || self.config.output.is_some()
             || self.steps >= self.config.limits.max_steps.get()
@@ -66,7 +66,14 @@ impl Run<'_, '_> {
             .map(|name| format!("`{name}`"))
             .collect::<Vec<_>>()
             .join(" or ");
-        unchanged::note(&self.messages, tools, &named)
+        let note = unchanged::note(&self.messages, tools, &named)?;
+        // Named, since a model that never listed them edits a file named
+        // after the function it was asked to write, which does not exist.
+        let files = match tools.file_reader().or_else(|| tools.whole_file_writer()) {
+            Some(lister) => text_file_paths(&**lister).await,
+            None => Vec::new(),
+        };
+        Some(unchanged::with_files(note, &files))
     }
 
     /// Whether notes are on, the run has a check, and a step is left after
