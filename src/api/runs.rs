@@ -296,11 +296,6 @@ pub async fn list(
         )));
     }
     let parent_run_id = id_param("parent_run_id", "a run id")?;
-    if parent_run_id.is_some() && (thread_id.is_some() || agent.is_some()) {
-        return Err(ApiError::InvalidQuery(
-            "parent_run_id combines with status alone, not with thread_id or agent".into(),
-        ));
-    }
     let cursor = id_param("cursor", "a valid cursor")?;
     let mut runs = state
         .runner

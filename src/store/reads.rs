@@ -75,8 +75,8 @@ impl Store {
         row.map(|row| rows::run_from_row(&row)).transpose()
     }
 
-    /// Runs newest first, after `cursor` (an id) when given, of one status
-    /// or thread when given.
+    /// Runs newest first, after `cursor` (an id) when given, narrowed by
+    /// every filter given (they combine).
     pub async fn list_runs(
         &self,
         tenant: &Tenant,
@@ -90,7 +90,9 @@ impl Store {
                 .bind(cursor.map(|c| c.to_string()))
                 .bind(i64::from(limit))
                 .bind(parent.to_string())
-                .bind(filter.status.map(RunStatus::as_str));
+                .bind(filter.status.map(RunStatus::as_str))
+                .bind(filter.thread_id.map(|thread| thread.to_string()))
+                .bind(filter.agent);
             let rows = self
                 .read(async |connection| query.fetch_all(connection).await)
                 .await?;

@@ -75,7 +75,8 @@ pub(super) const SELECT_RUNS_PAGE_BY_STATUS_AND_THREAD: &str = select_runs!(
 /// A run's attempts (`runs_attempts`).
 pub(super) const SELECT_RUNS_PAGE_BY_PARENT: &str = select_runs!(
     "WHERE tenant = $1 AND ($2 IS NULL OR id < $2) AND parent_run_id = $4 \
-     AND ($5 IS NULL OR status = $5) ORDER BY id DESC LIMIT $3"
+     AND ($5 IS NULL OR status = $5) AND ($6 IS NULL OR thread_id = $6) \
+     AND ($7 IS NULL OR agent_name = $7) ORDER BY id DESC LIMIT $3"
 );
 /// Every attempt of a run, whoever its tenant (the runner's own read).
 pub(super) const SELECT_ATTEMPTS_OF: &str =

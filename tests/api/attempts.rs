@@ -104,6 +104,25 @@ async fn the_first_attempt_to_pass_its_checks_is_chosen_and_the_run_takes_its_wo
         assert_eq!(child["id"], listed[i]["run_id"]);
         assert_eq!(child["status"], listed[i]["status"]);
     }
+    // The filter combines with the others: each narrows the listing.
+    let completed = app
+        .get(&format!("/v1/runs?parent_run_id={id}&status=completed"))
+        .await;
+    assert_eq!(completed.status, 200, "{}", completed.body);
+    let ids: Vec<&Value> = completed.body["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|run| &run["id"])
+        .collect();
+    assert_eq!(ids, [&children[2]["id"]]);
+    let other_thread = app
+        .get(&format!(
+            "/v1/runs?parent_run_id={id}&thread_id={id}&agent=none"
+        ))
+        .await;
+    assert_eq!(other_thread.status, 200, "{}", other_thread.body);
+    assert_eq!(other_thread.body["runs"], json!([]));
     assert_eq!(
         app.workspace_file(&children[0], "main.py").await,
         "print('no!')\n"
