@@ -477,6 +477,22 @@ function showRunError(message) {
   element.hidden = false;
 }
 
+// "1200 in (1000 cached, 100 written to the cache), 10 out".
+function tokens(usage) {
+  const cache = [];
+  if (usage.cached_input_tokens) cache.push(`${usage.cached_input_tokens} cached`);
+  if (usage.cache_write_tokens) cache.push(`${usage.cache_write_tokens} written to the cache`);
+  const input = `${usage.input_tokens ?? 0} in${cache.length ? ` (${cache.join(", ")})` : ""}`;
+  return `${input}, ${usage.output_tokens ?? 0} out`;
+}
+
+// "$0.0123" (of "$1" when bounded); nothing when the cost is unknown.
+function cost(usd, max) {
+  if (usd === null || usd === undefined) return "";
+  const spent = `$${usd < 1 ? usd.toPrecision(3) : usd.toFixed(2)}`;
+  return max ? `${spent} of $${max}` : spent;
+}
+
 function renderRun(run) {
   state.open.run = run;
   const status = $("run-status");
@@ -487,7 +503,8 @@ function renderRun(run) {
     ["Model", [run.model.profile, run.model.provider].filter(Boolean).join(" · ")],
     ["Steps", `${run.steps} / ${run.limits.max_steps}`],
     ["Tool calls", `${run.tool_calls} / ${run.limits.max_tool_calls}`],
-    ["Tokens", `${run.usage.input_tokens} in, ${run.usage.output_tokens} out`],
+    ["Tokens", tokens(run.usage)],
+    ["Cost", cost(run.usage.cost_usd, run.limits.max_cost_usd)],
     ["Tools", run.tools.join(", ") || "none"],
     ["Created", when(run.created_at)],
     ["Finished", when(run.finished_at)],
@@ -726,7 +743,7 @@ function eventItem(event) {
       detail = `${event.name}${event.is_error ? " (error)" : ""} · ${event.duration_ms} ms`;
       break;
     case "model_end":
-      detail = event.usage ? `${event.usage.input_tokens} in, ${event.usage.output_tokens} out` : "";
+      detail = event.usage ? [tokens(event.usage), cost(event.usage.cost_usd)].filter(Boolean).join(" · ") : "";
       break;
     case "model_error":
       detail = event.error || "";
@@ -736,6 +753,11 @@ function eventItem(event) {
       break;
     case "run_end":
       detail = event.status;
+      break;
+    case "compaction":
+      detail = event.fallback
+        ? `summary failed: ${event.fallback} instead`
+        : `${event.replaced_messages} messages summarised · ${event.before_chars} → ${event.after_chars} chars`;
       break;
     case "attempt_start":
       detail = `attempt ${event.attempt}`;
@@ -759,7 +781,9 @@ function eventItem(event) {
 }
 
 function messageItem(message) {
-  const parts = [h("span", { class: "role" }, message.role === "tool" ? `tool ${message.call_id}` : message.role)];
+  const role = message.role === "tool" ? `tool ${message.call_id}`
+    : message.role === "summary" ? `summary of the first ${message.replaces} messages` : message.role;
+  const parts = [h("span", { class: "role" }, role)];
   if (message.content) parts.push(h("div", { class: "content" }, message.content));
   for (const call of message.tool_calls || []) {
     parts.push(h("div", { class: "call" }, `→ ${call.name}(${JSON.stringify(call.arguments)})`));

@@ -20,7 +20,10 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Metric, Registry};
 
-use crate::harness::Outcome;
+use crate::harness::{Outcome, Usage};
+
+/// The directions of token counters: a cache's are parts of `input`.
+const TOKEN_DIRECTIONS: [&str; 4] = ["input", "output", "cached_input", "cache_write"];
 use crate::sync::lock;
 
 /// What `/metrics` reads from the state that owns it.
@@ -70,6 +73,15 @@ struct TenantDirectionLabels {
     tenant: String,
     direction: &'static str,
 }
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TenantProfileLabels {
+    tenant: String,
+    profile: String,
+}
+
+/// A counter of US dollars.
+type Dollars = Counter<f64, std::sync::atomic::AtomicU64>;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct HttpLabels {
@@ -124,6 +136,7 @@ pub struct Metrics {
     tenant_runs_created: Family<TenantLabel, Counter>,
     tenant_runs_rejected: Family<TenantReasonLabels, Counter>,
     tenant_tokens: Family<TenantDirectionLabels, Counter>,
+    cost: Family<TenantProfileLabels, Dollars>,
     spans_dropped: Counter,
     run_duration: Histogram,
     model_duration: Histograms<ProfileLabel>,
@@ -164,7 +177,7 @@ impl Metrics {
             });
         }
         let tokens = Family::<DirectionLabel, Counter>::default();
-        for direction in ["input", "output"] {
+        for direction in TOKEN_DIRECTIONS {
             let _ = tokens.get_or_create(&DirectionLabel { direction });
         }
         let metrics = Self {
@@ -177,6 +190,7 @@ impl Metrics {
             tenant_runs_created: Family::default(),
             tenant_runs_rejected: Family::default(),
             tenant_tokens: Family::default(),
+            cost: Family::default(),
             spans_dropped: Counter::default(),
             tool_calls: Family::default(),
             tool_errors: Family::default(),
@@ -236,7 +250,8 @@ impl Metrics {
         add(
             r,
             "tokens",
-            "Tokens the models reported, by direction (input, output)",
+            "Tokens the models reported, by direction (input, output; cached_input and \
+             cache_write: the part of input read from and written to a prompt cache)",
             &metrics.tokens,
         );
         add(
@@ -254,8 +269,14 @@ impl Metrics {
         add(
             r,
             "tenant_tokens",
-            "Tokens the models reported, by tenant and direction (input, output)",
+            "Tokens the models reported, by tenant and direction (as agent_runner_tokens_total)",
             &metrics.tenant_tokens,
+        );
+        add(
+            r,
+            "cost_usd",
+            "What model calls cost in US dollars, by tenant and model profile (priced profiles)",
+            &metrics.cost,
         );
         add(
             r,
@@ -360,9 +381,25 @@ impl Metrics {
             .inc();
     }
 
-    /// Tokens a model call of a run of `tenant` reported.
-    pub fn tokens(&self, tenant: &str, input: u64, output: u64) {
-        for (direction, count) in [("input", input), ("output", output)] {
+    /// Tokens a model call of a run of `tenant` on `profile` reported, and
+    /// what they cost.
+    pub fn usage(&self, tenant: &str, profile: &str, usage: &Usage) {
+        if let Some(cost) = usage.cost_usd {
+            self.cost
+                .get_or_create(&TenantProfileLabels {
+                    tenant: tenant.to_owned(),
+                    profile: profile.to_owned(),
+                })
+                .inc_by(cost);
+        }
+        let counts = [
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cached_input_tokens,
+            usage.cache_write_tokens,
+        ];
+        for (direction, count) in TOKEN_DIRECTIONS.into_iter().zip(counts) {
+            let Some(count) = count else { continue };
             self.tokens
                 .get_or_create(&DirectionLabel { direction })
                 .inc_by(count);
@@ -455,7 +492,17 @@ mod tests {
         metrics.run_duration(Duration::from_millis(120));
         metrics.model_call("demo", 40.0);
         metrics.tool_call("list_dir", true, 2.0);
-        metrics.tokens("a", 12, 3);
+        metrics.usage(
+            "a",
+            "p",
+            &Usage {
+                input_tokens: Some(12),
+                output_tokens: Some(3),
+                cached_input_tokens: Some(4),
+                cost_usd: Some(0.25),
+                ..Usage::default()
+            },
+        );
         let text = metrics.render(Gauges::default());
         for line in [
             "agent_runner_run_duration_seconds_count 1",
@@ -464,6 +511,9 @@ mod tests {
             "agent_runner_tool_errors_total{tool=\"list_dir\"} 1",
             "agent_runner_tokens_total{direction=\"input\"} 12",
             "agent_runner_tenant_tokens_total{tenant=\"a\",direction=\"output\"} 3",
+            "agent_runner_tokens_total{direction=\"cached_input\"} 4",
+            "agent_runner_tokens_total{direction=\"cache_write\"} 0",
+            "agent_runner_cost_usd_total{tenant=\"a\",profile=\"p\"} 0.25",
             "agent_runner_runs_finished_total{status=\"interrupted\"} 0",
             "agent_runner_active_runs 0",
         ] {

@@ -82,6 +82,10 @@ Options:
   --data-dir DIR   where each server's fresh data directory is made (default:
                    cargo's target tmp directory, on the same disk as target/)
   --log FILTER     the server's RUST_LOG (default: info, its own default)
+  --profile        throughput: each run names a scripted model profile of the
+                   server's (the same two steps) instead of giving its script
+  --priced         throughput: that profile has a price, and each run a
+                   max_cost_usd (implies --profile)
   --agent          throughput: each run names a stored agent (made first, for
                    every tenant) that holds its definition, instead of
                    carrying it
@@ -99,6 +103,31 @@ fn two_step_run() -> Value {
             {"content": "done", "usage": {"input_tokens": 1, "output_tokens": 1}}
         ]}
     })
+}
+
+/// The scripted profile `bench` of the server's config: [`two_step_run`]'s
+/// script, with a price when `priced`.
+fn bench_profile(priced: bool) -> String {
+    let script = two_step_run()["model"]["scripted"].clone();
+    let steps: Vec<String> = script
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|step| toml_string(&step.to_string()))
+        .collect();
+    let mut profile = format!(
+        "[models.bench]\nkind = \"scripted\"\nscript = [{}]\n",
+        steps.join(", ")
+    );
+    if priced {
+        profile.push_str("[models.bench.price]\ninput = 3.0\noutput = 15.0\ncached_input = 0.3\n");
+    }
+    profile
+}
+
+/// `text` as a TOML basic string.
+fn toml_string(text: &str) -> String {
+    format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
 /// A run's `workspace` of `count` files of 1 KiB, in a few directories.
@@ -166,6 +195,10 @@ struct Options {
     agent: bool,
     /// Throughput: files each run's request seeds its workspace with.
     files: usize,
+    /// Throughput: the runs name the server's scripted profile `bench`.
+    profile: bool,
+    /// Throughput: that profile is priced and each run bounds its cost.
+    priced: bool,
 }
 
 impl Options {
@@ -197,6 +230,8 @@ impl Options {
             tenants: 0,
             otlp: None,
             agent: false,
+            profile: false,
+            priced: false,
             files: 0,
         };
         let mut args = args.iter().filter(|a| *a != "--bench");
@@ -230,6 +265,11 @@ impl Options {
                 "--tenants" => options.tenants = number("--tenants", &value("--tenants")?)?,
                 "--otlp" => options.otlp = Some(value("--otlp")?),
                 "--agent" => options.agent = true,
+                "--profile" => options.profile = true,
+                "--priced" => {
+                    options.profile = true;
+                    options.priced = true;
+                }
                 "--files" => options.files = number("--files", &value("--files")?)?,
                 other => return Err(format!("unknown argument {other:?}")),
             }

@@ -29,11 +29,13 @@ pub(super) async fn throughput(options: &Options) -> Result<()> {
     let tokens: Vec<String> = (0..options.tenants)
         .map(|n| format!("token-t{n}"))
         .collect();
-    let config = (!tokens.is_empty()).then(|| {
-        (0..options.tenants)
-            .map(|n| format!("[[auth.tokens]]\ntenant = \"t{n}\"\ntoken = \"token-t{n}\"\n"))
-            .collect::<String>()
-    });
+    let mut config: String = (0..options.tenants)
+        .map(|n| format!("[[auth.tokens]]\ntenant = \"t{n}\"\ntoken = \"token-t{n}\"\n"))
+        .collect();
+    if options.profile {
+        config.push_str(&bench_profile(options.priced));
+    }
+    let config = (!config.is_empty()).then_some(config);
     let server = Server::start(options, &settings, config.as_deref())?;
     let mut replicas = Vec::new();
     for number in 1..options.replicas {
@@ -48,6 +50,12 @@ pub(super) async fn throughput(options: &Options) -> Result<()> {
     let body = if options.agent {
         define_agent(&http, &server, &tokens).await?;
         json!({"agent": "bench", "prompt": "bench"})
+    } else if options.profile {
+        let mut body = json!({"prompt": "bench", "tools": ["list_dir"], "model": "bench"});
+        if options.priced {
+            body["limits"] = json!({"max_cost_usd": 1000});
+        }
+        body
     } else {
         two_step_run()
     };

@@ -21,7 +21,7 @@ pub use ended::{RetentionConfig, WebhooksConfig};
 use print::redacted;
 pub use print::{REDACTED, effective, redact_url, redacted_values};
 pub use tenants::{
-    DEFAULT_TENANT_TABLE, Resolved as ResolvedTenantLimits, TenantLimits, TenantPolicy,
+    DEFAULT_TENANT_TABLE, Quota, Resolved as ResolvedTenantLimits, TenantLimits, TenantPolicy,
 };
 pub use traces::TracingConfig;
 pub use workspaces::WorkspacesConfig;

@@ -10,7 +10,7 @@ use super::RunsConfig;
 
 /// One tenant's limits; a missing one is `[tenants.default]`'s, then the
 /// server's (`runs.max_concurrent`, `runs.max_queued`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TenantLimits {
     /// Its runs executing at once.
@@ -27,6 +27,10 @@ pub struct TenantLimits {
     /// are refused (429 `quota_exceeded`), running ones go on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_tokens_per_day: Option<u64>,
+    /// What its runs' model calls may cost over the last 24 hours, in US
+    /// dollars (priced profiles); beyond, as `max_tokens_per_day`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd_per_day: Option<f64>,
     /// The variable holding the key that signs this tenant's webhooks (the
     /// server's `[webhooks] secret_env` signs the rest's).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -37,7 +41,7 @@ pub struct TenantLimits {
 pub const DEFAULT_TENANT_TABLE: &str = "default";
 
 /// Each tenant's limits, resolved.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TenantPolicy {
     named: BTreeMap<String, Resolved>,
     default: Resolved,
@@ -46,7 +50,7 @@ pub struct TenantPolicy {
 }
 
 /// A tenant's limits with nothing left unset.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Resolved {
     pub max_concurrent: usize,
     pub max_queued: usize,
@@ -54,6 +58,31 @@ pub struct Resolved {
     pub runs_per_minute: Option<u32>,
     /// No limit when `None`.
     pub max_tokens_per_day: Option<u64>,
+    /// No limit when `None`.
+    pub max_cost_usd_per_day: Option<f64>,
+}
+
+impl Resolved {
+    /// Its quotas over the last 24 hours.
+    pub fn quota(&self) -> Quota {
+        Quota {
+            tokens: self.max_tokens_per_day,
+            cost_usd: self.max_cost_usd_per_day,
+        }
+    }
+}
+
+/// What a tenant's runs of the last 24 hours may use: tokens, dollars.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Quota {
+    pub tokens: Option<u64>,
+    pub cost_usd: Option<f64>,
+}
+
+impl Quota {
+    pub fn is_some(&self) -> bool {
+        self.tokens.is_some() || self.cost_usd.is_some()
+    }
 }
 
 impl TenantPolicy {
@@ -73,6 +102,9 @@ impl TenantPolicy {
                 .unwrap_or(runs.max_queued),
             runs_per_minute: limits.runs_per_minute.or(fallback.runs_per_minute),
             max_tokens_per_day: limits.max_tokens_per_day.or(fallback.max_tokens_per_day),
+            max_cost_usd_per_day: limits
+                .max_cost_usd_per_day
+                .or(fallback.max_cost_usd_per_day),
         };
         Self {
             named: tenants
@@ -115,11 +147,11 @@ impl TenantPolicy {
         self.named.get(tenant).copied().unwrap_or(self.default)
     }
 
-    /// Whether any tenant has a token quota.
+    /// Whether any tenant has a token or cost quota.
     pub fn has_quotas(&self) -> bool {
         std::iter::once(&self.default)
             .chain(self.named.values())
-            .any(|limits| limits.max_tokens_per_day.is_some())
+            .any(|limits| limits.quota().is_some())
     }
 
     /// Whether any tenant has a rate limit or a token quota (checked at
@@ -127,7 +159,7 @@ impl TenantPolicy {
     pub fn has_rates_or_quotas(&self) -> bool {
         std::iter::once(&self.default)
             .chain(self.named.values())
-            .any(|limits| limits.runs_per_minute.is_some() || limits.max_tokens_per_day.is_some())
+            .any(|limits| limits.runs_per_minute.is_some() || limits.quota().is_some())
     }
 }
 
@@ -152,6 +184,14 @@ pub(super) fn check(tenants: &BTreeMap<String, TenantLimits>) -> Result<(), Stri
         if limits.max_tokens_per_day == Some(0) {
             return Err(format!(
                 "tenants.{name}.max_tokens_per_day must be at least 1 (leave it out for no limit)"
+            ));
+        }
+        if let Some(max) = limits.max_cost_usd_per_day
+            && !(max.is_finite() && max > 0.0)
+        {
+            return Err(format!(
+                "tenants.{name}.max_cost_usd_per_day must be a number of US dollars above 0 \
+                 (got {max}; leave it out for no limit)"
             ));
         }
     }
@@ -181,6 +221,7 @@ mod tests {
                 max_queued,
                 runs_per_minute,
                 max_tokens_per_day,
+                ..
             } = policy.of(name);
             (
                 max_concurrent,

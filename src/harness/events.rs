@@ -8,8 +8,9 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize, Serializer};
 use uuid::Uuid;
 
-use super::message::{Message, Usage, UsageTotals};
+use super::message::Message;
 use super::pause::PendingAction;
+use super::usage::{Usage, UsageTotals};
 
 /// How a run ended: the harness's own ends, and the two a stop from outside
 /// gives it (`failed`: the service could not go on; `interrupted`: the server
@@ -25,6 +26,8 @@ pub enum Outcome {
     Timeout,
     ModelError,
     ContextLimit,
+    /// Its model calls cost its `max_cost_usd`.
+    CostLimit,
     /// The service could not go on with the run.
     Failed,
     /// The server stopped while the run was running.
@@ -32,7 +35,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 9] = [
+    pub const ALL: [Outcome; 10] = [
         Self::Completed,
         Self::StepLimit,
         Self::ToolLimit,
@@ -40,6 +43,7 @@ impl Outcome {
         Self::Timeout,
         Self::ModelError,
         Self::ContextLimit,
+        Self::CostLimit,
         Self::Failed,
         Self::Interrupted,
     ];
@@ -53,6 +57,7 @@ impl Outcome {
             Self::Timeout => "timeout",
             Self::ModelError => "model_error",
             Self::ContextLimit => "context_limit",
+            Self::CostLimit => "cost_limit",
             Self::Failed => "failed",
             Self::Interrupted => "interrupted",
         }
@@ -119,6 +124,24 @@ pub enum EventKind {
         #[serde(skip)]
         json: Arc<str>,
     },
+    /// A summary now stands in for the transcript's first
+    /// `replaced_messages` in what the model is sent (context compaction),
+    /// or, with `fallback`, the summary failed and older results are masked
+    /// instead.
+    Compaction {
+        replaced_messages: usize,
+        /// What would have been sent, in characters, and what is now.
+        before_chars: usize,
+        after_chars: usize,
+        duration_ms: f64,
+        /// The summary call's usage (counted in the run's).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<Usage>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fallback: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
     /// An attempt of the run began: a child run (see
     /// [`crate::run::AttemptPolicy`]). Written with one `run_id`, the
     /// attempt's, in place of the run's own (the service's observer does).
@@ -163,6 +186,7 @@ impl EventKind {
             Self::ToolEnd { .. } => "tool_end",
             Self::ActionsRequired { .. } => "actions_required",
             Self::Message { .. } => "message",
+            Self::Compaction { .. } => "compaction",
             Self::AttemptStart { .. } => "attempt_start",
             Self::AttemptEnd { .. } => "attempt_end",
             Self::RunEnd { .. } => Self::RUN_END,

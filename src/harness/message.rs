@@ -1,4 +1,4 @@
-//! The transcript's vocabulary: messages, tool calls and token usage.
+//! The transcript's vocabulary: messages and tool calls.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -20,6 +20,13 @@ pub enum Message {
         call_id: String,
         content: String,
         is_error: bool,
+    },
+    /// A summary of the transcript's first `replaces` messages, which it
+    /// stands in for in what the model is sent from here on (context
+    /// compaction; every message stays in the transcript).
+    Summary {
+        content: String,
+        replaces: usize,
     },
 }
 
@@ -150,58 +157,6 @@ impl ToolCall {
     }
 }
 
-/// Largest token count accepted, per response and in total: the largest integer
-/// a JSON client that reads numbers as doubles still holds exactly (2^53 - 1).
-pub const MAX_TOKEN_COUNT: u64 = (1 << 53) - 1;
-
-/// Token usage as a provider reported it for one response; either count may be
-/// missing.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Usage {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub input_tokens: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub output_tokens: Option<u64>,
-}
-
-/// Usage accumulated over a run. `model_calls_with_usage` tells how many
-/// responses carried usage at all: zero means unknown, not free.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct UsageTotals {
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    pub model_calls_with_usage: u64,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum UsageError {
-    #[error("model usage counts must be nonnegative integers no larger than {MAX_TOKEN_COUNT}")]
-    InvalidCount,
-    #[error("accumulated model usage exceeds {MAX_TOKEN_COUNT}")]
-    Overflow,
-}
-
-impl UsageTotals {
-    /// Adds one response's usage, refusing counts that are out of range or
-    /// whose totals would be. On error the totals are left unchanged.
-    pub fn add(&mut self, usage: &Usage) -> Result<(), UsageError> {
-        let input = usage.input_tokens.unwrap_or(0);
-        let output = usage.output_tokens.unwrap_or(0);
-        if input > MAX_TOKEN_COUNT || output > MAX_TOKEN_COUNT {
-            return Err(UsageError::InvalidCount);
-        }
-        let input_total = self.input_tokens + input;
-        let output_total = self.output_tokens + output;
-        if input_total > MAX_TOKEN_COUNT || output_total > MAX_TOKEN_COUNT {
-            return Err(UsageError::Overflow);
-        }
-        self.input_tokens = input_total;
-        self.output_tokens = output_total;
-        self.model_calls_with_usage += 1;
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,41 +204,5 @@ mod tests {
             assert_eq!(message.serialized_chars(), text.chars().count());
             assert_eq!(message.serialized_size().bytes, text.len());
         }
-    }
-
-    #[test]
-    fn usage_accumulates_and_refuses_overflow_without_change() {
-        let mut totals = UsageTotals::default();
-        totals
-            .add(&Usage {
-                input_tokens: Some(12),
-                output_tokens: None,
-            })
-            .unwrap();
-        totals.add(&Usage::default()).unwrap();
-        assert_eq!(
-            totals,
-            UsageTotals {
-                input_tokens: 12,
-                output_tokens: 0,
-                model_calls_with_usage: 2
-            }
-        );
-        let before = totals;
-        assert_eq!(
-            totals.add(&Usage {
-                input_tokens: Some(MAX_TOKEN_COUNT),
-                output_tokens: None
-            }),
-            Err(UsageError::Overflow)
-        );
-        assert_eq!(
-            totals.add(&Usage {
-                input_tokens: None,
-                output_tokens: Some(MAX_TOKEN_COUNT + 1)
-            }),
-            Err(UsageError::InvalidCount)
-        );
-        assert_eq!(totals, before);
     }
 }

@@ -18,17 +18,19 @@ pub mod stuck;
 pub mod tool;
 pub mod unchanged;
 pub mod unread;
+pub mod usage;
 
 pub use agent::{
-    CANNOT_PAUSE, ContextLimits, DEFAULT_MAX_RUN_BYTES, HANDED_OVER, Harness, Limits,
+    CANNOT_PAUSE, Compaction, ContextLimits, DEFAULT_MAX_RUN_BYTES, HANDED_OVER, Harness, Limits,
     OUTCOME_UNKNOWN, Progress, RunConfig, RunResult, StoppedBatch, TOOL_CANCEL_GRACE,
 };
 pub use context::{ContextError, ContextIndex, Selection, bound_tool_result, select_context};
 pub use events::{Event, EventKind, Observer, ObserverError, Outcome, Totals};
-pub use message::{MAX_TOKEN_COUNT, Message, ToolCall, Usage, UsageError, UsageTotals};
+pub use message::{Message, ToolCall};
 pub use model::{ContextView, DeltaSink, Model, ModelError, ModelRequest, ModelResponse, NoDeltas};
 pub use pause::{ActionKind, Answer, Answers, Approval, Checkpoint, PendingAction, check_answers};
 pub use registry::{RegistryError, SchemaCache, ToolRegistry, compile_schema, is_valid_tool_name};
 pub use render::tool_result_for_model;
 pub use stop::{Stop, StopReason};
 pub use tool::{ClientTool, Tool, ToolDefinition, ToolError, ToolRole};
+pub use usage::{MAX_TOKEN_COUNT, Price, Usage, UsageError, UsageTotals};

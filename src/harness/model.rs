@@ -8,8 +8,9 @@ use async_trait::async_trait;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::message::{MAX_TOKEN_COUNT, Message, ToolCall, Usage};
+use super::message::{Message, ToolCall};
 use super::tool::ToolDefinition;
+use super::usage::{MAX_TOKEN_COUNT, Usage};
 
 /// What a model is given for one step.
 pub struct ModelRequest<'a> {
@@ -50,6 +51,9 @@ pub struct ModelRequest<'a> {
     /// The temperature to sample at instead of the adapter's own (an
     /// attempt of several; see [`crate::run::AttemptPolicy`]).
     pub temperature: Option<f64>,
+    /// The key of the run's prompt cache, for a provider that takes one
+    /// (OpenAI's `prompt_cache_key`), if the run has one.
+    pub cache_key: Option<&'a str>,
 }
 
 /// Receives streamed text from a model while a step is in flight.
@@ -215,7 +219,8 @@ impl ModelResponse {
             }
         }
         if let Some(usage) = &self.usage
-            && [usage.input_tokens, usage.output_tokens]
+            && usage
+                .counts()
                 .into_iter()
                 .flatten()
                 .any(|count| count > MAX_TOKEN_COUNT)
@@ -261,6 +266,9 @@ fn parse_usage(mut usage: Map<String, Value>) -> Result<Usage, ModelError> {
     Ok(Usage {
         input_tokens: count("input_tokens")?,
         output_tokens: count("output_tokens")?,
+        cached_input_tokens: count("cached_input_tokens")?,
+        cache_write_tokens: count("cache_write_tokens")?,
+        cost_usd: None,
     })
 }
 
@@ -296,7 +304,7 @@ mod tests {
                 tool_calls: vec![ToolCall::new("1", "t", json!({"a": 1}))],
                 usage: Some(Usage {
                     input_tokens: Some(3),
-                    output_tokens: None
+                    ..Usage::default()
                 }),
                 finish_reason: None,
             }

@@ -12,7 +12,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::message::{Message, UsageTotals};
+use super::message::Message;
+use super::usage::UsageTotals;
 
 /// Which tools' calls wait for a client's approval before they execute.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

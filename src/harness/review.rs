@@ -145,7 +145,7 @@ impl Scan {
                         _ => {}
                     }
                 }
-                Message::User { .. } => {}
+                Message::User { .. } | Message::Summary { .. } => {}
             }
         }
         scan

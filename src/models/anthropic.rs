@@ -46,6 +46,8 @@ pub struct AnthropicConfig {
     pub temperature: Option<f64>,
     /// Ask for a stream of server-sent events and forward text as it comes.
     pub stream: bool,
+    /// Mark the stable prefix for the prompt cache (`cache_control`).
+    pub cache: bool,
 }
 
 impl AnthropicConfig {
@@ -56,6 +58,7 @@ impl AnthropicConfig {
             max_tokens: ANTHROPIC_DEFAULT_MAX_TOKENS,
             temperature: None,
             stream: false,
+            cache: true,
         }
     }
 }
@@ -69,6 +72,7 @@ pub struct Anthropic {
     model: String,
     max_tokens: u32,
     temperature: Option<f64>,
+    cache: bool,
 }
 
 impl AnthropicModel {
@@ -94,6 +98,7 @@ impl AnthropicModel {
                 model: config.model,
                 max_tokens: config.max_tokens,
                 temperature: config.temperature,
+                cache: config.cache,
             },
             stream: config.stream,
         })
@@ -135,6 +140,9 @@ impl Dialect for Anthropic {
         if let Some(temperature) = request.temperature.or(self.temperature) {
             body["temperature"] = json!(temperature);
         }
+        if self.cache {
+            mark_cache_breakpoints(&mut body);
+        }
         if stream {
             body["stream"] = json!(true);
         }
@@ -159,6 +167,34 @@ impl Dialect for Anthropic {
     }
 }
 
+/// Marks the stable prefix for the prompt cache: the system prompt, the
+/// tool definitions (their last one), and the newest message (its last
+/// block), so that the next step reads everything before its new turns
+/// from the cache. Three of the four breakpoints the API allows.
+fn mark_cache_breakpoints(body: &mut Value) {
+    let ephemeral = || json!({"type": "ephemeral"});
+    if let Some(Value::String(text)) = body.get("system") {
+        body["system"] = json!([{"type": "text", "text": text, "cache_control": ephemeral()}]);
+    }
+    let last_tool = body
+        .get_mut("tools")
+        .and_then(Value::as_array_mut)
+        .and_then(|tools| tools.last_mut());
+    if let Some(tool) = last_tool {
+        tool["cache_control"] = ephemeral();
+    }
+    let last_block = body
+        .get_mut("messages")
+        .and_then(Value::as_array_mut)
+        .and_then(|turns| turns.last_mut())
+        .and_then(|turn| turn.get_mut("content"))
+        .and_then(Value::as_array_mut)
+        .and_then(|blocks| blocks.last_mut());
+    if let Some(block) = last_block {
+        block["cache_control"] = ephemeral();
+    }
+}
+
 /// The transcript as Messages API turns.
 pub fn messages_json<'a>(messages: impl Iterator<Item = &'a Message>) -> Value {
     let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
@@ -166,7 +202,10 @@ pub fn messages_json<'a>(messages: impl Iterator<Item = &'a Message>) -> Value {
     let texts = crate::harness::render::tool_texts(messages.iter().copied());
     for (message, text) in messages.into_iter().zip(texts) {
         let (role, blocks) = match message {
-            Message::User { content } => ("user", vec![json!({"type": "text", "text": content})]),
+            // A summary is what the user's side says of what came before.
+            Message::User { content } | Message::Summary { content, .. } => {
+                ("user", vec![json!({"type": "text", "text": content})])
+            }
             Message::Assistant {
                 content,
                 tool_calls,
@@ -316,19 +355,19 @@ fn parse_usage(usage: Option<&Value>) -> Result<Option<Usage>, ProviderError> {
             "usage is not an object".into(),
         ));
     }
-    let mut input = None;
-    for key in [
-        "input_tokens",
-        "cache_creation_input_tokens",
-        "cache_read_input_tokens",
-    ] {
-        if let Some(count) = token_count(usage, key)? {
-            input = Some(input.unwrap_or(0u64).saturating_add(count));
-        }
-    }
+    let uncached = token_count(usage, "input_tokens")?;
+    let written = token_count(usage, "cache_creation_input_tokens")?;
+    let read = token_count(usage, "cache_read_input_tokens")?;
+    let input = [uncached, written, read]
+        .into_iter()
+        .flatten()
+        .reduce(u64::saturating_add);
     Ok(Some(Usage {
         input_tokens: input,
         output_tokens: token_count(usage, "output_tokens")?,
+        cached_input_tokens: read,
+        cache_write_tokens: written,
+        cost_usd: None,
     }))
 }
 
@@ -444,6 +483,10 @@ async fn read_stream(
                     let mut merged = usage.unwrap_or_default();
                     merged.input_tokens = found.input_tokens.or(merged.input_tokens);
                     merged.output_tokens = found.output_tokens.or(merged.output_tokens);
+                    merged.cached_input_tokens =
+                        found.cached_input_tokens.or(merged.cached_input_tokens);
+                    merged.cache_write_tokens =
+                        found.cache_write_tokens.or(merged.cache_write_tokens);
                     usage = Some(merged);
                 }
             }
@@ -549,14 +592,16 @@ mod tests {
             )),
             Ok(Some(Usage {
                 input_tokens: Some(15),
-                output_tokens: Some(2)
+                output_tokens: Some(2),
+                cached_input_tokens: Some(5),
+                ..Usage::default()
             }))
         );
         assert_eq!(
             parse_usage(Some(&json!({"output_tokens": 2}))),
             Ok(Some(Usage {
-                input_tokens: None,
-                output_tokens: Some(2)
+                output_tokens: Some(2),
+                ..Usage::default()
             }))
         );
     }

@@ -44,6 +44,8 @@ pub struct OpenAiConfig {
     pub stream: bool,
     /// Send a run's output schema as `response_format`.
     pub native_output_schema: bool,
+    /// Send the run's `prompt_cache_key`.
+    pub cache: bool,
 }
 
 impl OpenAiConfig {
@@ -55,6 +57,7 @@ impl OpenAiConfig {
             temperature: None,
             stream: false,
             native_output_schema: true,
+            cache: true,
         }
     }
 }
@@ -69,6 +72,7 @@ pub struct OpenAi {
     max_tokens: Option<u32>,
     temperature: Option<f64>,
     native_output_schema: bool,
+    cache: bool,
 }
 
 impl OpenAiModel {
@@ -87,6 +91,7 @@ impl OpenAiModel {
                 max_tokens: config.max_tokens,
                 temperature: config.temperature,
                 native_output_schema: config.native_output_schema,
+                cache: config.cache,
             },
             stream: config.stream,
         })
@@ -135,6 +140,11 @@ impl Dialect for OpenAi {
         if let Some(temperature) = request.temperature.or(self.temperature) {
             body["temperature"] = json!(temperature);
         }
+        // One key for the run's calls, which share their prefix: the
+        // provider routes them to the same cache.
+        if let Some(key) = request.cache_key.filter(|_| self.cache) {
+            body["prompt_cache_key"] = json!(key);
+        }
         if stream {
             body["stream"] = json!(true);
             body["stream_options"] = json!({"include_usage": true});
@@ -168,7 +178,10 @@ pub fn messages_json<'a>(messages: impl Iterator<Item = &'a Message>) -> Value {
         .into_iter()
         .zip(texts)
         .map(|(message, text)| match message {
-            Message::User { content } => json!({"role": "user", "content": content}),
+            // A summary is what the user's side says of what came before.
+            Message::User { content } | Message::Summary { content, .. } => {
+                json!({"role": "user", "content": content})
+            }
             Message::Assistant {
                 content,
                 tool_calls,
@@ -327,6 +340,13 @@ fn parse_usage(usage: Option<&Value>) -> Result<Option<Usage>, ProviderError> {
         Some(usage) if usage.is_object() => Ok(Some(Usage {
             input_tokens: token_count(usage, "prompt_tokens")?,
             output_tokens: token_count(usage, "completion_tokens")?,
+            // Part of `prompt_tokens`, read from the prompt cache.
+            cached_input_tokens: match usage.get("prompt_tokens_details") {
+                Some(details) if details.is_object() => token_count(details, "cached_tokens")?,
+                _ => None,
+            },
+            cache_write_tokens: None,
+            cost_usd: None,
         })),
         Some(_) => Err(ProviderError::InvalidResponse(
             "usage is not an object".into(),

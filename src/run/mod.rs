@@ -10,12 +10,17 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use crate::harness::{Answer, PendingAction, ToolDefinition, UsageTotals, agent};
+use crate::harness::{Answer, PendingAction, ToolDefinition, UsageTotals};
 use crate::telemetry::RunTrace;
 
 pub mod attempts;
+mod bounds;
 mod status;
 pub use attempts::{AttemptOf, AttemptPolicy, AttemptSummary, Until};
+pub use bounds::{
+    CompactionSpec, DEFAULT_ACTION_TIMEOUT_MS, DEFAULT_COMPACTION_AT, DEFAULT_CONTEXT,
+    DEFAULT_LIMITS, DEFAULT_MAX_RESUMES, RunContext, RunLimits,
+};
 pub use status::RunStatus;
 
 /// The tenant a request authenticated as; every run belongs to one.
@@ -36,66 +41,6 @@ pub const INTERRUPTED: &str = "The server stopped while the run was running";
 /// The `error` of a run whose pause for a decision ran out.
 pub const NO_ANSWER: &str =
     "No answer came in time: the run waited its limits.action_timeout_ms for a decision";
-
-/// Budgets of a run as the API shows them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RunLimits {
-    pub max_steps: u32,
-    pub max_tool_calls: u32,
-    /// Running time only: never while queued or paused.
-    pub timeout_ms: u64,
-    /// How long each pause waits for its answers.
-    #[serde(default = "default_action_timeout")]
-    pub action_timeout_ms: u64,
-    /// How often it may be resumed after its process stopped (0: it ends
-    /// `interrupted` instead).
-    #[serde(default = "default_max_resumes")]
-    pub max_resumes: u32,
-    /// How often a final answer that is not valid under the run's
-    /// `output_schema` is sent back before the run fails.
-    #[serde(default = "default_output_retries")]
-    pub output_retries: u32,
-}
-
-fn default_output_retries() -> u32 {
-    crate::harness::output::DEFAULT_OUTPUT_RETRIES
-}
-
-/// How often a run is resumed after its process stopped, when the request
-/// names no bound.
-pub const DEFAULT_MAX_RESUMES: u32 = 3;
-
-fn default_max_resumes() -> u32 {
-    DEFAULT_MAX_RESUMES
-}
-
-/// How long a pause waits for its answers when the request names no bound.
-pub const DEFAULT_ACTION_TIMEOUT_MS: u64 = 3_600_000;
-
-fn default_action_timeout() -> u64 {
-    DEFAULT_ACTION_TIMEOUT_MS
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RunContext {
-    pub max_context_chars: usize,
-    pub max_tool_result_chars: usize,
-}
-
-/// Budgets of a run that names none (capped by the server's ceilings), made
-/// of the harness's own defaults, their one home.
-pub const DEFAULT_LIMITS: RunLimits = RunLimits {
-    max_steps: agent::DEFAULT_MAX_STEPS,
-    max_tool_calls: agent::DEFAULT_MAX_TOOL_CALLS,
-    timeout_ms: agent::DEFAULT_TIMEOUT_MS,
-    action_timeout_ms: DEFAULT_ACTION_TIMEOUT_MS,
-    max_resumes: DEFAULT_MAX_RESUMES,
-    output_retries: crate::harness::output::DEFAULT_OUTPUT_RETRIES,
-};
-pub const DEFAULT_CONTEXT: RunContext = RunContext {
-    max_context_chars: agent::DEFAULT_MAX_CONTEXT_CHARS,
-    max_tool_result_chars: agent::DEFAULT_MAX_TOOL_RESULT_CHARS,
-};
 
 /// Which model drives a run. Kept (privately) so that a run queued when the
 /// server stopped can start again.
@@ -183,7 +128,7 @@ impl RunSpec {
             commands: run.commands.clone(),
             files: BTreeMap::new(),
             limits: run.limits,
-            context: run.context,
+            context: run.context.clone(),
             metadata: run.metadata.clone(),
             approval: run.approval.clone(),
             client_tools: run.client_tools.clone(),
@@ -382,7 +327,7 @@ impl Run {
             usage: UsageTotals::default(),
             resumes: 0,
             limits: spec.limits,
-            context: spec.context,
+            context: spec.context.clone(),
             tools: spec.tools.clone(),
             commands: spec.commands.clone(),
             model: spec.model_info.clone(),
@@ -521,10 +466,12 @@ impl RunSpec {
                 action_timeout_ms: 10_000,
                 max_resumes: 0,
                 output_retries: 0,
+                max_cost_usd: None,
             },
             context: RunContext {
                 max_context_chars: 1000,
                 max_tool_result_chars: 1000,
+                compaction: None,
             },
             metadata: Default::default(),
             approval: ApprovalSpec::default(),

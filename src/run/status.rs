@@ -19,7 +19,7 @@ pub enum RunStatus {
 
 impl RunStatus {
     /// Every status, the live ones last.
-    pub const ALL: [RunStatus; 12] = [
+    pub const ALL: [RunStatus; 13] = [
         Self::Ended(Outcome::Completed),
         Self::Ended(Outcome::StepLimit),
         Self::Ended(Outcome::ToolLimit),
@@ -27,6 +27,7 @@ impl RunStatus {
         Self::Ended(Outcome::Timeout),
         Self::Ended(Outcome::ModelError),
         Self::Ended(Outcome::ContextLimit),
+        Self::Ended(Outcome::CostLimit),
         Self::Ended(Outcome::Failed),
         Self::Ended(Outcome::Interrupted),
         Self::Queued,

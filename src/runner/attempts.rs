@@ -359,15 +359,12 @@ impl RunTask {
         verdict: Option<Verdict>,
         parent_dir: &std::path::Path,
     ) -> Result<(), String> {
-        let mut usage = UsageTotals::default();
+        // Priced when every attempt's cost is known.
+        let mut usage = UsageTotals::starting(!attempts.is_empty());
         let (mut steps, mut tool_calls) = (0u32, 0u32);
         for attempt in attempts.values() {
             let run = &attempt.run;
-            usage.input_tokens = usage.input_tokens.saturating_add(run.usage.input_tokens);
-            usage.output_tokens = usage.output_tokens.saturating_add(run.usage.output_tokens);
-            usage.model_calls_with_usage = usage
-                .model_calls_with_usage
-                .saturating_add(run.usage.model_calls_with_usage);
+            usage = usage.plus(&run.usage);
             steps = steps.saturating_add(run.steps);
             tool_calls = tool_calls.saturating_add(run.tool_calls);
         }

@@ -265,11 +265,7 @@ impl RunObserver {
             } => {
                 metrics.model_call(&self.profile, *duration_ms);
                 if let Some(usage) = usage {
-                    metrics.tokens(
-                        &self.live.tenant.0,
-                        usage.input_tokens.unwrap_or(0),
-                        usage.output_tokens.unwrap_or(0),
-                    );
+                    metrics.usage(&self.live.tenant.0, &self.profile, usage);
                 }
             }
             EventKind::ModelError { .. } => metrics.model_error(&self.profile),

@@ -204,7 +204,9 @@ impl Runner {
     /// the parent's starting tree (kept as its own), queued for a slot
     /// like any run of the tenant. It was admitted with its parent: no rate
     /// or quota refuses it, and it waits for no quota (a quota never breaks
-    /// a run). Nothing is left behind when this fails.
+    /// a run). A cost bound of the run is shared out: each of its `n`
+    /// attempts may spend `max_cost_usd / n`, so that their sum stays
+    /// within it. Nothing is left behind when this fails.
     pub(super) async fn start_attempt(
         &self,
         tenant: &Tenant,
@@ -217,6 +219,10 @@ impl Runner {
         }
         let _accepting = self.lifecycle.tasks.token();
         let mut spec = parent.clone();
+        // A cost bound is the attempts' sum: each may spend an equal share.
+        if let (Some(max), Some(policy)) = (spec.limits.max_cost_usd, &spec.attempts) {
+            spec.limits.max_cost_usd = Some(max / f64::from(policy.n.max(1)));
+        }
         spec.attempts = None;
         spec.attempt_of = Some(of);
         // Its files are in the tree it copies; a webhook is the parent's.

@@ -21,6 +21,9 @@ pub struct TenantReport {
     pub runs_last_minute: u64,
     /// Input and output tokens of its runs created in the last 24 hours.
     pub tokens_last_24h: u64,
+    /// What its runs created in the last 24 hours cost, in US dollars (of
+    /// those whose cost is known).
+    pub cost_usd_last_24h: f64,
     pub limits: ResolvedTenantLimits,
 }
 
@@ -43,6 +46,7 @@ impl Runner {
             queued: live.queued,
             runs_last_minute: minute.runs,
             tokens_last_24h: day.tokens,
+            cost_usd_last_24h: day.cost_usd,
             limits: self.tenants.of(&tenant.0),
         })
     }

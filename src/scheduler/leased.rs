@@ -26,7 +26,7 @@ use super::{
     Admission, Cancelled, Counts, Holding, Host, Limits, Place, Queued, Refused, Scheduler, Slot,
     Slots,
 };
-use crate::config::TenantPolicy;
+use crate::config::{Quota, TenantPolicy};
 use crate::harness::Outcome;
 use crate::metrics::Metrics;
 use crate::run::Tenant;
@@ -411,9 +411,11 @@ async fn claim(shared: Arc<Shared>, host: Arc<dyn Host>, membership: Arc<Members
         let limits = ClaimLimits {
             concurrency: &|tenant| policy.set_max_concurrent(tenant),
             quota: &|tenant| {
-                quotas
-                    .then(|| policy.of(tenant).max_tokens_per_day)
-                    .flatten()
+                if quotas {
+                    policy.of(tenant).quota()
+                } else {
+                    Quota::default()
+                }
             },
         };
         let claimed = shared.cluster.claim(&membership, Utc::now(), &limits).await;

@@ -1,7 +1,7 @@
-//! A tenant's rate limit and token quota (SPEC section 16), checked when a
-//! run is admitted: `runs_per_minute` as a token bucket a minute deep,
-//! `max_tokens_per_day` as the tokens of the tenant's runs created in the
-//! last 24 hours. Running runs are never stopped by either: only new runs
+//! A tenant's rate limit and quotas (SPEC sections 16 and 22), checked when
+//! a run is admitted: `runs_per_minute` as a token bucket a minute deep,
+//! `max_tokens_per_day` and `max_cost_usd_per_day` as the tokens and the
+//! cost of the tenant's runs created in the last 24 hours. Running runs are never stopped by either: only new runs
 //! and follow-ups are refused, and a queued run that has not started
 //! waits at its turn while its tenant's quota is spent (see
 //! [`super::Turn::wait`]; on PostgreSQL, the claim).
@@ -13,12 +13,12 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 
 use super::Refused;
-use crate::config::TenantPolicy;
+use crate::config::{Quota, TenantPolicy};
 use crate::run::Tenant;
 use crate::store::cluster::Cluster;
 use crate::store::{Store, StoreError};
 
-/// The window of `max_tokens_per_day`.
+/// The window of `max_tokens_per_day` and `max_cost_usd_per_day`.
 const QUOTA_WINDOW: chrono::Duration = chrono::Duration::hours(24);
 
 /// The shortest wait a refusal asks for.
@@ -70,11 +70,12 @@ impl Limits {
     }
 
     /// Refuses a run of `tenant` whose runs of the last 24 hours used its
-    /// `max_tokens_per_day`.
+    /// `max_tokens_per_day` or its `max_cost_usd_per_day`.
     pub async fn check_quota(&self, tenant: &Tenant) -> Result<(), Refused> {
-        let Some(quota) = self.quota(tenant) else {
+        let quota = self.quota(tenant);
+        if !quota.is_some() {
             return Ok(());
-        };
+        }
         let since = Utc::now() - QUOTA_WINDOW;
         let storage = |error: StoreError| Refused::Storage(error.to_string());
         let spent = self
@@ -82,45 +83,56 @@ impl Limits {
             .tenant_use(tenant, since)
             .await
             .map_err(storage)?;
-        if spent.tokens < quota {
-            return Ok(());
-        }
-        let frees = self
-            .store
-            .tokens_fall_at(tenant, since, QUOTA_WINDOW, quota - 1)
-            .await
-            .map_err(storage)?;
+        let (frees, spent) = match (quota.tokens, quota.cost_usd) {
+            (Some(max), _) if spent.tokens >= max => (
+                self.store
+                    .tokens_fall_at(tenant, since, QUOTA_WINDOW, max - 1)
+                    .await
+                    .map_err(storage)?,
+                format!("{} tokens of its {max}", spent.tokens),
+            ),
+            (_, Some(max)) if spent.cost_usd >= max => (
+                self.store
+                    .cost_falls_at(tenant, since, QUOTA_WINDOW, max)
+                    .await
+                    .map_err(storage)?,
+                format!(
+                    "${:.2} of its ${max} (max_cost_usd_per_day)",
+                    spent.cost_usd
+                ),
+            ),
+            _ => return Ok(()),
+        };
         let retry_after = frees
             .and_then(|at| (at - Utc::now()).to_std().ok())
             .unwrap_or(MIN_RETRY)
             .max(MIN_RETRY);
-        Err(Refused::QuotaExceeded {
-            retry_after,
-            spent: spent.tokens,
-            quota,
-        })
+        Err(Refused::QuotaExceeded { retry_after, spent })
     }
 
     /// [`Limits::check_quota`] for a queued run whose turn came: after
     /// everything this process handed its writer is stored, so that the
-    /// tokens of the run whose end freed the slot are counted.
+    /// use of the run whose end freed the slot is counted.
     pub async fn check_quota_at_turn(&self, tenant: &Tenant) -> Result<(), Refused> {
-        if self.quota(tenant).is_none() {
+        if !self.quota(tenant).is_some() {
             return Ok(());
         }
         self.store.writer().barrier().await;
         self.check_quota(tenant).await
     }
 
-    /// Whether any tenant has a token quota.
+    /// Whether any tenant has a token or cost quota.
     pub fn any_quota(&self) -> bool {
         self.any && self.policy.has_quotas()
     }
 
-    fn quota(&self, tenant: &Tenant) -> Option<u64> {
-        self.any
-            .then(|| self.policy.of(&tenant.0).max_tokens_per_day)
-            .flatten()
+    /// `tenant`'s quotas (none when no tenant has any).
+    pub fn quota(&self, tenant: &Tenant) -> Quota {
+        if self.any {
+            self.policy.of(&tenant.0).quota()
+        } else {
+            Quota::default()
+        }
     }
 
     /// Takes a run creation from `tenant`'s bucket (`runs_per_minute`), the

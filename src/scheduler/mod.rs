@@ -45,12 +45,12 @@ pub enum Refused {
         retry_after: std::time::Duration,
         per_minute: u32,
     },
-    /// The tenant's runs of the last 24 hours spent its token quota.
-    #[error("the tenant's runs of the last 24 hours used {spent} tokens of its {quota}")]
+    /// The tenant's runs of the last 24 hours spent its token or cost
+    /// quota: `spent` says which, and how much.
+    #[error("the tenant's runs of the last 24 hours used {spent}")]
     QuotaExceeded {
         retry_after: std::time::Duration,
-        spent: u64,
-        quota: u64,
+        spent: String,
     },
     /// The queue could not be counted (the database's failure).
     #[error("{0}")]

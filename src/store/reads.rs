@@ -304,7 +304,8 @@ impl Store {
             .read(async |connection| {
                 sqlx::query(
                     "SELECT steps, tool_calls, input_tokens, output_tokens, \
-                     model_calls_with_usage, running_ms, \
+                     model_calls_with_usage, cached_input_tokens, cache_write_tokens, \
+                     cost_usd, running_ms, \
                      (SELECT COALESCE(MAX(sequence), 0) FROM events WHERE run_id = runs.id) \
                      AS last, \
                      (SELECT COUNT(*) FROM events AS model_end \
@@ -361,11 +362,7 @@ impl Store {
             // A response's message is the first message after its model_end.
             response_lost: count("response_lost")? > 0,
             tool_calls: narrow("tool_calls")?,
-            usage: crate::harness::UsageTotals {
-                input_tokens: count("input_tokens")?,
-                output_tokens: count("output_tokens")?,
-                model_calls_with_usage: count("model_calls_with_usage")?,
-            },
+            usage: rows::usage_totals(&row)?,
             running: Duration::from_millis(count("running_ms")?),
             batch: crate::harness::StoppedBatch { started, counted },
         })

@@ -16,7 +16,8 @@ macro_rules! select_runs {
     ($filter:literal) => {
         concat!(
             "SELECT id, tenant, status, prompt, answer, error, steps, tool_calls, ",
-            "input_tokens, output_tokens, model_calls_with_usage, limits, context, tools, ",
+            "input_tokens, output_tokens, model_calls_with_usage, cached_input_tokens, ",
+            "cache_write_tokens, cost_usd, limits, context, tools, ",
             "commands, model, metadata, model_spec, request_hash, created_at, started_at, ",
             "finished_at, approval, client_tools, pending_actions, answers, running_ms, ",
             "action_deadline, instructions, thread_id, previous_run_id, mcp_servers, webhook, ",
@@ -98,11 +99,7 @@ pub(super) fn run_from_row(row: &AnyRow) -> Result<Run, StoreError> {
         error: row.get("error"),
         steps: count(row, "steps")?,
         tool_calls: count(row, "tool_calls")?,
-        usage: UsageTotals {
-            input_tokens: count(row, "input_tokens")?,
-            output_tokens: count(row, "output_tokens")?,
-            model_calls_with_usage: count(row, "model_calls_with_usage")?,
-        },
+        usage: usage_totals(row)?,
         resumes: count(row, "resumes")?,
         trace_id: row.get("trace_id"),
         parent_span_id: row.get("parent_span_id"),
@@ -203,6 +200,18 @@ pub(super) type Answers = std::collections::HashMap<String, ActionAnswer>;
 
 pub(super) fn parse_uuid(text: &str) -> Result<Uuid, StoreError> {
     Uuid::parse_str(text).map_err(|_| StoreError::Corrupt(format!("bad run id {text:?}")))
+}
+
+/// A run's usage, from its columns.
+pub(super) fn usage_totals(row: &AnyRow) -> Result<UsageTotals, StoreError> {
+    Ok(UsageTotals {
+        input_tokens: count(row, "input_tokens")?,
+        output_tokens: count(row, "output_tokens")?,
+        model_calls_with_usage: count(row, "model_calls_with_usage")?,
+        cached_input_tokens: count(row, "cached_input_tokens")?,
+        cache_write_tokens: count(row, "cache_write_tokens")?,
+        cost_usd: row.get::<Option<f64>, _>("cost_usd"),
+    })
 }
 
 fn count<T: TryFrom<i64>>(row: &AnyRow, column: &str) -> Result<T, StoreError> {

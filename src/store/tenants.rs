@@ -12,12 +12,15 @@ use super::{Store, StoreError};
 use crate::run::Tenant;
 
 /// A tenant's use of the server.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct TenantUse {
     /// Runs created in the window.
     pub runs: u64,
     /// Input and output tokens of the runs created in the window.
     pub tokens: u64,
+    /// What the runs created in the window cost, in US dollars (those
+    /// whose cost is known).
+    pub cost_usd: f64,
 }
 
 /// Its runs executing and waiting now.
@@ -37,7 +40,8 @@ impl Store {
         let row = self
             .read(async |connection| {
                 sqlx::query(
-                    "SELECT COUNT(*), CAST(COALESCE(SUM(input_tokens + output_tokens), 0) AS BIGINT) \
+                    "SELECT COUNT(*), CAST(COALESCE(SUM(input_tokens + output_tokens), 0) AS BIGINT), \
+                     CAST(COALESCE(SUM(cost_usd), 0) AS DOUBLE PRECISION) \
                      FROM runs WHERE tenant = $1 AND id >= $2",
                 )
                 .bind(&tenant.0)
@@ -49,6 +53,7 @@ impl Store {
         Ok(TenantUse {
             runs: count(row.get::<i64, _>(0)),
             tokens: count(row.get::<i64, _>(1)),
+            cost_usd: row.get::<f64, _>(2),
         })
     }
 
@@ -63,20 +68,55 @@ impl Store {
         window: chrono::Duration,
         below: u64,
     ) -> Result<Option<DateTime<Utc>>, StoreError> {
+        let statement = "SELECT id FROM (SELECT id, \
+             SUM(input_tokens + output_tokens) OVER (ORDER BY id) AS spent, \
+             SUM(input_tokens + output_tokens) OVER () AS total \
+             FROM runs WHERE tenant = $1 AND id >= $2) AS window_runs \
+             WHERE total - spent <= $3 ORDER BY id LIMIT 1";
+        let below = i64::try_from(below).unwrap_or(i64::MAX);
+        self.use_falls_at(statement, tenant, since, window, below)
+            .await
+    }
+
+    /// [`Store::tokens_fall_at`] for the cost of the runs: when it falls
+    /// under `below` US dollars.
+    pub async fn cost_falls_at(
+        &self,
+        tenant: &Tenant,
+        since: DateTime<Utc>,
+        window: chrono::Duration,
+        below: f64,
+    ) -> Result<Option<DateTime<Utc>>, StoreError> {
+        let statement = "SELECT id FROM (SELECT id, \
+             SUM(COALESCE(cost_usd, 0)) OVER (ORDER BY id) AS spent, \
+             SUM(COALESCE(cost_usd, 0)) OVER () AS total \
+             FROM runs WHERE tenant = $1 AND id >= $2) AS window_runs \
+             WHERE total - spent < $3 ORDER BY id LIMIT 1";
+        self.use_falls_at(statement, tenant, since, window, below)
+            .await
+    }
+
+    /// Runs `statement`, which picks the first run of the window whose
+    /// leaving takes the use under `below`, and gives the time it leaves.
+    async fn use_falls_at<'q, T>(
+        &self,
+        statement: &'q str,
+        tenant: &Tenant,
+        since: DateTime<Utc>,
+        window: chrono::Duration,
+        below: T,
+    ) -> Result<Option<DateTime<Utc>>, StoreError>
+    where
+        T: 'q + Send + sqlx::Encode<'q, sqlx::Any> + sqlx::Type<sqlx::Any> + Copy,
+    {
         let row = self
             .read(async |connection| {
-                sqlx::query(
-                    "SELECT id FROM (SELECT id, \
-                     SUM(input_tokens + output_tokens) OVER (ORDER BY id) AS spent, \
-                     SUM(input_tokens + output_tokens) OVER () AS total \
-                     FROM runs WHERE tenant = $1 AND id >= $2) AS window_runs \
-                     WHERE total - spent <= $3 ORDER BY id LIMIT 1",
-                )
-                .bind(&tenant.0)
-                .bind(first_id_at(since))
-                .bind(i64::try_from(below).unwrap_or(i64::MAX))
-                .fetch_optional(connection)
-                .await
+                sqlx::query(statement)
+                    .bind(tenant.0.clone())
+                    .bind(first_id_at(since))
+                    .bind(below)
+                    .fetch_optional(connection)
+                    .await
             })
             .await?;
         let Some(row) = row else {

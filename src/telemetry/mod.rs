@@ -294,6 +294,21 @@ impl RunSpans {
                                 saturate(output),
                             ));
                         }
+                        let cache = [
+                            (
+                                "gen_ai.usage.cache_read.input_tokens",
+                                usage.cached_input_tokens,
+                            ),
+                            (
+                                "gen_ai.usage.cache_creation.input_tokens",
+                                usage.cache_write_tokens,
+                            ),
+                        ];
+                        for (name, count) in cache {
+                            if let Some(count) = count {
+                                span.set_attribute(KeyValue::new(name, saturate(count)));
+                            }
+                        }
                     }
                     span.end();
                 }
@@ -370,6 +385,7 @@ impl RunSpans {
             }
             EventKind::RunStart
             | EventKind::Message { .. }
+            | EventKind::Compaction { .. }
             | EventKind::AttemptStart { .. }
             | EventKind::AttemptEnd { .. } => {}
         }

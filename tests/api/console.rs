@@ -63,6 +63,29 @@ async fn the_console_shows_a_run_s_attempts_side_by_side_with_their_diffs() {
 }
 
 #[tokio::test]
+async fn the_console_shows_what_a_run_cost_and_its_cache() {
+    // Two calls, each of 1,000 input tokens (600 read from the cache, 200
+    // written to it) and 10 output: at the price below $0.0006 + $0.00018
+    // + $0.00075 + $0.00015, $0.00168 each.
+    let usage = "{\"input_tokens\": 1000, \"cached_input_tokens\": 600, \
+                 \"cache_write_tokens\": 200, \"output_tokens\": 10}";
+    let profile = format!(
+        "kind = \"scripted\"\nscript = [\
+         '{{\"content\": \"\", \"tool_calls\": [{{\"id\": \"l1\", \"name\": \"list_dir\", \"arguments\": {{}}}}], \"usage\": {usage}}}', \
+         '{{\"content\": \"looked\", \"usage\": {usage}}}']\n\
+         [price]\ninput = 3.0\noutput = 15.0\ncached_input = 0.3\ncache_write = 3.75\n"
+    );
+    let app = spawn_with(move |config| {
+        config
+            .models
+            .insert("priced".into(), toml::from_str(&profile).unwrap());
+    })
+    .await;
+    let seen = browse(&app, "cost").await;
+    assert!(seen["facts"].as_str().unwrap().contains("Cost"), "{seen}");
+}
+
+#[tokio::test]
 async fn the_console_lists_runs_live_and_filters_them() {
     let app = spawn_app().await;
     let seen = browse(&app, "list").await;

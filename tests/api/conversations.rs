@@ -91,7 +91,11 @@ async fn instructions_reach_both_providers_as_their_system_prompt_and_stay_out_o
         json!({"role": "system", "content": "Answer in French."})
     );
     assert_eq!(roles(requests[2]["messages"].as_array().unwrap()), ["user"]);
-    assert_eq!(requests[3]["system"], "Be brief.");
+    // Anthropic's system prompt, as a block marked for the prompt cache.
+    assert_eq!(
+        requests[3]["system"],
+        json!([{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}])
+    );
     assert_eq!(roles(requests[3]["messages"].as_array().unwrap()), ["user"]);
     for run in [&profiles, &own, &none, &claude] {
         let messages = app.messages(run["id"].as_str().unwrap()).await;
@@ -491,7 +495,7 @@ async fn runs_with_built_in_tools_get_the_default_instructions() {
     let default = agent_runner::config::DEFAULT_INSTRUCTIONS;
     assert_eq!(defaulted["instructions"], default, "{defaulted}");
     assert_eq!(
-        seen.lock().unwrap().last().unwrap()["system"],
+        seen.lock().unwrap().last().unwrap()["system"][0]["text"],
         default,
         "sent as the system prompt"
     );

@@ -22,7 +22,11 @@ pub(crate) async fn spawn_tenants(max_concurrent: usize, a: TenantLimits) -> Tes
     spawn_with(move |config| with_tenants(config, max_concurrent, a)).await
 }
 
-fn with_tenants(config: &mut agent_runner::config::Config, max_concurrent: usize, a: TenantLimits) {
+pub(crate) fn with_tenants(
+    config: &mut agent_runner::config::Config,
+    max_concurrent: usize,
+    a: TenantLimits,
+) {
     config.auth.tokens = vec![token("a"), token("b"), token("c")];
     config.runs.max_concurrent = max_concurrent;
     config.tenants.insert("a".into(), a);

@@ -1196,6 +1196,32 @@ async fn every_event_of_a_stream_matches_the_event_schema() {
     assert_eq!(tried["chosen_attempt"], 1, "{tried}");
     check_events(&app.events(tried["id"].as_str().unwrap()).await, &mut seen);
 
+    // A run whose context is compacted: a compaction event, and a summary
+    // message in its transcript (the script answers the summary request).
+    let compacted = app
+        .run_to_end(json!({
+            "prompt": "look twice",
+            "tools": ["list_dir"], "instructions": "",
+            "context": {"max_context_chars": 600, "compaction": {"at": 0.5}},
+            "model": {"scripted": [
+                {"content": "", "tool_calls": [call("l1", "list_dir", json!({}))]},
+                {"content": "", "tool_calls": [call("l2", "list_dir", json!({}))]},
+                {"content": "Looked once; look again.", "usage": {"input_tokens": 9}},
+                {"content": "looked"}
+            ]}
+        }))
+        .await;
+    assert_eq!(compacted["status"], "completed", "{compacted}");
+    let compacted_id = compacted["id"].as_str().unwrap();
+    check_events(&app.events(compacted_id).await, &mut seen);
+    let transcript = app.get(&format!("/v1/runs/{compacted_id}/messages")).await;
+    check("get", "/v1/runs/{id}/messages", &transcript);
+    assert!(
+        transcript.text.contains("\"role\":\"summary\""),
+        "{}",
+        transcript.text
+    );
+
     // A run that pauses for an approval, is answered, and goes on: its
     // stream carries actions_required and follows it across the pause.
     let paused = app
@@ -1357,7 +1383,8 @@ fn the_schemas_refuse_wrong_shapes() {
     bad_time["timestamp"] = json!("yesterday");
     assert_refused(event, &bad_time, "an event whose timestamp is not RFC 3339");
     let end = json!({"run_id": run_id, "sequence": 9, "timestamp": "2026-01-02T03:04:05Z", "type": "run_end",
-        "steps": 1, "tool_calls": 0, "usage": {"input_tokens": 0, "output_tokens": 0, "model_calls_with_usage": 0}});
+        "steps": 1, "tool_calls": 0, "usage": {"input_tokens": 0, "output_tokens": 0, "model_calls_with_usage": 0,
+                  "cached_input_tokens": 0, "cache_write_tokens": 0, "cost_usd": null}});
     assert_refused(event, &end, "a run_end without a status");
     let mut live_end = end.clone();
     live_end["status"] = json!("running");
@@ -1382,7 +1409,8 @@ fn the_schemas_refuse_wrong_shapes() {
     let run = json!({
         "id": run_id, "status": "completed", "prompt": "hi", "answer": "x", "error": null,
         "steps": 1, "tool_calls": 0,
-        "usage": {"input_tokens": 0, "output_tokens": 0, "model_calls_with_usage": 0},
+        "usage": {"input_tokens": 0, "output_tokens": 0, "model_calls_with_usage": 0,
+                  "cached_input_tokens": 0, "cache_write_tokens": 0, "cost_usd": null},
         "resumes": 0,
         "limits": {"max_steps": 10, "max_tool_calls": 30, "timeout_ms": 120000, "action_timeout_ms": 3600000, "max_resumes": 3, "output_retries": 2},
         "context": {"max_context_chars": 32000, "max_tool_result_chars": 8000},

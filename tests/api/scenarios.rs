@@ -69,7 +69,8 @@ async fn a_tool_then_an_answer_is_recorded_whole() {
     assert_eq!(run["answer"], "You must buy milk");
     assert_eq!(
         run["usage"],
-        json!({"input_tokens": 12, "output_tokens": 3, "model_calls_with_usage": 1})
+        json!({"input_tokens": 12, "output_tokens": 3, "model_calls_with_usage": 1,
+               "cached_input_tokens": 0, "cache_write_tokens": 0, "cost_usd": null})
     );
     let id = run["id"].as_str().unwrap();
     assert_eq!(

@@ -110,6 +110,24 @@ const scenarios = {
     return { attempts: await cards.count() };
   },
 
+  // A priced run shows what it cost, against its bound, and its cache's
+  // tokens; each call's on its model_end.
+  async cost() {
+    const run = await api("POST", "/v1/runs", {
+      prompt: "look, once", model: "priced", tools: ["list_dir"], limits: { max_cost_usd: 100, max_steps: 2 },
+    });
+    await page.goto(`${base}/#/runs/${run.id}`);
+    await expectText(page.locator("#run-status"), "completed", "the run's end");
+    const facts = await page.locator("#run-facts").innerText();
+    assert.ok(facts.includes("2000 in (1200 cached, 400 written to the cache), 20 out"), facts);
+    assert.ok(facts.includes("$0.00336 of $100"), facts);
+    const ends = page.locator(".event.type-model_end");
+    await ends.nth(1).waitFor({ timeout: WAIT });
+    const first = await ends.first().innerText();
+    assert.ok(first.includes("1000 in (600 cached, 200 written to the cache), 10 out · $0.00168"), first);
+    await shot("console-cost");
+    return { facts, first };
+  },
 
   // The list follows runs as they are made and change, without a reload.
   async list() {

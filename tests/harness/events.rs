@@ -85,7 +85,7 @@ async fn events_come_in_order_with_a_gap_free_sequence() {
     }
     assert!(matches!(
         events[3].kind,
-        EventKind::ModelEnd { usage: Some(Usage { input_tokens: Some(10), output_tokens: Some(2) }), duration_ms, finish_reason: None } if duration_ms >= 0.0
+        EventKind::ModelEnd { usage: Some(Usage { input_tokens: Some(10), output_tokens: Some(2), .. }), duration_ms, finish_reason: None } if duration_ms >= 0.0
     ));
     assert_eq!(
         events[11].kind,
@@ -96,7 +96,8 @@ async fn events_come_in_order_with_a_gap_free_sequence() {
             usage: UsageTotals {
                 input_tokens: 25,
                 output_tokens: 5,
-                model_calls_with_usage: 2
+                model_calls_with_usage: 2,
+                ..UsageTotals::default()
             },
             answer: Some("Done".into()),
             error: None,

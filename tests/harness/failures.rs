@@ -172,7 +172,8 @@ async fn usage_is_totalled_and_missing_usage_is_not_counted() {
         UsageTotals {
             input_tokens: 107,
             output_tokens: 9,
-            model_calls_with_usage: 2
+            model_calls_with_usage: 2,
+            ..UsageTotals::default()
         }
     );
     let unknown = run(vec![answer("free?")], &[], "go").await;

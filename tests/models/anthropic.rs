@@ -61,7 +61,8 @@ async fn blocks_translate_both_ways_and_tool_results_share_one_user_turn() {
         response.usage,
         Some(Usage {
             input_tokens: Some(2095),
-            output_tokens: Some(503)
+            output_tokens: Some(503),
+            ..Usage::default()
         })
     );
 
@@ -86,13 +87,15 @@ async fn blocks_translate_both_ways_and_tool_results_share_one_user_turn() {
                 ]},
                 {"role": "user", "content": [
                     {"type": "tool_result", "tool_use_id": "toolu_paris", "content": "Rain", "is_error": false},
-                    {"type": "tool_result", "tool_use_id": "toolu_lyon", "content": "location must not be empty", "is_error": true}
+                    {"type": "tool_result", "tool_use_id": "toolu_lyon", "content": "location must not be empty", "is_error": true,
+                     "cache_control": {"type": "ephemeral"}}
                 ]}
             ],
             "tools": [{
                 "name": "get_weather",
                 "description": "Get the current weather in a given location",
-                "input_schema": weather_definition().parameters
+                "input_schema": weather_definition().parameters,
+                "cache_control": {"type": "ephemeral"}
             }]
         })
     );
@@ -148,7 +151,8 @@ async fn tool_use_ids_round_trip_through_a_multi_step_run() {
         UsageTotals {
             input_tokens: 3 * 2095,
             output_tokens: 3 * 503,
-            model_calls_with_usage: 3
+            model_calls_with_usage: 3,
+            ..UsageTotals::default()
         }
     );
     let requests = server.requests();
@@ -170,7 +174,8 @@ async fn tool_use_ids_round_trip_through_a_multi_step_run() {
                 {"type": "tool_use", "id": "toolu_02C", "name": "get_weather", "input": {"location": ""}}
             ]},
             {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": "toolu_02C", "content": "location must not be empty", "is_error": true}
+                {"type": "tool_result", "tool_use_id": "toolu_02C", "content": "location must not be empty", "is_error": true,
+                 "cache_control": {"type": "ephemeral"}}
             ]}
         ])
     );
@@ -279,6 +284,7 @@ async fn a_model_asked_to_answer_now_may_not_use_its_tools_and_is_told_so() {
     assert_eq!(blocks[0]["type"], "tool_result");
     assert_eq!(
         blocks.last().unwrap(),
-        &json!({"type": "text", "text": agent_runner::harness::stuck::ANSWER_NOW})
+        &json!({"type": "text", "text": agent_runner::harness::stuck::ANSWER_NOW,
+                "cache_control": {"type": "ephemeral"}})
     );
 }

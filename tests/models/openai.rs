@@ -75,7 +75,8 @@ async fn a_multi_tool_call_turn_translates_both_ways() {
         response.usage,
         Some(Usage {
             input_tokens: Some(82),
-            output_tokens: Some(17)
+            output_tokens: Some(17),
+            ..Usage::default()
         })
     );
 
@@ -157,7 +158,8 @@ async fn tool_call_ids_round_trip_through_a_multi_step_run() {
         UsageTotals {
             input_tokens: 82 + 82 + 1117,
             output_tokens: 17 + 17 + 46,
-            model_calls_with_usage: 3
+            model_calls_with_usage: 3,
+            ..UsageTotals::default()
         }
     );
     let requests = server.requests();
@@ -380,7 +382,8 @@ async fn a_refusal_or_an_answer_with_usage_maps_to_the_response() {
         refusal.usage,
         Some(Usage {
             input_tokens: Some(5),
-            output_tokens: Some(7)
+            output_tokens: Some(7),
+            ..Usage::default()
         })
     );
     let plain = generate_simple(&model, &[Message::user("Hi")])

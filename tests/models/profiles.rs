@@ -303,7 +303,8 @@ async fn the_demo_profile_runs_a_prompt_end_to_end() {
             UsageTotals {
                 input_tokens: 84,
                 output_tokens: 40,
-                model_calls_with_usage: 2
+                model_calls_with_usage: 2,
+                ..UsageTotals::default()
             }
         );
         assert_eq!(

@@ -70,7 +70,8 @@ async fn openai_text_is_forwarded_in_order_and_assembled() {
         response.usage,
         Some(Usage {
             input_tokens: Some(9),
-            output_tokens: Some(12)
+            output_tokens: Some(12),
+            ..Usage::default()
         })
     );
     let body = &server.requests()[0].body;
@@ -281,7 +282,8 @@ async fn anthropic_text_and_tool_input_are_streamed_and_assembled() {
         response.usage,
         Some(Usage {
             input_tokens: Some(25),
-            output_tokens: Some(89)
+            output_tokens: Some(89),
+            ..Usage::default()
         })
     );
     assert_eq!(server.requests()[0].body["stream"], true);

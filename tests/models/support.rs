@@ -309,6 +309,7 @@ pub async fn generate(
         traceparent: None,
         deltas,
         temperature: None,
+        cache_key: None,
     };
     model.generate(request).await
 }
@@ -344,6 +345,7 @@ pub async fn generate_answer_now(model: &dyn Model) -> Result<ModelResponse, Mod
         traceparent: None,
         deltas: &Deltas::default(),
         temperature: None,
+        cache_key: None,
     };
     model.generate(request).await
 }

@@ -23,6 +23,7 @@ export type RunStatus =
   | "timeout"
   | "model_error"
   | "context_limit"
+  | "cost_limit"
   | "failed"
   | "interrupted";
 
@@ -51,17 +52,26 @@ export type BuiltinToolName =
 /**
  * Token usage accumulated over a run. `model_calls_with_usage` counts the
  * model responses that reported usage: zero means unknown, not free.
+ * `cached_input_tokens` and `cache_write_tokens` are the parts of
+ * `input_tokens` read from and written to the provider's prompt cache;
+ * `cost_usd` is what the calls cost in US dollars, `null` when unknown.
  */
 export interface Usage {
   input_tokens: number;
   output_tokens: number;
   model_calls_with_usage: number;
+  cached_input_tokens: number;
+  cache_write_tokens: number;
+  cost_usd: number | null;
 }
 
-/** Token usage one model response reported; either count may be missing. */
+/** Usage one model response reported (any count may be missing), and its cost when priced. */
 export interface ModelUsage {
   input_tokens?: number;
   output_tokens?: number;
+  cached_input_tokens?: number;
+  cache_write_tokens?: number;
+  cost_usd?: number;
 }
 
 /** A run's budgets, as the server settled them. */
@@ -73,12 +83,24 @@ export interface RunLimits {
   max_resumes: number;
   /** How often an answer not valid under the run's `output_schema` is sent back. */
   output_retries: number;
+  /** What its model calls may cost, in US dollars, when bounded. */
+  max_cost_usd?: number;
 }
 
 /** A run's context bounds, as the server settled them. */
 export interface RunContext {
   max_context_chars: number;
   max_tool_result_chars: number;
+  /** Present when the run compacts its context. */
+  compaction?: Compaction;
+}
+
+/** When, and by which model profile, a run's context is summarised. */
+export interface Compaction {
+  /** The share of `max_context_chars` past which it compacts (0 to 1]. */
+  at: number;
+  /** The profile that writes the summaries; absent: the run's own. */
+  profile?: string;
 }
 
 /** What drives a run; never a secret, never the script. */
@@ -282,12 +304,16 @@ export interface RunLimitsRequest {
   max_resumes?: number | null;
   /** How often an answer not valid under the `output_schema` is sent back (default 2). */
   output_retries?: number | null;
+  /** What its model calls may cost, in US dollars (ends it `cost_limit`; needs a priced model). */
+  max_cost_usd?: number | null;
 }
 
 /** A request's context bounds; each absent or `null` one takes the server's default. */
 export interface RunContextRequest {
   max_context_chars?: number | null;
   max_tool_result_chars?: number | null;
+  /** Summarise instead of dropping when the context passes `at` (default 0.8). */
+  compaction?: { at?: number | null; profile?: string | null } | null;
 }
 
 /**
@@ -530,8 +556,18 @@ export interface ToolMessage {
   is_error: boolean;
 }
 
+/**
+ * A summary of the transcript's first `replaces` messages, which the model
+ * is sent in their place from here on (context compaction).
+ */
+export interface SummaryMessage {
+  role: "summary";
+  content: string;
+  replaces: number;
+}
+
 /** One message of a transcript. */
-export type Message = UserMessage | AssistantMessage | ToolMessage;
+export type Message = UserMessage | AssistantMessage | ToolMessage | SummaryMessage;
 
 /** The body of `GET /v1/runs/{id}/messages`. */
 export interface MessageList {
@@ -626,6 +662,21 @@ export interface AttemptEndEvent extends StoredEvent {
   checks_passed: boolean;
 }
 
+/**
+ * A summary now stands in for the transcript's first `replaced_messages`;
+ * with `fallback`, the summary failed and older results are masked instead.
+ */
+export interface CompactionEvent extends StoredEvent {
+  type: "compaction";
+  replaced_messages: number;
+  before_chars: number;
+  after_chars: number;
+  duration_ms: number;
+  usage?: ModelUsage;
+  fallback?: "masking";
+  error?: string;
+}
+
 /** The run ended; always its last event, exactly once. */
 export interface RunEndEvent extends StoredEvent {
   type: "run_end";
@@ -662,6 +713,7 @@ export type RunEvent =
   | RunResumedEvent
   | AttemptStartEvent
   | AttemptEndEvent
+  | CompactionEvent
   | RunEndEvent
   | ModelDeltaEvent;
 

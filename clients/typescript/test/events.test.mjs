@@ -33,7 +33,7 @@ test("events follows a run from its first event to run_end", async () => {
   assert.equal(end.type, "run_end");
   assert.equal(end.status, "completed");
   assert.equal(end.answer, "Done");
-  assert.deepEqual(end.usage, { input_tokens: 12, output_tokens: 3, model_calls_with_usage: 1 });
+  assert.deepEqual(end.usage, { input_tokens: 12, output_tokens: 3, model_calls_with_usage: 1, cached_input_tokens: 0, cache_write_tokens: 0, cost_usd: null });
   assert.ok(events.every((event) => event.run_id === run.id));
   const types = events.map((event) => event.type);
   for (const type of ["message", "model_start", "model_end", "tool_start", "tool_end"]) {

@@ -24,7 +24,7 @@ test("createRun with wait answers the completed run", async () => {
   assert.equal(run.answer, "Done");
   assert.equal(run.steps, 2);
   assert.equal(run.tool_calls, 1);
-  assert.deepEqual(run.usage, { input_tokens: 12, output_tokens: 3, model_calls_with_usage: 1 });
+  assert.deepEqual(run.usage, { input_tokens: 12, output_tokens: 3, model_calls_with_usage: 1, cached_input_tokens: 0, cache_write_tokens: 0, cost_usd: null });
   assert.deepEqual(run.tools, ["list_dir"]);
   assert.ok(run.finished_at);
 });

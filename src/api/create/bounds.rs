@@ -6,11 +6,12 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::{
-    ContextRequest, DEFAULT_CONTEXT, DEFAULT_LIMITS, LimitsRequest, MAX_OUTPUT_SCHEMA_BYTES,
+    Ceilings, CompactionRequest, ContextRequest, DEFAULT_CONTEXT, DEFAULT_LIMITS, LimitsRequest,
+    MAX_OUTPUT_SCHEMA_BYTES,
 };
 use crate::api::error::ApiError;
 use crate::config::LimitsConfig;
-use crate::run::{RunContext, RunLimits};
+use crate::run::{CompactionSpec, DEFAULT_COMPACTION_AT, ModelSpec, RunContext, RunLimits};
 
 /// The run's budgets: each as requested, or its default, within `ceilings`.
 pub(super) fn limits(
@@ -60,14 +61,47 @@ pub(super) fn limits(
             0,
             ceilings.output_retries.into(),
         )? as u32,
+        max_cost_usd: match requested.max_cost_usd {
+            Some(max) if !(max.is_finite() && max > 0.0) => {
+                return Err(ApiError::Validation(format!(
+                    "limits.max_cost_usd must be a number of US dollars above 0 (got {max})"
+                )));
+            }
+            max => max,
+        },
     })
+}
+
+/// Refuses a cost bound on a run whose model has no price: its cost could
+/// not be known.
+pub(super) fn check_priced(server: &Ceilings<'_>, model: &ModelSpec) -> Result<(), ApiError> {
+    let priced = match model {
+        ModelSpec::Profile(name) => server
+            .profiles
+            .get(name)
+            .is_some_and(|profile| profile.price().is_some()),
+        ModelSpec::Scripted(_) => false,
+    };
+    if priced {
+        return Ok(());
+    }
+    let which = match model {
+        ModelSpec::Profile(name) => format!("model profile {name:?}"),
+        ModelSpec::Scripted(_) => "a scripted model".to_owned(),
+    };
+    Err(ApiError::Validation(format!(
+        "limits.max_cost_usd needs a model with a price, and {which} has none \
+         (a profile's `price` in the server's configuration)"
+    )))
 }
 
 /// The run's context bounds, as [`limits`].
 pub(super) fn context(
     requested: ContextRequest,
-    ceilings: &LimitsConfig,
+    server: &Ceilings<'_>,
+    model: &ModelSpec,
 ) -> Result<RunContext, ApiError> {
+    let ceilings = server.limits;
     Ok(RunContext {
         max_context_chars: bounded(
             "context.max_context_chars",
@@ -83,7 +117,49 @@ pub(super) fn context(
             1,
             ceilings.max_tool_result_chars as u64,
         )? as usize,
+        compaction: compaction(requested.compaction, server, model)?,
     })
+}
+
+/// The run's `context.compaction`: as asked (`at` 0.8 unless given, a
+/// profile that exists), else its model profile's `compaction_at`, else
+/// none.
+fn compaction(
+    requested: Option<CompactionRequest>,
+    server: &Ceilings<'_>,
+    model: &ModelSpec,
+) -> Result<Option<CompactionSpec>, ApiError> {
+    let Some(requested) = requested else {
+        let default = match model {
+            ModelSpec::Profile(name) => server.profiles.get(name).and_then(|p| p.compaction_at()),
+            ModelSpec::Scripted(_) => None,
+        };
+        return Ok(default.map(|at| CompactionSpec { at, profile: None }));
+    };
+    let at = requested.at.unwrap_or(DEFAULT_COMPACTION_AT);
+    if !(at > 0.0 && at <= 1.0) {
+        return Err(ApiError::Validation(format!(
+            "context.compaction.at must be a share of max_context_chars above 0 and at most 1 \
+             (got {at})"
+        )));
+    }
+    if let Some(name) = &requested.profile
+        && !server.profiles.contains(name)
+    {
+        let names: Vec<String> = server.profiles.list().into_iter().map(|p| p.name).collect();
+        return Err(ApiError::Validation(format!(
+            "context.compaction.profile: unknown model profile {name:?} (configured: {})",
+            if names.is_empty() {
+                "none".to_owned()
+            } else {
+                names.join(", ")
+            }
+        )));
+    }
+    Ok(Some(CompactionSpec {
+        at,
+        profile: requested.profile,
+    }))
 }
 
 /// A run's output schema: a JSON Schema object of at most

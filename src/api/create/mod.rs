@@ -173,6 +173,7 @@ pub struct LimitsRequest {
     pub action_timeout_ms: Option<u64>,
     pub max_resumes: Option<u64>,
     pub output_retries: Option<u64>,
+    pub max_cost_usd: Option<f64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -180,6 +181,14 @@ pub struct LimitsRequest {
 pub struct ContextRequest {
     pub max_context_chars: Option<u64>,
     pub max_tool_result_chars: Option<u64>,
+    pub compaction: Option<CompactionRequest>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompactionRequest {
+    pub at: Option<f64>,
+    pub profile: Option<String>,
 }
 
 /// What validation needs to know of the server.
@@ -256,7 +265,10 @@ impl CreateRunRequest {
         } = tools::select(server, self.commands, self.mcp_servers, self.tools)?;
 
         let limits = bounds::limits(self.limits.unwrap_or_default(), server.limits)?;
-        let context = bounds::context(self.context.unwrap_or_default(), server.limits)?;
+        if limits.max_cost_usd.is_some() {
+            bounds::check_priced(server, &model)?;
+        }
+        let context = bounds::context(self.context.unwrap_or_default(), server, &model)?;
 
         let (files, mut seed) = match self.workspace {
             Some(workspace) => {

@@ -14,6 +14,7 @@ use crate::harness::context;
 use crate::harness::events::{Emitter, EventKind};
 use crate::harness::message::Message;
 use crate::harness::model::{ContextView, DeltaSink, ModelError, ModelRequest, ModelResponse};
+use crate::harness::usage::{Price, Usage, UsageError};
 use crate::harness::{stuck, unread};
 
 /// The longest `finish_reason` kept (providers' are a word or two).
@@ -40,15 +41,21 @@ impl Run<'_, '_> {
         deadline: Option<tokio::time::Instant>,
     ) -> Asked {
         let tools = self.harness.tools;
+        if let Err(end) = self.compact_if_due(token, deadline).await {
+            return Asked::End(end);
+        }
         let mut selection = match self.select_context() {
             Ok(selection) => selection,
             Err(error) => return Asked::End(End::ContextLimit(error.to_string())),
         };
-        selection.start = selection.start.max(draft::view_start(&self.messages));
+        if self.view.is_none() {
+            selection.start = selection.start.max(draft::view_start(&self.messages));
+        }
+        let sent = self.sent();
         let masks: Vec<(usize, Arc<Message>)> = selection
             .masked
             .iter()
-            .map(|&index| (index, Arc::new(context::mask(&self.messages[index]))))
+            .map(|&index| (index, Arc::new(context::mask(&sent[index]))))
             .collect();
         let draft = self.drafting();
         // A draft's prompt, with the files it names shown (never stored).
@@ -62,7 +69,7 @@ impl Run<'_, '_> {
         let request = ModelRequest {
             instructions: self.instructions(draft),
             messages: if shown.is_empty() {
-                context::view(&self.messages, &selection, &masks)
+                context::view(self.sent(), &selection, &masks)
             } else {
                 ContextView::new(&shown, &[])
             },
@@ -81,6 +88,7 @@ impl Run<'_, '_> {
             traceparent: self.emitter.traceparent(),
             deltas: &deltas,
             temperature: self.config.temperature,
+            cache_key: self.config.cache_key.as_deref(),
         };
         let outcome = tokio::select! {
             biased;
@@ -108,9 +116,7 @@ impl Run<'_, '_> {
             }
             Err(error) => return Asked::End(self.model_failed(error.to_string())),
         };
-        if let Some(usage) = &response.usage
-            && let Err(error) = self.usage.add(usage)
-        {
+        if let Err(error) = self.count_usage(response.usage.as_mut(), self.config.price) {
             return Asked::End(self.model_failed(format!("Invalid model usage: {error}")));
         }
         let duration_ms = millis(began.elapsed());
@@ -131,6 +137,42 @@ impl Run<'_, '_> {
         });
 
         Asked::Response(response, draft)
+    }
+
+    /// Counts a call's usage in the run's, priced at `price`: its
+    /// `cost_usd` set, and what the run is known to have spent. A call
+    /// without usage makes the run's cost unknown (null), and counts
+    /// nothing toward its `max_cost_usd`.
+    pub(super) fn count_usage(
+        &mut self,
+        usage: Option<&mut Usage>,
+        price: Option<Price>,
+    ) -> Result<(), UsageError> {
+        let Some(usage) = usage else {
+            self.usage.add_cost(None);
+            return Ok(());
+        };
+        usage.cost_usd = price.map(|price| price.cost(usage));
+        self.usage.add(usage)?;
+        self.spent_usd += usage.cost_usd.unwrap_or(0.0);
+        Ok(())
+    }
+
+    /// The end of a run whose calls cost its `max_cost_usd`: `response`,
+    /// the call that reached it, is recorded, none of its tool calls run.
+    pub(super) fn over_budget(&mut self, response: &ModelResponse) -> Option<End> {
+        let max = self.config.limits.max_cost_usd?;
+        let spent = self.spent_usd;
+        if spent < max {
+            return None;
+        }
+        let why =
+            format!("the run's model calls cost ${spent:.6}, reaching its max_cost_usd of ${max}");
+        let message = Message::assistant(response.content.clone(), response.tool_calls.clone());
+        if let Err(end) = self.append_response(message) {
+            return Some(end);
+        }
+        Some(End::CostLimit(why))
     }
 }
 

@@ -8,10 +8,12 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use crate::harness::message::Message;
+use crate::harness::model::Model;
 use crate::harness::pause::Approval;
+use crate::harness::usage::Price;
 
 /// The budgets of one run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Limits {
     /// Model responses the run may receive.
     pub max_steps: NonZeroU32,
@@ -19,6 +21,10 @@ pub struct Limits {
     pub max_tool_calls: u32,
     /// Deadline of the whole run, from its start.
     pub timeout: Option<Duration>,
+    /// What its model calls may cost, in US dollars: the run ends
+    /// `cost_limit` after the call that reaches it (its model must have a
+    /// price).
+    pub max_cost_usd: Option<f64>,
 }
 
 /// A run's budgets when it names none: the one home of these numbers, which
@@ -38,6 +44,7 @@ impl Default for Limits {
             max_steps: NonZeroU32::new(DEFAULT_MAX_STEPS).expect("nonzero"),
             max_tool_calls: DEFAULT_MAX_TOOL_CALLS,
             timeout: Some(Duration::from_millis(DEFAULT_TIMEOUT_MS)),
+            max_cost_usd: None,
         }
     }
 }
@@ -107,6 +114,36 @@ pub struct RunConfig {
     /// The temperature its model calls ask for instead of the model's own
     /// (an attempt of several), if any.
     pub temperature: Option<f64>,
+    /// What its model's tokens cost, if it has a price: each call's
+    /// `cost_usd`, and the run's.
+    pub price: Option<Price>,
+    /// The key its model calls share for the provider's prompt cache (a
+    /// conversation's calls share their prefix), if any.
+    pub cache_key: Option<String>,
+    /// When and by which model what is sent is summarised, if it is (see
+    /// `compact`).
+    pub compaction: Option<Compaction>,
+}
+
+/// A run's context compaction (SPEC section 22).
+#[derive(Clone)]
+pub struct Compaction {
+    /// The share of `max_context_chars` past which it compacts (0 to 1].
+    pub at: f64,
+    /// The model that writes the summaries, when not the run's own.
+    pub model: Option<Arc<dyn Model>>,
+    /// What that model's tokens cost (the run's price for its own).
+    pub price: Option<Price>,
+}
+
+impl std::fmt::Debug for Compaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Compaction")
+            .field("at", &self.at)
+            .field("own_model", &self.model.is_some())
+            .field("price", &self.price)
+            .finish()
+    }
 }
 
 impl RunConfig {
@@ -127,6 +164,9 @@ impl RunConfig {
             question_unchanged: false,
             output: None,
             temperature: None,
+            price: None,
+            cache_key: None,
+            compaction: None,
         }
     }
 }

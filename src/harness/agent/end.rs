@@ -57,6 +57,7 @@ impl Run<'_, '_> {
             },
             End::ModelError(error) => (Outcome::ModelError, None, Some(error)),
             End::ContextLimit(error) => (Outcome::ContextLimit, None, Some(error)),
+            End::CostLimit(error) => (Outcome::CostLimit, None, Some(error)),
             End::Failed(error) => (Outcome::Failed, None, Some(error)),
             // A drive that cannot pause ends `failed` instead (see `run`).
             End::Paused(_) => (Outcome::Failed, None, Some(CANNOT_PAUSE.to_owned())),

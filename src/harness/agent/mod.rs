@@ -15,6 +15,7 @@ mod added;
 mod ask;
 mod calls;
 mod ceiling;
+mod compact;
 mod config;
 mod cut_off;
 mod draft;
@@ -22,22 +23,25 @@ mod end;
 mod notes;
 mod output;
 mod recover;
+mod transcript;
 
+pub use compact::SUMMARY_ASK;
 pub use config::{
-    ContextLimits, DEFAULT_MAX_CONTEXT_CHARS, DEFAULT_MAX_RUN_BYTES, DEFAULT_MAX_STEPS,
+    Compaction, ContextLimits, DEFAULT_MAX_CONTEXT_CHARS, DEFAULT_MAX_RUN_BYTES, DEFAULT_MAX_STEPS,
     DEFAULT_MAX_TOOL_CALLS, DEFAULT_MAX_TOOL_RESULT_CHARS, DEFAULT_TIMEOUT_MS, Limits, RunConfig,
 };
 pub use recover::StoppedBatch;
 
 use ask::Asked;
 
-use super::context::{ContextError, ContextIndex, Selection};
+use super::context::ContextIndex;
 use super::events::{Emitter, EventKind, Observer, Outcome, Totals};
-use super::message::{Message, UsageTotals, json_string_chars};
+use super::message::Message;
 use super::model::Model;
 use super::pause::{Answer, Answers, Checkpoint, PendingAction};
 use super::registry::ToolRegistry;
 use super::stop::{Stop, StopReason};
+use crate::harness::usage::UsageTotals;
 
 /// How long a tool may go on after the run's token fired before the harness
 /// stops waiting for it (and drops it). Cooperative tools stop well within it.
@@ -114,6 +118,8 @@ enum End {
     Stopped,
     ModelError(String),
     ContextLimit(String),
+    /// The run's cost reached its `max_cost_usd`.
+    CostLimit(String),
     /// A batch waits for answers to these calls.
     Paused(Vec<PendingAction>),
     /// The caller cannot go on with the run.
@@ -225,6 +231,7 @@ impl Harness<'_> {
                     run.transcript_bytes += size.bytes;
                 }
                 run.messages.clone_from(&config.history);
+                run.rebuild_view();
                 run.emitter.emit(|| EventKind::RunStart);
                 run.close_unanswered();
                 run.append(Message::user(config.prompt.clone()));
@@ -347,6 +354,14 @@ struct Run<'h, 'c> {
     /// The instructions sent, when the run has an output schema: its own
     /// followed by what the model is told of the schema.
     told_instructions: Option<String>,
+    /// What is sent, once a summary stands in for the transcript's start
+    /// (see `compact`); `index` measures it then.
+    view: Option<compact::View>,
+    /// A summary failed in this drive: masking does the rest.
+    compaction_failed: bool,
+    /// What its priced calls cost, in US dollars (what `max_cost_usd`
+    /// bounds; the calls whose cost is unknown count nothing).
+    spent_usd: f64,
 }
 
 impl<'h, 'c> Run<'h, 'c> {
@@ -359,12 +374,15 @@ impl<'h, 'c> Run<'h, 'c> {
             index: ContextIndex::default(),
             steps: 0,
             tool_calls: 0,
-            usage: UsageTotals::default(),
+            usage: UsageTotals::starting(config.price.is_some()),
             elapsed_before: Duration::ZERO,
             instructions_chars: std::sync::OnceLock::new(),
             began: Instant::now(),
             transcript_bytes: 0,
             at_ceiling: false,
+            view: None,
+            compaction_failed: false,
+            spent_usd: 0.0,
             told_instructions: config.output.as_ref().map(|output| {
                 match config.instructions.as_deref() {
                     Some(own) => format!("{own}\n\n{}", output.told()),
@@ -384,77 +402,6 @@ impl<'h, 'c> Run<'h, 'c> {
             usage: self.usage,
             elapsed: self.elapsed_before + self.began.elapsed(),
         });
-    }
-
-    /// A continued transcript may end with calls that never ran (its run
-    /// was stopped, or timed out, mid-batch): each gets an error result, so
-    /// that the conversation is whole again before its next prompt (a
-    /// provider refuses calls without results).
-    fn close_unanswered(&mut self) {
-        let Some(batch) = self
-            .messages
-            .iter()
-            .rposition(|message| matches!(**message, Message::Assistant { .. }))
-        else {
-            return;
-        };
-        let answered: Vec<String> = self.messages[batch + 1..]
-            .iter()
-            .filter_map(|message| match &**message {
-                Message::Tool { call_id, .. } => Some(call_id.clone()),
-                _ => None,
-            })
-            .collect();
-        let unanswered: Vec<String> = self.messages[batch]
-            .tool_calls()
-            .iter()
-            .map(|call| call.id.clone())
-            .filter(|id| !answered.contains(id))
-            .collect();
-        for id in unanswered {
-            self.append(Message::tool(id, UNANSWERED, true));
-        }
-    }
-
-    /// Selects the context within `max_context_chars`, the instructions
-    /// counted in it (the characters of their JSON string).
-    fn select_context(&self) -> Result<Selection, ContextError> {
-        let limit = self.config.context.max_context_chars.get();
-        let text = self.sent_instructions().unwrap_or_default();
-        // As a JSON string the instructions take at most six characters a
-        // byte (`\u00XX`), and their quotes: when the whole transcript fits
-        // beside that, nothing is left out, and they need not be measured.
-        let at_most = 2 + 6 * text.len();
-        let instructions = if self.index.total() + at_most <= limit {
-            at_most
-        } else {
-            *self
-                .instructions_chars
-                .get_or_init(|| self.sent_instructions().map_or(0, json_string_chars))
-        };
-        self.index
-            .select(limit.saturating_sub(instructions))
-            .map_err(|error| match error {
-                ContextError::TooSmall { required, .. } => ContextError::TooSmall {
-                    limit,
-                    required: required + instructions,
-                },
-                error => error,
-            })
-    }
-
-    /// Takes up where a paused run stood.
-    fn restore(&mut self, checkpoint: Checkpoint) {
-        for message in &checkpoint.messages {
-            let size = message.serialized_size();
-            self.index.push(message, size.chars);
-            self.transcript_bytes += size.bytes;
-        }
-        self.messages = checkpoint.messages;
-        self.steps = checkpoint.steps;
-        self.tool_calls = checkpoint.tool_calls;
-        self.usage = checkpoint.usage;
-        self.elapsed_before = checkpoint.elapsed;
     }
 }
 
@@ -507,6 +454,9 @@ impl Run<'_, '_> {
                 Asked::Again => continue,
                 Asked::End(end) => return end,
             };
+            if let Some(end) = self.over_budget(&response) {
+                return end;
+            }
             if !self.is_output(&response) {
                 self.add_block_calls(&mut response).await;
             }
@@ -589,27 +539,6 @@ impl Run<'_, '_> {
             error: error.clone(),
         });
         End::ModelError(error)
-    }
-
-    fn append(&mut self, message: Message) -> Arc<Message> {
-        let json = message.to_json();
-        self.append_json(message, json)
-    }
-
-    /// Appends `message`, whose JSON is `json`.
-    fn append_json(&mut self, message: Message, json: String) -> Arc<Message> {
-        let message = Arc::new(message);
-        // Serialised once: the context is measured in this JSON, and the
-        // observer records and sends the same bytes.
-        let json: Arc<str> = json.into();
-        self.transcript_bytes += json.len();
-        self.index.push(&message, json.chars().count());
-        self.messages.push(Arc::clone(&message));
-        self.emitter.emit(|| EventKind::Message {
-            message: Arc::clone(&message),
-            json,
-        });
-        message
     }
 }
 

@@ -233,6 +233,12 @@ impl ContextIndex {
         })
     }
 
+    /// Where the newest group starts (an assistant message with its
+    /// results, or a user message after the first), if there is one.
+    pub fn newest_group(&self) -> Option<usize> {
+        self.groups.last().map(|group| group.0)
+    }
+
     /// The characters of the whole transcript as a JSON array.
     pub fn total(&self) -> usize {
         self.first_size + 2 + self.rest

@@ -31,6 +31,8 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::harness::Price;
+
 /// The profile every server has unless its configuration defines one of the
 /// same name.
 pub const DEMO_PROFILE: &str = "demo";
@@ -101,6 +103,12 @@ struct RawProfile {
     write_code_blocks: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     question_unchanged: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    price: Option<Price>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    compaction_at: Option<f64>,
 }
 
 impl ModelProfile {
@@ -137,6 +145,9 @@ impl From<ModelProfile> for RawProfile {
             check_answers: None,
             write_code_blocks: None,
             question_unchanged: None,
+            price: profile.price(),
+            cache: None,
+            compaction_at: profile.compaction_at(),
         };
         let settings = profile.loop_settings();
         raw.draft_first = settings.draft_first;
@@ -167,6 +178,7 @@ impl From<ModelProfile> for RawProfile {
                 raw.retry_base_ms = http.retry_base_ms;
                 raw.retry_max_ms = http.retry_max_ms;
                 raw.stream = Some(http.stream);
+                raw.cache = Some(http.cache);
                 raw.instructions = http.instructions;
                 raw.native_output_schema =
                     (kind == ProfileKind::OpenAi).then_some(http.native_output_schema);
@@ -187,6 +199,16 @@ impl TryFrom<RawProfile> for ModelProfile {
             write_code_blocks: raw.write_code_blocks,
             question_unchanged: raw.question_unchanged,
         };
+        if let Some(price) = &raw.price {
+            price.check()?;
+        }
+        if let Some(at) = raw.compaction_at
+            && !(at > 0.0 && at <= 1.0)
+        {
+            return Err(format!(
+                "`compaction_at` must be a share of a run's max_context_chars above 0 and at most 1 (got {at})"
+            ));
+        }
         if kind == ProfileKind::Scripted {
             let http_fields = [
                 ("base_url", raw.base_url.is_some()),
@@ -201,6 +223,7 @@ impl TryFrom<RawProfile> for ModelProfile {
                 ("retry_max_ms", raw.retry_max_ms.is_some()),
                 ("stream", raw.stream.is_some()),
                 ("native_output_schema", raw.native_output_schema.is_some()),
+                ("cache", raw.cache.is_some()),
             ];
             if let Some((field, _)) = http_fields.iter().find(|(_, present)| *present) {
                 return Err(format!("`{field}` is not a setting of kind scripted"));
@@ -210,6 +233,8 @@ impl TryFrom<RawProfile> for ModelProfile {
                 script,
                 instructions: raw.instructions,
                 loop_settings,
+                price: raw.price,
+                compaction_at: raw.compaction_at,
             }));
         }
         if raw.script.is_some() {
@@ -237,6 +262,9 @@ impl TryFrom<RawProfile> for ModelProfile {
             instructions: raw.instructions,
             native_output_schema: raw.native_output_schema.unwrap_or(true),
             loop_settings,
+            cache: raw.cache.unwrap_or(true),
+            price: raw.price,
+            compaction_at: raw.compaction_at,
         };
         Ok(match kind {
             ProfileKind::Anthropic => Self::Anthropic(profile),
@@ -283,6 +311,14 @@ pub struct HttpProfile {
     pub native_output_schema: bool,
     /// How the loop treats this model; unset: the server's `[runs]`.
     pub loop_settings: LoopSettings,
+    /// Use the provider's prompt cache: Anthropic's `cache_control` marks
+    /// on the stable prefix, OpenAI's `prompt_cache_key`. Default on.
+    pub cache: bool,
+    /// What its tokens cost, if priced.
+    pub price: Option<Price>,
+    /// Its runs compact at this share of their context unless they say
+    /// otherwise (see `context.compaction`).
+    pub compaction_at: Option<f64>,
 }
 
 impl Default for HttpProfile {
@@ -302,6 +338,9 @@ impl Default for HttpProfile {
             instructions: None,
             native_output_schema: true,
             loop_settings: LoopSettings::default(),
+            cache: true,
+            price: None,
+            compaction_at: None,
         }
     }
 }
@@ -325,6 +364,9 @@ impl fmt::Debug for HttpProfile {
             .field("instructions", &self.instructions.as_ref().map(String::len))
             .field("native_output_schema", &self.native_output_schema)
             .field("loop_settings", &self.loop_settings)
+            .field("cache", &self.cache)
+            .field("price", &self.price)
+            .field("compaction_at", &self.compaction_at)
             .finish()
     }
 }
@@ -339,6 +381,11 @@ pub struct ScriptedProfile {
     pub instructions: Option<String>,
     /// How the loop treats this model; unset: the server's `[runs]`.
     pub loop_settings: LoopSettings,
+    /// What its (scripted) tokens cost, if priced.
+    pub price: Option<Price>,
+    /// Its runs compact at this share of their context unless they say
+    /// otherwise.
+    pub compaction_at: Option<f64>,
 }
 
 /// The kind of a profile, as `GET /v1/models` shows it.
@@ -393,6 +440,22 @@ impl ModelProfile {
         }
     }
 
+    /// What its tokens cost, if the profile has a price.
+    pub fn price(&self) -> Option<Price> {
+        match self {
+            Self::OpenAi(http) | Self::Anthropic(http) => http.price,
+            Self::Scripted(scripted) => scripted.price,
+        }
+    }
+
+    /// The share of their context at which its runs compact by default.
+    pub fn compaction_at(&self) -> Option<f64> {
+        match self {
+            Self::OpenAi(http) | Self::Anthropic(http) => http.compaction_at,
+            Self::Scripted(scripted) => scripted.compaction_at,
+        }
+    }
+
     /// How the loop treats this profile's model (what it leaves unset is
     /// the server's).
     pub fn loop_settings(&self) -> LoopSettings {
@@ -417,6 +480,8 @@ impl ModelProfile {
         Self::Scripted(ScriptedProfile {
             instructions: None,
             loop_settings: LoopSettings::default(),
+            price: None,
+            compaction_at: None,
             script: vec![
                 json!({
                     "content": "",
@@ -442,104 +507,4 @@ impl ModelProfile {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn no_env(_: &str) -> Option<String> {
-        None
-    }
-
-    #[test]
-    fn the_demo_profile_is_valid_and_added_by_default() {
-        ModelProfile::demo()
-            .validate(DEMO_PROFILE, &no_env)
-            .unwrap();
-        let profiles = ModelProfiles::new([], &no_env).unwrap();
-        assert_eq!(
-            profiles.list(),
-            vec![ProfileInfo {
-                name: "demo".into(),
-                kind: ProfileKind::Scripted
-            }]
-        );
-    }
-
-    #[test]
-    fn names_are_checked() {
-        for bad in ["", "-x", "a b", "ü", &"x".repeat(65)] {
-            assert!(
-                ModelProfile::demo().validate(bad, &no_env).is_err(),
-                "{bad}"
-            );
-        }
-        for good in ["a", "gpt-4o", "local_1.5", "9b"] {
-            ModelProfile::demo().validate(good, &no_env).unwrap();
-        }
-    }
-
-    #[test]
-    fn scripts_are_checked_element_by_element() {
-        let profile = |script: Vec<Value>| {
-            ModelProfile::Scripted(ScriptedProfile {
-                script,
-                instructions: None,
-                loop_settings: LoopSettings::default(),
-            })
-        };
-        let error = |script: Vec<Value>| {
-            profile(script)
-                .validate("s", &no_env)
-                .unwrap_err()
-                .to_string()
-        };
-        assert_eq!(
-            error(vec![]),
-            "model profile `s`: `script` must hold at least one response"
-        );
-        assert_eq!(
-            error(vec![json!({"content": "ok"}), json!({"content": 1})]),
-            "model profile `s`: `script[1]`: Invalid model response: content must be a string"
-        );
-        assert_eq!(
-            error(vec![json!("{nope")]),
-            "model profile `s`: `script[0]`: not valid JSON (key must be a string at line 1 column 2)"
-        );
-        assert_eq!(
-            error(vec![json!({"content": "", "delay_ms": -1})]),
-            "model profile `s`: `script[0]`: `delay_ms` must be a nonnegative integer"
-        );
-        profile(vec![
-            json!({"error": "boom"}),
-            json!("{\"content\": \"fine\", \"delay_ms\": 5}"),
-        ])
-        .validate("s", &no_env)
-        .unwrap();
-    }
-
-    #[test]
-    fn the_loops_switches_are_read_for_every_kind_and_written_back() {
-        let http: ModelProfile = toml::from_str(
-            "kind = \"openai\"\nmodel = \"m\"\ndraft_first = true\ncheck_answers = false\n",
-        )
-        .unwrap();
-        let expected = LoopSettings {
-            draft_first: Some(true),
-            check_answers: Some(false),
-            write_code_blocks: None,
-            question_unchanged: None,
-        };
-        assert_eq!(http.loop_settings(), expected);
-        let written = toml::to_string(&http).unwrap();
-        let read: ModelProfile = toml::from_str(&written).unwrap();
-        assert_eq!(read.loop_settings(), expected, "{written}");
-        assert!(!written.contains("write_code_blocks"), "{written}");
-
-        let scripted: ModelProfile = toml::from_str(
-            "kind = \"scripted\"\nscript = [{content = \"hi\"}]\nwrite_code_blocks = true\n",
-        )
-        .unwrap();
-        assert_eq!(scripted.loop_settings().write_code_blocks, Some(true));
-        let wrong = toml::from_str::<ModelProfile>("kind = \"openai\"\ndraft_first = \"yes\"\n");
-        assert!(wrong.is_err());
-    }
-}
+mod tests;

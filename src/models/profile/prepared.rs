@@ -42,6 +42,8 @@ impl ModelProfile {
             temperature,
             instructions: self.instructions().map(str::to_owned),
             loop_settings: self.loop_settings(),
+            price: self.price(),
+            compaction_at: self.compaction_at(),
             source,
         })
     }
@@ -70,6 +72,8 @@ pub struct PreparedProfile {
     temperature: Option<f64>,
     instructions: Option<String>,
     loop_settings: super::LoopSettings,
+    price: Option<crate::harness::Price>,
+    compaction_at: Option<f64>,
     source: Source,
 }
 
@@ -97,6 +101,16 @@ impl PreparedProfile {
     /// the server's).
     pub fn loop_settings(&self) -> super::LoopSettings {
         self.loop_settings
+    }
+
+    /// What its tokens cost, if the profile has a price.
+    pub fn price(&self) -> Option<crate::harness::Price> {
+        self.price
+    }
+
+    /// The share of their context at which its runs compact by default.
+    pub fn compaction_at(&self) -> Option<f64> {
+        self.compaction_at
     }
 
     /// The model for one run.

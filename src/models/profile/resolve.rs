@@ -47,6 +47,7 @@ impl ModelProfile {
                     temperature: profile.temperature,
                     stream: profile.stream,
                     native_output_schema: profile.native_output_schema,
+                    cache: profile.cache,
                 }))
             }
             Self::Anthropic(profile) => {
@@ -58,6 +59,7 @@ impl ModelProfile {
                     max_tokens: profile.max_tokens.unwrap_or(ANTHROPIC_DEFAULT_MAX_TOKENS),
                     temperature: profile.temperature,
                     stream: profile.stream,
+                    cache: profile.cache,
                 }))
             }
         }

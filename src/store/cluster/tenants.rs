@@ -4,19 +4,21 @@
 //! bucket of run creations, all kept in the database so that every limit
 //! holds for the whole database.
 
-use sqlx::AnyConnection;
 use sqlx::any::AnyRow;
+use sqlx::{AnyConnection, Row};
 
 use super::Cluster;
+use crate::config::Quota;
 use crate::store::{StoreError, rows};
 
 /// What a claim holds each tenant to across the database.
 pub struct ClaimLimits<'a> {
     /// A tenant's concurrency limit, if it has one.
     pub concurrency: &'a (dyn Fn(&str) -> Option<usize> + Sync),
-    /// A tenant's `max_tokens_per_day`, if it has one: while its runs of
-    /// the last 24 hours used it, its runs that have not started wait.
-    pub quota: &'a (dyn Fn(&str) -> Option<u64> + Sync),
+    /// A tenant's `max_tokens_per_day` and `max_cost_usd_per_day`: while
+    /// its runs of the last 24 hours used one, its runs that have not
+    /// started wait.
+    pub quota: &'a (dyn Fn(&str) -> Quota + Sync),
 }
 
 /// The window of a token quota.
@@ -44,9 +46,13 @@ pub(super) async fn next_queued(
     .fetch_all(&mut *tx)
     .await?;
     for tenant in tenants {
-        let fresh_may_start = match (limits.quota)(&tenant) {
-            Some(quota) => tokens_of_window(tx, &tenant).await? < quota,
-            None => true,
+        let quota = (limits.quota)(&tenant);
+        let fresh_may_start = if quota.is_some() {
+            let (tokens, cost) = use_of_window(tx, &tenant).await?;
+            quota.tokens.is_none_or(|max| tokens < max)
+                && quota.cost_usd.is_none_or(|max| cost < max)
+        } else {
+            true
         };
         if let Some(max) = (limits.concurrency)(&tenant) {
             sqlx::query(
@@ -88,17 +94,19 @@ pub(super) async fn next_queued(
 
 /// The input and output tokens of `tenant`'s runs created in the last 24
 /// hours (as [`crate::store::Store::tenant_use`] counts them).
-async fn tokens_of_window(tx: &mut AnyConnection, tenant: &str) -> Result<u64, sqlx::Error> {
+async fn use_of_window(tx: &mut AnyConnection, tenant: &str) -> Result<(u64, f64), sqlx::Error> {
     let since = crate::store::tenants::first_id_at(chrono::Utc::now() - QUOTA_WINDOW);
-    let tokens: i64 = sqlx::query_scalar(
-        "SELECT CAST(COALESCE(SUM(input_tokens + output_tokens), 0) AS BIGINT) \
+    let row = sqlx::query(
+        "SELECT CAST(COALESCE(SUM(input_tokens + output_tokens), 0) AS BIGINT), \
+         CAST(COALESCE(SUM(cost_usd), 0) AS DOUBLE PRECISION) \
          FROM runs WHERE tenant = $1 AND id >= $2",
     )
     .bind(tenant)
     .bind(since)
     .fetch_one(&mut *tx)
     .await?;
-    Ok(u64::try_from(tokens).unwrap_or(0))
+    let tokens: i64 = row.get(0);
+    Ok((u64::try_from(tokens).unwrap_or(0), row.get(1)))
 }
 
 /// Records that `tenant` was just served: its turn goes to the back.

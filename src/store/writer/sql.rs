@@ -474,9 +474,11 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
             placeholders,
             "UPDATE runs SET steps = v.column2, tool_calls = v.column3, \
              input_tokens = v.column4, output_tokens = v.column5, \
-             model_calls_with_usage = v.column6, running_ms = v.column7 FROM (",
+             model_calls_with_usage = v.column6, running_ms = v.column7, \
+             cached_input_tokens = v.column8, cache_write_tokens = v.column9, \
+             cost_usd = v.column10 FROM (",
             chunk.len(),
-            7,
+            10,
             ") AS v WHERE runs.id = v.column1 AND runs.status = 'running'",
         );
         let mut query = sqlx::query(&sql);
@@ -490,7 +492,10 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
                 .bind(saturate(totals.usage.model_calls_with_usage))
                 .bind(saturate(
                     u64::try_from(totals.elapsed.as_millis()).unwrap_or(u64::MAX),
-                ));
+                ))
+                .bind(saturate(totals.usage.cached_input_tokens))
+                .bind(saturate(totals.usage.cache_write_tokens))
+                .bind(totals.usage.cost_usd);
         }
         query.execute(&mut *connection).await?;
     }
@@ -500,9 +505,11 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
             "UPDATE runs SET status = 'requires_action', steps = v.column2, \
              tool_calls = v.column3, input_tokens = v.column4, output_tokens = v.column5, \
              model_calls_with_usage = v.column6, pending_actions = v.column7, answers = '{}', \
-             running_ms = v.column8, action_deadline = v.column9 FROM (",
+             running_ms = v.column8, action_deadline = v.column9, \
+             cached_input_tokens = v.column10, cache_write_tokens = v.column11, \
+             cost_usd = v.column12 FROM (",
             chunk.len(),
-            9,
+            12,
             ") AS v WHERE runs.id = v.column1",
         );
         let mut query = sqlx::query(&sql);
@@ -516,7 +523,10 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
                 .bind(saturate(pause.usage.model_calls_with_usage))
                 .bind(pause.pending.as_str())
                 .bind(saturate(pause.running_ms))
-                .bind(pause.action_deadline.as_str());
+                .bind(pause.action_deadline.as_str())
+                .bind(saturate(pause.usage.cached_input_tokens))
+                .bind(saturate(pause.usage.cache_write_tokens))
+                .bind(pause.usage.cost_usd);
         }
         query.execute(&mut *connection).await?;
     }
@@ -527,9 +537,11 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
              steps = v.column5, tool_calls = v.column6, input_tokens = v.column7, \
              output_tokens = v.column8, model_calls_with_usage = v.column9, \
              finished_at = v.column10, output = v.column11, changes = v.column12, \
+             cached_input_tokens = v.column13, cache_write_tokens = v.column14, \
+             cost_usd = v.column15, \
              pending_actions = '[]', answers = '{}', action_deadline = NULL FROM (",
             chunk.len(),
-            12,
+            15,
             ") AS v WHERE runs.id = v.column1",
         );
         let mut query = sqlx::query(&sql);
@@ -546,7 +558,10 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
                 .bind(saturate(finish.usage.model_calls_with_usage))
                 .bind(finish.finished_at.as_str())
                 .bind(finish.output.as_ref().map(Value::to_string))
-                .bind(finish.changes.map(|changes| json(&changes)).transpose()?);
+                .bind(finish.changes.map(|changes| json(&changes)).transpose()?)
+                .bind(saturate(finish.usage.cached_input_tokens))
+                .bind(saturate(finish.usage.cache_write_tokens))
+                .bind(finish.usage.cost_usd);
         }
         query.execute(&mut *connection).await?;
     }

@@ -22,6 +22,7 @@ TERMINAL_STATUSES = frozenset(
         "timeout",
         "model_error",
         "context_limit",
+        "cost_limit",
         "failed",
         "interrupted",
     }
@@ -34,20 +35,33 @@ LIVE_STATUSES = frozenset({"queued", "running", "requires_action"})
 
 @dataclass(frozen=True)
 class Usage:
-    """Tokens a run used; ``model_calls_with_usage`` 0 means unknown, not free."""
+    """Tokens a run used; ``model_calls_with_usage`` 0 means unknown, not free.
+
+    ``cached_input_tokens`` and ``cache_write_tokens`` are the parts of
+    ``input_tokens`` read from and written to the provider's prompt cache;
+    ``cost_usd`` is what the calls cost in US dollars, ``None`` when unknown
+    (a model without a price).
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
     model_calls_with_usage: int = 0
+    cached_input_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_usd: Optional[float] = None
 
     @classmethod
     def from_dict(cls, data: Optional[Mapping[str, Any]]) -> Usage:
         """A ``Usage`` from the API's ``Usage`` object (``None`` is all zeros)."""
         data = data or {}
+        cost = data.get("cost_usd")
         return cls(
             input_tokens=int(data.get("input_tokens") or 0),
             output_tokens=int(data.get("output_tokens") or 0),
             model_calls_with_usage=int(data.get("model_calls_with_usage") or 0),
+            cached_input_tokens=int(data.get("cached_input_tokens") or 0),
+            cache_write_tokens=int(data.get("cache_write_tokens") or 0),
+            cost_usd=None if cost is None else float(cost),
         )
 
 
