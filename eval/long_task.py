@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""A long task for context compaction (docs/real-models.md): read N files
-one by one, then report a fact that needs the first and the last.
+"""A long task for context compaction (docs/real-models.md): follow a chain
+of N files (each names the next), then report a fact that needs the first
+and the last: no file can be skipped, and the first is long gone from the
+context when the last is read.
 
 Runs it against a server started with eval/server.toml (its `qwen-proxy`
 profile), whose model calls go through a small forwarding proxy here that
@@ -64,12 +66,24 @@ def code(n):
     return (n * 7) % 10 + 1
 
 
+WORDS = ["amber", "birch", "cedar", "delta", "ember", "fjord", "grove", "heron", "iris",
+         "juniper", "kestrel", "larch", "maple", "nectar", "onyx", "pine", "quartz", "raven",
+         "sable", "tundra"]
+
+
+def name(n):
+    """The file of link n (1-based): start.txt, then shuffled words."""
+    return "start.txt" if n == 1 else f"{WORDS[(n * 7) % len(WORDS)]}.txt"
+
+
 def workspace(files):
     filler = "Nothing in this line matters for the task. " * 4
-    return {
-        f"f{n:02}.txt": f"{filler}\nThe code of file {n:02} is {code(n)}.\n{filler}\n"
-        for n in range(1, files + 1)
-    }
+    out = {}
+    for n in range(1, files + 1):
+        after = (f"The next file to read is {name(n + 1)}." if n < files
+                 else "This is the last file of the chain.")
+        out[name(n)] = f"{filler}\nThe code of this file is {code(n)}. {after}\n{filler}\n"
+    return out
 
 
 def call(method, path, body=None):
@@ -94,8 +108,9 @@ def main():
     threading.Thread(target=proxy.serve_forever, daemon=True).start()
     expected = code(1) + code(args.files)
     prompt = (
-        f"Read the files f01.txt to f{args.files:02}.txt one by one with read_file, in order. "
-        "Then tell me the sum of the code of the first file and the code of the last file."
+        "Read start.txt with read_file. Each file names the next file to read: read them "
+        "one by one until the file that says it is the last. Then tell me the sum of the code "
+        "of start.txt and the code of the last file."
     )
     quarter = args.whole // 4
     ways = [
@@ -126,6 +141,7 @@ def main():
         messages = call("GET", f"/v1/runs/{run['id']}/messages")["messages"]
         read = [m for m in messages if m["role"] == "assistant" for c in m.get("tool_calls", [])]
         sent = [chars for (l, chars, tools) in CALLS if l == label and tools]
+        # Summary requests (and any call asked to answer now) carry no tools.
         summaries = [chars for (l, chars, tools) in CALLS if l == label and not tools]
         answer = run.get("answer") or ""
         result = {
@@ -139,8 +155,8 @@ def main():
             "chars_per_step": sent,
             "max_chars": max(sent or [0]),
             "mean_chars": round(sum(sent) / len(sent)) if sent else 0,
-            "summary_calls": len(summaries),
-            "summary_request_chars": summaries,
+            "calls_without_tools": len(summaries),
+            "chars_without_tools": summaries,
             "usage": run["usage"],
         }
         results.append(result)

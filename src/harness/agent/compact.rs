@@ -282,8 +282,9 @@ mod tests {
             "[user]\nRead a.txt\n\n[assistant]\nReading.\n-> read_file({\"path\":\"a.txt\"})\n\n\
              [tool result of c1]\nalpha"
         );
-        let cut = transcript_text(&messages, 40);
-        assert_eq!(cut.chars().count(), 40);
+        // Cut to 80 characters, the marker among them: its start and end.
+        let cut = transcript_text(&messages, 80);
+        assert_eq!(cut.chars().count(), 80);
         assert!(cut.starts_with("[user]") && cut.ends_with("alpha"), "{cut}");
     }
 }
