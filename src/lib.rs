@@ -34,6 +34,7 @@ pub mod models;
 pub mod repo;
 pub mod run;
 pub mod runner;
+pub mod schedule;
 pub mod scheduler;
 pub mod store;
 pub mod sync;

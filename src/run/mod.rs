@@ -16,12 +16,14 @@ use crate::telemetry::RunTrace;
 pub mod attempts;
 mod bounds;
 mod status;
+mod thread;
 pub use attempts::{AttemptOf, AttemptPolicy, AttemptSummary, Until};
 pub use bounds::{
     CompactionSpec, DEFAULT_ACTION_TIMEOUT_MS, DEFAULT_COMPACTION_AT, DEFAULT_CONTEXT,
     DEFAULT_LIMITS, DEFAULT_MAX_RESUMES, RunContext, RunLimits,
 };
 pub use status::RunStatus;
+pub use thread::{Multitask, ScheduleOf};
 
 /// The tenant a request authenticated as; every run belongs to one.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -106,6 +108,14 @@ pub struct RunSpec {
     pub attempts: Option<AttemptPolicy>,
     /// The run this one is an attempt of.
     pub attempt_of: Option<AttemptOf>,
+    /// What it does if the run it continues is live (only as it is
+    /// accepted).
+    pub multitask: Multitask,
+    /// The schedule (and tick) that made it.
+    pub schedule: Option<ScheduleOf>,
+    /// Its transcript and workspace are still to be taken from the run it
+    /// continues (it was queued behind it; see [`Run::copy_pending`]).
+    pub copy_pending: bool,
 }
 
 /// Where a run's ends and pauses are posted (signed; see
@@ -149,6 +159,12 @@ impl RunSpec {
                     attempt,
                     temperature: run.temperature,
                 }),
+            multitask: Multitask::Reject,
+            schedule: run.schedule_id.map(|schedule_id| ScheduleOf {
+                schedule_id,
+                tick: run.schedule_tick,
+            }),
+            copy_pending: run.copy_pending,
         }
     }
 
@@ -285,6 +301,20 @@ pub struct Run {
     /// The attempt whose answer and workspace it took, once one passed.
     #[serde(default)]
     pub chosen_attempt: Option<u32>,
+    /// The schedule that made it (SPEC section 23).
+    #[serde(default)]
+    pub schedule_id: Option<Uuid>,
+    /// The tick it was made for (none for a trigger's run): part of its
+    /// identity in storage.
+    #[serde(skip)]
+    pub schedule_tick: Option<DateTime<Utc>>,
+    /// The live run it is queued behind (a busy thread's follow-up).
+    #[serde(skip)]
+    pub waiting_for: Option<Uuid>,
+    /// Its transcript and workspace are taken from `previous_run_id` as it
+    /// starts, not as it was accepted (that run had not ended then).
+    #[serde(skip)]
+    pub copy_pending: bool,
     /// Where its workspace came from besides its files (not shown: it is
     /// the request's).
     #[serde(skip)]
@@ -350,6 +380,10 @@ impl Run {
             attempt_policy: spec.attempts,
             attempts: spec.attempts.map(|_| Vec::new()),
             chosen_attempt: None,
+            schedule_id: spec.schedule.map(|of| of.schedule_id),
+            schedule_tick: spec.schedule.and_then(|of| of.tick),
+            waiting_for: None,
+            copy_pending: spec.copy_pending,
             seed: (!spec.seed.is_empty()).then(|| Arc::new(spec.seed.clone())),
             created_at,
             started_at: None,
@@ -486,6 +520,9 @@ impl RunSpec {
             seed: Default::default(),
             attempts: None,
             attempt_of: None,
+            multitask: Multitask::Reject,
+            schedule: None,
+            copy_pending: false,
         }
     }
 }

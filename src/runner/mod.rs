@@ -21,6 +21,7 @@ mod submit;
 mod task;
 mod tenant;
 mod tools;
+mod waiting;
 pub mod webhooks;
 
 use std::path::PathBuf;
@@ -154,6 +155,8 @@ pub struct Runner {
     lifecycle: Lifecycle,
     /// Each tenant's limits, as `GET /v1/tenant` shows them.
     tenants: Arc<TenantPolicy>,
+    /// Runs queued behind live ones (a busy thread's follow-ups).
+    waiting: Arc<waiting::Waiting>,
 }
 
 /// How a run's task gets its slot.
@@ -248,6 +251,7 @@ impl Runner {
             webhooks: Arc::clone(&webhooks),
             lifecycle: Lifecycle::default(),
             tenants: Arc::new(TenantPolicy::new(&config.tenants, &config.runs)),
+            waiting: Arc::default(),
         };
         tokio::spawn(watch_storage(
             runner.services.store.clone(),
@@ -255,6 +259,7 @@ impl Runner {
             Duration::from_millis(config.storage.write_retry_ms),
         ));
         runner.watch_pauses();
+        runner.watch_waiting();
         runner.deliver_webhooks(webhooks);
         runner
     }

@@ -112,6 +112,10 @@ impl Runner {
             | Transitioned::AgentArchived
             | Transitioned::UploadSaved
             | Transitioned::UploadDeleted
+            | Transitioned::ScheduleSaved
+            | Transitioned::Advanced(_)
+            | Transitioned::Released(_)
+            | Transitioned::HistoryTaken
             | Transitioned::HandedOver(_)
             | Transitioned::Expired(_) => {
                 return Err(SubmitError::Store(StoreError::Corrupt(

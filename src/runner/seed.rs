@@ -118,7 +118,7 @@ impl RunTask {
 }
 
 /// Writes `files` over what `dir` holds (made if missing).
-fn write_files(dir: &Path, files: &BTreeMap<String, String>) -> Result<(), String> {
+pub(super) fn write_files(dir: &Path, files: &BTreeMap<String, String>) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("the workspace could not be made: {e}"))?;
     if files.is_empty() {
         return Ok(());

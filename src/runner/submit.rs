@@ -77,7 +77,10 @@ impl Runner {
             )));
         }
         // A run that continues another: that one must have ended (it stays
-        // as it ended; a terminal run never goes live again).
+        // as it ended; a terminal run never goes live again), unless the
+        // follow-up says how to wait for it (`multitask`).
+        let mut spec = spec;
+        let mut behind = None;
         let previous = match spec.previous_run_id {
             None => None,
             Some(previous) => {
@@ -87,10 +90,15 @@ impl Runner {
                     .get_run(tenant, previous)
                     .await?
                     .ok_or(SubmitError::PreviousNotFound)?;
-                if !previous.status.is_terminal() {
-                    return Err(SubmitError::PreviousLive(previous.status));
+                if previous.status.is_terminal() {
+                    Some(previous)
+                } else {
+                    behind = self.behind(tenant, &mut spec, &previous).await?;
+                    if behind.is_none() {
+                        return Err(SubmitError::PreviousLive(previous.status));
+                    }
+                    None
                 }
-                Some(previous)
             }
         };
         let metrics = &self.services.metrics;
@@ -122,7 +130,17 @@ impl Runner {
             })?;
         let id = Uuid::now_v7();
         let mut run = Run::queued(id, &spec, Utc::now());
-        if let Admission::Now(_) = admission {
+        // Behind a live run it takes no slot and no place here: it is
+        // queued once that run has ended (see `waiting`).
+        let admission = match &behind {
+            Some(behind) => {
+                drop(admission);
+                Self::queued_behind(&mut run, behind);
+                None
+            }
+            None => Some(admission),
+        };
+        if let Some(Admission::Now(_)) = admission {
             // It starts at once: stored as running from the first write, so
             // that a restart never runs it again (see `RunTask::execute`).
             run.status = RunStatus::Running;
@@ -139,7 +157,10 @@ impl Runner {
             )
             .await;
         }
-        if let Ok(()) = prepared {
+        // One queued behind a live run is seeded as it starts.
+        if let Ok(()) = prepared
+            && !spec.copy_pending
+        {
             prepared = seed_workspace(&directory, &spec).await;
         }
         if let Err(error) = prepared {
@@ -147,8 +168,8 @@ impl Runner {
             return Err(error);
         }
         let owner = match &admission {
-            Admission::Now(slot) => slot.holder(),
-            Admission::Queue(_) => None,
+            Some(Admission::Now(slot)) => slot.holder(),
+            Some(Admission::Queue(_)) | None => None,
         };
         let row = RunRow::new(NewRun {
             run: &run,
@@ -177,6 +198,13 @@ impl Runner {
             });
         }
         metrics.run_created(&tenant.0);
+        let Some(admission) = admission else {
+            self.waiting.added();
+            if let Some(live) = behind.and_then(|behind| behind.stop) {
+                self.stop_for_follow_up(tenant, live).await;
+            }
+            return Ok((run, None));
+        };
         let entry = match admission {
             Admission::Now(slot) => Entry::Slot(slot),
             Admission::Queue(place) => match self.scheduler.enqueue(place, true) {

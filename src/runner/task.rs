@@ -252,6 +252,8 @@ impl RunTask {
             }
         }
         self.runner.runs.forget(&self.live);
+        // A run queued behind this one may go now.
+        self.runner.waiting.ended();
     }
 
     /// The harness paused the run: stores the pause with its
@@ -338,6 +340,10 @@ impl RunTask {
             let read = match (self.origin, self.spec.previous_run_id) {
                 (Origin::Answered, _) => store.paused(id).await.map(Begin::Resume),
                 (Origin::Recovered, _) => store.recovery(id).await.map(Begin::Recover),
+                (Origin::Start, _) if self.spec.copy_pending => match self.take_previous().await {
+                    Ok(()) => store.transcript(id).await.map(Begin::Continue),
+                    Err(error) => Err(error),
+                },
                 (Origin::Start, Some(_)) => store.transcript(id).await.map(Begin::Continue),
                 (Origin::Start, None) => Ok(Begin::Continue(Vec::new())),
             };

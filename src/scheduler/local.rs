@@ -14,7 +14,7 @@ use super::{
 use crate::config::TenantPolicy;
 use crate::harness::Outcome;
 use crate::metrics::Metrics;
-use crate::run::Tenant;
+use crate::run::{RunStatus, Tenant};
 use crate::store::{Store, StoreError, Transition, Transitioned};
 
 pub struct Local {
@@ -99,7 +99,17 @@ impl Scheduler for Local {
             at: Utc::now(),
             due: false,
         };
-        Ok(match self.store.writer().transition(transition).await? {
+        let mut outcome = self.store.writer().transition(transition).await?;
+        // Queued and not live here: one waiting behind a live run of its
+        // thread (any other queued run is live, waiting for its turn).
+        if let Transitioned::NotPaused(RunStatus::Queued) = outcome {
+            let cancel = Transition::Cancel {
+                run_id,
+                at: Utc::now(),
+            };
+            outcome = self.store.writer().transition(cancel).await?;
+        }
+        Ok(match outcome {
             Transitioned::Ended { run, .. } => {
                 self.metrics.finished(Outcome::Aborted);
                 Cancelled::Ended(Box::new(run))

@@ -26,6 +26,7 @@ mod reads;
 pub use reads::Page;
 mod recover;
 pub(crate) mod rows;
+mod schedules;
 mod tenants;
 pub mod uploads;
 pub mod writer;

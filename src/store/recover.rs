@@ -201,9 +201,16 @@ pub(super) async fn recover(
         .bind(RunStatus::Queued.as_str())
         .fetch_all(&mut *tx)
         .await?;
+    // Not those queued behind a live run: they are let go when it ends
+    // (see `crate::runner::waiting`).
     let queued = queued
         .iter()
         .map(rows::unfinished_from_row)
+        .filter(|unfinished| {
+            unfinished
+                .as_ref()
+                .map_or(true, |unfinished| unfinished.run.waiting_for.is_none())
+        })
         .collect::<Result<Vec<_>, _>>()?;
     tx.commit().await?;
     Ok(Recovered {

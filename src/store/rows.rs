@@ -23,7 +23,8 @@ macro_rules! select_runs {
             "action_deadline, instructions, thread_id, previous_run_id, mcp_servers, webhook, ",
             "resumes, owner, trace_id, parent_span_id, trace_sampled, agent_name, agent_version, ",
             "output_schema, output, seed, changes, parent_run_id, attempt, temperature, ",
-            "attempt_policy, attempts, chosen_attempt ",
+            "attempt_policy, attempts, chosen_attempt, schedule_id, schedule_tick, waiting_for, ",
+            "copy_pending ",
             "FROM runs ",
             $filter
         )
@@ -37,16 +38,17 @@ pub(super) const SELECT_RUN_FOR_UPDATE: &str = select_runs!("WHERE id = $1");
 /// The same, locking the row (PostgreSQL).
 pub(super) const SELECT_RUN_FOR_UPDATE_LOCKED: &str = select_runs!("WHERE id = $1 FOR UPDATE");
 pub(super) const SELECT_LIVE_RUNS: &str = select_runs!("WHERE status = $1 ORDER BY id");
-/// A tenant's oldest queued run not being claimed, locked (PostgreSQL).
+/// A tenant's oldest queued run not being claimed, locked (PostgreSQL); not
+/// one queued behind a live run of its thread.
 pub(super) const SELECT_NEXT_QUEUED_OF_TENANT: &str = select_runs!(
     "WHERE tenant = $1 AND status = 'queued' AND (not_before IS NULL OR not_before <= $2) \
-     ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED"
+     AND waiting_for IS NULL ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED"
 );
 /// The same, of its runs that started before (PostgreSQL): what a tenant
 /// whose quota is spent may still go on with.
 pub(super) const SELECT_NEXT_STARTED_QUEUED_OF_TENANT: &str = select_runs!(
     "WHERE tenant = $1 AND status = 'queued' AND (not_before IS NULL OR not_before <= $2) \
-     AND started_at IS NOT NULL ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED"
+     AND waiting_for IS NULL AND started_at IS NOT NULL ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED"
 );
 /// A running run owned by a replica, locked (PostgreSQL).
 pub(super) const SELECT_OWNED_RUNNING: &str =
@@ -78,6 +80,17 @@ pub(super) const SELECT_RUNS_PAGE_BY_PARENT: &str = select_runs!(
     "WHERE tenant = $1 AND ($2 IS NULL OR id < $2) AND parent_run_id = $4 \
      AND ($5 IS NULL OR status = $5) AND ($6 IS NULL OR thread_id = $6) \
      AND ($7 IS NULL OR agent_name = $7) ORDER BY id DESC LIMIT $3"
+);
+/// The newest run of a thread that has not ended (`runs_by_thread`).
+pub(super) const SELECT_NEWEST_LIVE_OF_THREAD: &str = select_runs!(
+    "WHERE tenant = $1 AND thread_id = $2 AND status IN ('queued', 'running', 'requires_action') \
+     ORDER BY id DESC LIMIT 1"
+);
+/// Runs queued behind one that has ended, or is gone (`runs_waiting`).
+pub(super) const SELECT_RELEASABLE: &str = select_runs!(
+    "WHERE waiting_for IS NOT NULL AND status = 'queued' AND NOT EXISTS (SELECT 1 FROM runs AS \
+     ahead WHERE ahead.id = runs.waiting_for \
+     AND ahead.status IN ('queued', 'running', 'requires_action')) ORDER BY id"
 );
 /// Every attempt of a run, whoever its tenant (the runner's own read).
 pub(super) const SELECT_ATTEMPTS_OF: &str =
@@ -155,6 +168,14 @@ pub(super) fn run_from_row(row: &AnyRow) -> Result<Run, StoreError> {
         attempt_policy: optional_json(row, "attempt_policy")?,
         attempts: optional_json(row, "attempts")?,
         chosen_attempt: optional_count(row, "chosen_attempt")?,
+        schedule_id: optional_uuid(row, "schedule_id")?,
+        schedule_tick: row
+            .get::<Option<String>, _>("schedule_tick")
+            .as_deref()
+            .map(time)
+            .transpose()?,
+        waiting_for: optional_uuid(row, "waiting_for")?,
+        copy_pending: count::<u8>(row, "copy_pending")? != 0,
         output: optional_json(row, "output")?,
         created_at: time(&row.get::<String, _>("created_at"))?,
         started_at: row
@@ -168,6 +189,13 @@ pub(super) fn run_from_row(row: &AnyRow) -> Result<Run, StoreError> {
             .map(time)
             .transpose()?,
     })
+}
+
+fn optional_uuid(row: &AnyRow, column: &str) -> Result<Option<Uuid>, StoreError> {
+    row.get::<Option<String>, _>(column)
+        .as_deref()
+        .map(parse_uuid)
+        .transpose()
 }
 
 pub(super) fn unfinished_from_row(row: &AnyRow) -> Result<Unfinished, StoreError> {

@@ -31,6 +31,7 @@ mod installs;
 mod lifecycle;
 mod mcp;
 mod metrics;
+mod multitask;
 mod openapi;
 mod operations;
 mod otlp;

@@ -60,6 +60,7 @@ async fn a_created_run_is_answered_with_its_object_and_location() {
         "attempt_policy",
         "attempts",
         "chosen_attempt",
+        "schedule_id",
         "created_at",
         "started_at",
         "finished_at",

@@ -77,6 +77,8 @@ pub struct CreateRunRequest {
     pub output_schema: Option<Value>,
     #[serde(default)]
     pub attempts: Option<AttemptsRequest>,
+    #[serde(default)]
+    pub multitask: Option<crate::run::Multitask>,
 }
 
 /// `attempts`: the run tried `n` times, its checks choosing (SPEC 27).
@@ -329,6 +331,13 @@ impl CreateRunRequest {
                     .into(),
             );
         }
+        if self.multitask.is_some() && previous_run_id.is_none() {
+            return invalid(
+                "multitask is given with previous_run_id: it says what a follow-up does while \
+                 the run it continues is live"
+                    .into(),
+            );
+        }
         let client_tools = client_tools(self.client_tools.unwrap_or_default(), &tools)?;
         let approval = approval(self.approval, &tools, &client_tools, &mcp_servers)?;
         if let Some(webhook) = &self.webhook {
@@ -368,6 +377,9 @@ impl CreateRunRequest {
             seed,
             attempts,
             attempt_of: None,
+            multitask: self.multitask.unwrap_or_default(),
+            schedule: None,
+            copy_pending: false,
         })
     }
 }

@@ -38,7 +38,7 @@ pub(super) async fn next_queued(
     let tenants: Vec<String> = sqlx::query_scalar(
         "SELECT waiting.tenant FROM (SELECT tenant, MIN(id) AS first FROM runs \
          WHERE status = 'queued' AND (not_before IS NULL OR not_before <= $1) \
-         GROUP BY tenant) AS waiting \
+         AND waiting_for IS NULL GROUP BY tenant) AS waiting \
          LEFT JOIN tenant_turns AS turns ON turns.tenant = waiting.tenant \
          ORDER BY turns.served NULLS FIRST, waiting.first",
     )

@@ -46,6 +46,7 @@ mod death;
 mod health;
 mod ops;
 mod retention;
+pub mod schedules;
 mod sql;
 mod statements;
 mod task;

@@ -48,6 +48,10 @@ pub(crate) struct RunRow {
     temperature: Option<String>,
     attempt_policy: Option<String>,
     attempts: Option<String>,
+    schedule_id: Option<String>,
+    schedule_tick: Option<String>,
+    waiting_for: Option<String>,
+    copy_pending: bool,
     /// The change of status its insert commits.
     change: StatusChange,
 }
@@ -103,12 +107,18 @@ impl RunRow {
             temperature: run.temperature.map(|t| t.to_string()),
             attempt_policy: run.attempt_policy.as_ref().map(json).transpose()?,
             attempts: run.attempts.as_ref().map(json).transpose()?,
+            schedule_id: run.schedule_id.map(|id| id.to_string()),
+            schedule_tick: run.schedule_tick.as_ref().map(format_time),
+            waiting_for: run.waiting_for.map(|id| id.to_string()),
+            copy_pending: run.copy_pending,
             // What is written over a clone or an upload, which whichever
-            // process starts the run fetches. A run of files alone has them
+            // process starts the run fetches, or over the workspace of the
+            // run it waits to continue. A run of files alone has them
             // written when it is accepted: they are not kept.
-            seed_files: (new.spec.seed.fetches() && !new.spec.files.is_empty())
-                .then(|| json(&new.spec.files))
-                .transpose()?,
+            seed_files: ((new.spec.seed.fetches() || run.copy_pending)
+                && !new.spec.files.is_empty())
+            .then(|| json(&new.spec.files))
+            .transpose()?,
             change: StatusChange {
                 run_id: run.id,
                 tenant: new.tenant.0.clone(),
@@ -306,9 +316,10 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
              model, metadata, approval, client_tools, mcp_servers, instructions, thread_id, \
              previous_run_id, model_spec, idempotency_key, request_hash, created_at, started_at, \
              owner, webhook, trace_id, parent_span_id, trace_sampled, agent_name, agent_version, \
-             output_schema, seed, parent_run_id, attempt, temperature, attempt_policy, attempts) ",
+             output_schema, seed, parent_run_id, attempt, temperature, attempt_policy, attempts, \
+             schedule_id, schedule_tick, waiting_for, copy_pending) ",
             chunk.len(),
-            35,
+            39,
             "",
         );
         let mut query = sqlx::query(&sql);
@@ -348,7 +359,11 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
                 .bind(row.attempt)
                 .bind(row.temperature.as_deref())
                 .bind(row.attempt_policy.as_deref())
-                .bind(row.attempts.as_deref());
+                .bind(row.attempts.as_deref())
+                .bind(row.schedule_id.as_deref())
+                .bind(row.schedule_tick.as_deref())
+                .bind(row.waiting_for.as_deref())
+                .bind(i64::from(row.copy_pending));
         }
         query.execute(&mut *connection).await?;
     }
@@ -363,7 +378,8 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
         }
     }
     // A run that continues another starts with its transcript (and is not
-    // stored if that run was removed since it was accepted).
+    // stored if that run was removed since it was accepted); one queued
+    // behind it takes it as it starts.
     for row in &runs {
         if let Some(previous) = &row.previous_run_id {
             let there: Option<i32> = sqlx::query_scalar("SELECT 1 FROM runs WHERE id = $1")
@@ -372,6 +388,9 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
                 .await?;
             if there.is_none() {
                 return Err(StoreError::PreviousGone);
+            }
+            if row.copy_pending {
+                continue;
             }
             sqlx::query(
                 "INSERT INTO messages (run_id, position, body) \

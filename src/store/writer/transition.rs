@@ -91,6 +91,35 @@ pub enum Transition {
         before: String,
         limit: u32,
     },
+    /// A schedule of `tenant`: a new one (`create`), or an edit, whose
+    /// next tick is `next` (RFC 3339).
+    SaveSchedule {
+        tenant: Tenant,
+        schedule: crate::schedule::Schedule,
+        next: String,
+        create: bool,
+    },
+    DeleteSchedule {
+        tenant: Tenant,
+        id: Uuid,
+    },
+    /// Moves a schedule's next tick from `due` to `next` (only if it is
+    /// still `due`), counting the tick.
+    AdvanceSchedule {
+        id: Uuid,
+        due: String,
+        next: String,
+        counted: super::schedules::Counted,
+    },
+    /// Lets go of a run queued behind another that has ended.
+    Release {
+        run_id: Uuid,
+    },
+    /// A run that was queued behind the one it continues takes its
+    /// transcript, as it starts.
+    TakeHistory {
+        run_id: Uuid,
+    },
 }
 
 /// What a transition found and did.
@@ -137,6 +166,12 @@ pub enum Transitioned {
     AgentArchived,
     UploadSaved,
     UploadDeleted,
+    ScheduleSaved,
+    /// Whether this transition moved the schedule's tick (no other did).
+    Advanced(bool),
+    /// Whether this transition let the run go (no other did).
+    Released(bool),
+    HistoryTaken,
 }
 
 /// Applies `transitions` in order in one transaction, each deciding on
@@ -313,6 +348,27 @@ async fn decide_one(
         Transition::ExpireUploads { before, limit } => {
             return super::uploads::expire(connection, before, *limit).await;
         }
+        Transition::SaveSchedule {
+            tenant,
+            schedule,
+            next,
+            create,
+        } => return super::schedules::save(connection, tenant, schedule, next, *create).await,
+        Transition::DeleteSchedule { tenant, id } => {
+            return super::schedules::delete(connection, tenant, *id).await;
+        }
+        Transition::AdvanceSchedule {
+            id,
+            due,
+            next,
+            counted,
+        } => return super::schedules::advance(connection, *id, due, next, *counted).await,
+        Transition::Release { run_id } => {
+            return super::schedules::release(connection, *run_id).await;
+        }
+        Transition::TakeHistory { run_id } => {
+            return super::schedules::take_history(connection, *run_id).await;
+        }
     };
     let Some(row) = lock_run(connection, run_id).await? else {
         return Ok(Transitioned::NotFound);
@@ -409,7 +465,12 @@ async fn decide_one(
         | Transition::ArchiveAgent { .. }
         | Transition::SaveUpload { .. }
         | Transition::DeleteUpload { .. }
-        | Transition::ExpireUploads { .. } => Ok(Transitioned::NotDue),
+        | Transition::ExpireUploads { .. }
+        | Transition::SaveSchedule { .. }
+        | Transition::DeleteSchedule { .. }
+        | Transition::AdvanceSchedule { .. }
+        | Transition::Release { .. }
+        | Transition::TakeHistory { .. } => Ok(Transitioned::NotDue),
         Transition::End {
             status,
             error,

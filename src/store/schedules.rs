@@ -1,0 +1,175 @@
+//! Schedules in storage (SPEC section 23), read here; written through the
+//! writer (see `writer::schedules`). Also the reads a busy thread needs: a
+//! thread's newest live run, and the runs queued behind one that ended.
+
+use chrono::{DateTime, Utc};
+use sqlx::Row;
+use sqlx::any::AnyRow;
+use uuid::Uuid;
+
+use super::{Store, StoreError, Unfinished, rows};
+use crate::run::{Run, Tenant, format_time};
+use crate::schedule::{Overlap, Schedule, ThreadMode};
+
+/// A `SELECT` of schedules, each with its newest run, the filter appended.
+macro_rules! select_schedules {
+    ($filter:literal) => {
+        concat!(
+            "SELECT s.id, s.tenant, s.name, s.cron, s.timezone, s.body, s.thread, s.overlap, ",
+            "s.enabled, s.next_run_at, s.skipped_ticks, s.refused_ticks, s.created_at, ",
+            "s.updated_at, (SELECT r.id FROM runs r WHERE r.schedule_id = s.id ",
+            "ORDER BY r.id DESC LIMIT 1) AS last_run_id FROM schedules s ",
+            $filter
+        )
+    };
+}
+
+const SELECT_SCHEDULE: &str = select_schedules!("WHERE s.tenant = $1 AND s.id = $2");
+const SELECT_SCHEDULES_PAGE: &str =
+    select_schedules!("WHERE s.tenant = $1 AND ($2 IS NULL OR s.id > $2) ORDER BY s.id LIMIT $3");
+const SELECT_DUE_SCHEDULES: &str = select_schedules!(
+    "WHERE s.enabled = 1 AND s.next_run_at <= $1 ORDER BY s.next_run_at LIMIT $2"
+);
+
+impl Store {
+    pub async fn get_schedule(
+        &self,
+        tenant: &Tenant,
+        id: Uuid,
+    ) -> Result<Option<Schedule>, StoreError> {
+        let row = self
+            .read(async |connection| {
+                sqlx::query(SELECT_SCHEDULE)
+                    .bind(&tenant.0)
+                    .bind(id.to_string())
+                    .fetch_optional(connection)
+                    .await
+            })
+            .await?;
+        row.map(|row| schedule_from_row(&row)).transpose()
+    }
+
+    /// A tenant's schedules in the order they were made, after `cursor`.
+    pub async fn list_schedules(
+        &self,
+        tenant: &Tenant,
+        cursor: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<Schedule>, StoreError> {
+        let rows = self
+            .read(async |connection| {
+                sqlx::query(SELECT_SCHEDULES_PAGE)
+                    .bind(&tenant.0)
+                    .bind(cursor.map(|id| id.to_string()))
+                    .bind(i64::from(limit))
+                    .fetch_all(connection)
+                    .await
+            })
+            .await?;
+        rows.iter().map(schedule_from_row).collect()
+    }
+
+    /// Enabled schedules whose next tick is at or before `now`, the most
+    /// overdue first, with their tenants.
+    pub async fn due_schedules(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<(Tenant, Schedule)>, StoreError> {
+        let rows = self
+            .read(async |connection| {
+                sqlx::query(SELECT_DUE_SCHEDULES)
+                    .bind(format_time(&now))
+                    .bind(i64::from(limit))
+                    .fetch_all(connection)
+                    .await
+            })
+            .await?;
+        rows.iter()
+            .map(|row| Ok((Tenant(row.get("tenant")), schedule_from_row(row)?)))
+            .collect()
+    }
+
+    /// How many schedules the tenant has.
+    pub async fn count_schedules(&self, tenant: &Tenant) -> Result<u64, StoreError> {
+        let count: i64 = self
+            .read(async |connection| {
+                sqlx::query_scalar("SELECT COUNT(*) FROM schedules WHERE tenant = $1")
+                    .bind(&tenant.0)
+                    .fetch_one(connection)
+                    .await
+            })
+            .await?;
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
+    /// The newest run of `thread` that has not ended: what a follow-up
+    /// queued on a busy thread waits behind.
+    pub async fn newest_live_of_thread(
+        &self,
+        tenant: &Tenant,
+        thread: Uuid,
+    ) -> Result<Option<Run>, StoreError> {
+        let row = self
+            .read(async |connection| {
+                sqlx::query(rows::SELECT_NEWEST_LIVE_OF_THREAD)
+                    .bind(&tenant.0)
+                    .bind(thread.to_string())
+                    .fetch_optional(connection)
+                    .await
+            })
+            .await?;
+        row.map(|row| rows::run_from_row(&row)).transpose()
+    }
+
+    /// Runs queued behind a run that has ended since (or was removed):
+    /// to be let go, oldest first.
+    pub async fn releasable(&self) -> Result<Vec<Unfinished>, StoreError> {
+        let rows = self
+            .read(async |connection| {
+                sqlx::query(rows::SELECT_RELEASABLE)
+                    .fetch_all(connection)
+                    .await
+            })
+            .await?;
+        rows.iter().map(rows::unfinished_from_row).collect()
+    }
+}
+
+fn schedule_from_row(row: &AnyRow) -> Result<Schedule, StoreError> {
+    let corrupt = |what: &str| StoreError::Corrupt(format!("schedule: {what}"));
+    let uuid = |text: &str| Uuid::parse_str(text).map_err(|_| corrupt("an id"));
+    let time = |text: &str| {
+        DateTime::parse_from_rfc3339(text)
+            .map(|time| time.with_timezone(&Utc))
+            .map_err(|_| corrupt("a time"))
+    };
+    let count = |column: &str| u64::try_from(row.get::<i64, _>(column)).unwrap_or(0);
+    let enabled = row.get::<i64, _>("enabled") != 0;
+    Ok(Schedule {
+        id: uuid(&row.get::<String, _>("id"))?,
+        name: row.get("name"),
+        cron: row.get("cron"),
+        timezone: row.get("timezone"),
+        run: serde_json::from_str(&row.get::<String, _>("body")).map_err(|_| corrupt("body"))?,
+        thread: ThreadMode::parse(&row.get::<String, _>("thread"))
+            .ok_or_else(|| corrupt("thread"))?,
+        overlap: Overlap::parse(&row.get::<String, _>("overlap"))
+            .ok_or_else(|| corrupt("overlap"))?,
+        enabled,
+        next_run_at: if enabled {
+            Some(time(&row.get::<String, _>("next_run_at"))?)
+        } else {
+            None
+        },
+        last_run_id: row
+            .get::<Option<String>, _>("last_run_id")
+            .as_deref()
+            .map(uuid)
+            .transpose()?,
+        skipped_ticks: count("skipped_ticks"),
+        refused_ticks: count("refused_ticks"),
+        created_at: time(&row.get::<String, _>("created_at"))?,
+        updated_at: time(&row.get::<String, _>("updated_at"))?,
+    })
+}
