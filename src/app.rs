@@ -228,6 +228,7 @@ impl Application {
                 config.server.bind,
             ),
         });
+        api::schedules::ticker::spawn(state.clone());
         let connections = ConnectionLimits {
             request_header_timeout: Duration::from_millis(config.server.request_header_timeout_ms),
             idle_timeout: Duration::from_millis(config.server.idle_timeout_ms),

@@ -69,6 +69,12 @@ struct TenantReasonLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TenantOutcomeLabels {
+    tenant: String,
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TenantDirectionLabels {
     tenant: String,
     direction: &'static str,
@@ -135,6 +141,7 @@ pub struct Metrics {
     tokens: Family<DirectionLabel, Counter>,
     tenant_runs_created: Family<TenantLabel, Counter>,
     tenant_runs_rejected: Family<TenantReasonLabels, Counter>,
+    schedule_ticks: Family<TenantOutcomeLabels, Counter>,
     tenant_tokens: Family<TenantDirectionLabels, Counter>,
     cost: Family<TenantProfileLabels, Dollars>,
     spans_dropped: Counter,
@@ -189,6 +196,7 @@ impl Metrics {
             model_errors: Family::default(),
             tenant_runs_created: Family::default(),
             tenant_runs_rejected: Family::default(),
+            schedule_ticks: Family::default(),
             tenant_tokens: Family::default(),
             cost: Family::default(),
             spans_dropped: Counter::default(),
@@ -265,6 +273,13 @@ impl Metrics {
             "tenant_runs_rejected",
             "Runs refused, by tenant and reason (queue_full, rate_limited, quota_exceeded)",
             &metrics.tenant_runs_rejected,
+        );
+        add(
+            r,
+            "schedule_ticks",
+            "Schedules' ticks, by tenant and outcome (made: a run; skipped: the previous run was \
+             live; refused: a limit of the tenant)",
+            &metrics.schedule_ticks,
         );
         add(
             r,
@@ -346,6 +361,17 @@ impl Metrics {
             .get_or_create(&TenantReasonLabels {
                 tenant: tenant.to_owned(),
                 reason,
+            })
+            .inc();
+    }
+
+    /// A schedule's tick, counted once (by the replica that counted it):
+    /// `made`, `skipped` or `refused`.
+    pub fn schedule_tick(&self, tenant: &str, outcome: &'static str) {
+        self.schedule_ticks
+            .get_or_create(&TenantOutcomeLabels {
+                tenant: tenant.to_owned(),
+                outcome,
             })
             .inc();
     }

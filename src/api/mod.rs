@@ -16,6 +16,7 @@ pub mod json;
 pub mod limits;
 pub mod routes;
 pub mod runs;
+pub mod schedules;
 pub mod serve;
 pub mod state;
 pub mod statuses;

@@ -7,12 +7,12 @@ use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use axum::http::Method;
-use axum::routing::{MethodRouter, delete, get, post, put};
+use axum::routing::{MethodRouter, delete, get, patch, post, put};
 
 use super::state::AppState;
 use super::{
-    actions, agents, console, events, runs, statuses, stream_tokens, system, transcript, uploads,
-    workspace,
+    actions, agents, console, events, runs, schedules, statuses, stream_tokens, system, transcript,
+    uploads, workspace,
 };
 
 /// One path and what it answers.
@@ -68,6 +68,7 @@ pub fn table() -> Vec<Route> {
                         "thread_id",
                         "agent",
                         "parent_run_id",
+                        "schedule_id",
                         "limit",
                         "cursor",
                     ][..],
@@ -151,6 +152,28 @@ pub fn table() -> Vec<Route> {
                 (M::GET, NONE, get(uploads::get)),
                 (M::DELETE, NONE, delete(uploads::delete)),
             ],
+        ),
+        route(
+            "/v1/schedules",
+            false,
+            [
+                (M::GET, &["limit", "cursor"][..], get(schedules::list)),
+                (M::POST, NONE, post(schedules::create)),
+            ],
+        ),
+        route(
+            "/v1/schedules/{id}",
+            false,
+            [
+                (M::GET, NONE, get(schedules::get)),
+                (M::PATCH, NONE, patch(schedules::update)),
+                (M::DELETE, NONE, delete(schedules::delete)),
+            ],
+        ),
+        route(
+            "/v1/schedules/{id}/trigger",
+            false,
+            [(M::POST, NONE, post(schedules::trigger))],
         ),
         route(
             "/v1/agents",

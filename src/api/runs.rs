@@ -138,7 +138,11 @@ async fn create_run(
 }
 
 /// The run a body asks for, validated: on the agent it names, if any.
-async fn accept(state: &AppState, tenant: &Tenant, body: Value) -> Result<RunSpec, ApiError> {
+pub(super) async fn accept(
+    state: &AppState,
+    tenant: &Tenant,
+    body: Value,
+) -> Result<RunSpec, ApiError> {
     let (body, agent) = super::agents::under_agent(state, tenant, body).await?;
     let request: CreateRunRequest = super::json::from_value(body)?;
     let mut spec =
@@ -296,6 +300,7 @@ pub async fn list(
         )));
     }
     let parent_run_id = id_param("parent_run_id", "a run id")?;
+    let schedule_id = id_param("schedule_id", "a schedule id")?;
     let cursor = id_param("cursor", "a valid cursor")?;
     let mut runs = state
         .runner
@@ -307,6 +312,7 @@ pub async fn list(
                 thread_id,
                 agent,
                 parent_run_id,
+                schedule_id,
             },
             cursor,
             limit + 1,

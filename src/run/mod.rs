@@ -116,6 +116,9 @@ pub struct RunSpec {
     /// Its transcript and workspace are still to be taken from the run it
     /// continues (it was queued behind it; see [`Run::copy_pending`]).
     pub copy_pending: bool,
+    /// A run it waits for, if live, without continuing it (a schedule's
+    /// tick queued behind its previous run in a thread of its own).
+    pub after: Option<Uuid>,
 }
 
 /// Where a run's ends and pauses are posted (signed; see
@@ -165,6 +168,7 @@ impl RunSpec {
                 tick: run.schedule_tick,
             }),
             copy_pending: run.copy_pending,
+            after: None,
         }
     }
 
@@ -306,7 +310,7 @@ pub struct Run {
     pub schedule_id: Option<Uuid>,
     /// The tick it was made for (none for a trigger's run): part of its
     /// identity in storage.
-    #[serde(skip)]
+    #[serde(default, serialize_with = "rfc3339_opt")]
     pub schedule_tick: Option<DateTime<Utc>>,
     /// The live run it is queued behind (a busy thread's follow-up).
     #[serde(skip)]
@@ -523,6 +527,7 @@ impl RunSpec {
             multitask: Multitask::Reject,
             schedule: None,
             copy_pending: false,
+            after: None,
         }
     }
 }

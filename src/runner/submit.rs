@@ -82,7 +82,20 @@ impl Runner {
         let mut spec = spec;
         let mut behind = None;
         let previous = match spec.previous_run_id {
-            None => None,
+            // Behind a run it does not continue, while that one is live.
+            None => {
+                if let Some(after) = spec.after
+                    && let Some(ahead) = self.services.store.get_run(tenant, after).await?
+                    && !ahead.status.is_terminal()
+                {
+                    behind = Some(super::waiting::Behind {
+                        waits_for: ahead.id,
+                        thread: None,
+                        stop: None,
+                    });
+                }
+                None
+            }
             Some(previous) => {
                 let previous = self
                     .services

@@ -52,8 +52,8 @@ impl Waiting {
 pub(super) struct Behind {
     /// The live run it waits for.
     pub waits_for: Uuid,
-    /// The thread it belongs to.
-    pub thread: Uuid,
+    /// The thread it belongs to (`None`: one of its own).
+    pub thread: Option<Uuid>,
     /// The live run to stop (`interrupt`, `rollback`).
     pub stop: Option<Uuid>,
 }
@@ -168,7 +168,7 @@ impl Runner {
         spec.copy_pending = true;
         Ok(Some(Behind {
             waits_for,
-            thread: previous.thread_id,
+            thread: Some(previous.thread_id),
             stop,
         }))
     }
@@ -177,7 +177,9 @@ impl Runner {
     pub(super) fn queued_behind(run: &mut Run, behind: &Behind) {
         run.status = RunStatus::Queued;
         run.started_at = None;
-        run.thread_id = behind.thread;
+        if let Some(thread) = behind.thread {
+            run.thread_id = thread;
+        }
         run.waiting_for = Some(behind.waits_for);
     }
 }

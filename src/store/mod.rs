@@ -52,6 +52,7 @@ pub use outbox::{Delivery, Unreadable};
 pub use recover::{Recovered, ResumeReason};
 use recover::{interrupt, recover, rest};
 pub use tenants::{TenantLive, TenantUse};
+pub use writer::schedules::Counted;
 pub use writer::{Finish, NewEvent, Pause, Transition, Transitioned, Writer, WriterStats};
 
 #[derive(Debug, thiserror::Error)]
@@ -145,8 +146,10 @@ pub struct RunFilter<'a> {
     pub thread_id: Option<Uuid>,
     /// The runs made from this agent (any version).
     pub agent: Option<&'a str>,
-    /// The attempts of this run (with `status` alone).
+    /// The attempts of this run.
     pub parent_run_id: Option<Uuid>,
+    /// The runs this schedule made.
+    pub schedule_id: Option<Uuid>,
 }
 
 /// A paused run, answered, as stored: what its resume starts from.

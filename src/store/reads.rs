@@ -92,6 +92,21 @@ impl Store {
                 .bind(parent.to_string())
                 .bind(filter.status.map(RunStatus::as_str))
                 .bind(filter.thread_id.map(|thread| thread.to_string()))
+                .bind(filter.agent)
+                .bind(filter.schedule_id.map(|id| id.to_string()));
+            let rows = self
+                .read(async |connection| query.fetch_all(connection).await)
+                .await?;
+            return rows.iter().map(rows::run_from_row).collect();
+        }
+        if let Some(schedule) = filter.schedule_id {
+            let query = sqlx::query(rows::SELECT_RUNS_PAGE_BY_SCHEDULE)
+                .bind(&tenant.0)
+                .bind(cursor.map(|c| c.to_string()))
+                .bind(i64::from(limit))
+                .bind(schedule.to_string())
+                .bind(filter.status.map(RunStatus::as_str))
+                .bind(filter.thread_id.map(|thread| thread.to_string()))
                 .bind(filter.agent);
             let rows = self
                 .read(async |connection| query.fetch_all(connection).await)

@@ -79,6 +79,14 @@ pub(super) const SELECT_RUNS_PAGE_BY_STATUS_AND_THREAD: &str = select_runs!(
 pub(super) const SELECT_RUNS_PAGE_BY_PARENT: &str = select_runs!(
     "WHERE tenant = $1 AND ($2 IS NULL OR id < $2) AND parent_run_id = $4 \
      AND ($5 IS NULL OR status = $5) AND ($6 IS NULL OR thread_id = $6) \
+     AND ($7 IS NULL OR agent_name = $7) AND ($8 IS NULL OR schedule_id = $8) \
+     ORDER BY id DESC LIMIT $3"
+);
+/// A schedule's runs (`runs_by_schedule`), narrowed by the other filters
+/// when bound non-null.
+pub(super) const SELECT_RUNS_PAGE_BY_SCHEDULE: &str = select_runs!(
+    "WHERE schedule_id = $4 AND tenant = $1 AND ($2 IS NULL OR id < $2) \
+     AND ($5 IS NULL OR status = $5) AND ($6 IS NULL OR thread_id = $6) \
      AND ($7 IS NULL OR agent_name = $7) ORDER BY id DESC LIMIT $3"
 );
 /// The newest run of a thread that has not ended (`runs_by_thread`).

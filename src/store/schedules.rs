@@ -7,6 +7,8 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 use uuid::Uuid;
 
+use super::writer::schedules::Counted;
+use super::writer::{Transition, Transitioned};
 use super::{Store, StoreError, Unfinished, rows};
 use crate::run::{Run, Tenant, format_time};
 use crate::schedule::{Overlap, Schedule, ThreadMode};
@@ -172,4 +174,85 @@ fn schedule_from_row(row: &AnyRow) -> Result<Schedule, StoreError> {
         created_at: time(&row.get::<String, _>("created_at"))?,
         updated_at: time(&row.get::<String, _>("updated_at"))?,
     })
+}
+
+impl Store {
+    /// Stores a new schedule (`create`) or an edit of one, whose next tick
+    /// is `next`; `false` if there was none to edit.
+    pub async fn save_schedule(
+        &self,
+        tenant: &Tenant,
+        schedule: &Schedule,
+        next: DateTime<Utc>,
+        create: bool,
+    ) -> Result<bool, StoreError> {
+        let save = Transition::SaveSchedule {
+            tenant: tenant.clone(),
+            schedule: schedule.clone(),
+            next: format_time(&next),
+            create,
+        };
+        match self.writer().transition(save).await? {
+            Transitioned::ScheduleSaved => Ok(true),
+            Transitioned::NotFound => Ok(false),
+            other => Err(StoreError::Corrupt(format!(
+                "a schedule's save came to {other:?}"
+            ))),
+        }
+    }
+
+    /// Removes a schedule (its runs stay); `false` if there was none.
+    pub async fn delete_schedule(&self, tenant: &Tenant, id: Uuid) -> Result<bool, StoreError> {
+        let delete = Transition::DeleteSchedule {
+            tenant: tenant.clone(),
+            id,
+        };
+        Ok(matches!(
+            self.writer().transition(delete).await?,
+            Transitioned::Purged
+        ))
+    }
+
+    /// Moves a schedule's next tick from `due` to `next`, counting the
+    /// tick: `true` if this call did (no replica did first).
+    pub async fn advance_schedule(
+        &self,
+        id: Uuid,
+        due: DateTime<Utc>,
+        next: DateTime<Utc>,
+        counted: Counted,
+    ) -> Result<bool, StoreError> {
+        let advance = Transition::AdvanceSchedule {
+            id,
+            due: format_time(&due),
+            next: format_time(&next),
+            counted,
+        };
+        Ok(matches!(
+            self.writer().transition(advance).await?,
+            Transitioned::Advanced(true)
+        ))
+    }
+
+    /// The run made for a schedule's tick, if one was.
+    pub async fn run_of_tick(
+        &self,
+        schedule: Uuid,
+        tick: DateTime<Utc>,
+    ) -> Result<Option<Uuid>, StoreError> {
+        let id: Option<String> = self
+            .read(async |connection| {
+                sqlx::query_scalar(
+                    "SELECT id FROM runs WHERE schedule_id = $1 AND schedule_tick = $2",
+                )
+                .bind(schedule.to_string())
+                .bind(format_time(&tick))
+                .fetch_optional(connection)
+                .await
+            })
+            .await?;
+        id.as_deref()
+            .map(|id| Uuid::parse_str(id).map_err(|_| StoreError::Corrupt("a run id".into())))
+            .transpose()
+    }
 }

@@ -61,6 +61,7 @@ async fn a_created_run_is_answered_with_its_object_and_location() {
         "attempts",
         "chosen_attempt",
         "schedule_id",
+        "schedule_tick",
         "created_at",
         "started_at",
         "finished_at",

@@ -380,6 +380,7 @@ impl CreateRunRequest {
             multitask: self.multitask.unwrap_or_default(),
             schedule: None,
             copy_pending: false,
+            after: None,
         })
     }
 }
