@@ -92,6 +92,25 @@ impl Store {
             .collect()
     }
 
+    /// The soonest next tick of any enabled schedule.
+    pub async fn soonest_tick(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
+        let soonest: Option<String> = self
+            .read(async |connection| {
+                sqlx::query_scalar("SELECT MIN(next_run_at) FROM schedules WHERE enabled = 1")
+                    .fetch_one(connection)
+                    .await
+            })
+            .await?;
+        soonest
+            .as_deref()
+            .map(|text| {
+                DateTime::parse_from_rfc3339(text)
+                    .map(|time| time.with_timezone(&Utc))
+                    .map_err(|_| StoreError::Corrupt("a schedule's next tick".into()))
+            })
+            .transpose()
+    }
+
     /// How many schedules the tenant has.
     pub async fn count_schedules(&self, tenant: &Tenant) -> Result<u64, StoreError> {
         let count: i64 = self

@@ -19,13 +19,13 @@ use crate::statuses::Statuses;
 
 /// A replica: the real binary on the shared data directory, killed when
 /// dropped.
-struct Replica {
-    child: ServerProcess,
-    server: Remote,
+pub(crate) struct Replica {
+    pub(crate) child: ServerProcess,
+    pub(crate) server: Remote,
 }
 
 impl Replica {
-    fn start(dir: &TempDir, settings: &[(&str, &str)]) -> Self {
+    pub(crate) fn start(dir: &TempDir, settings: &[(&str, &str)]) -> Self {
         let (child, address) = start_binary_with(dir, settings);
         Self {
             child,
@@ -33,7 +33,7 @@ impl Replica {
         }
     }
 
-    fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
     }
@@ -724,7 +724,7 @@ async fn a_replica_frozen_past_its_lease_writes_nothing_more_and_serves_again() 
 }
 
 /// Sends `replica` the signal `name` (`STOP`, `CONT`).
-fn signal(replica: &Replica, name: &str) {
+pub(crate) fn signal(replica: &Replica, name: &str) {
     let sent = std::process::Command::new("kill")
         .arg(format!("-{name}"))
         .arg(replica.child.id().to_string())
@@ -734,7 +734,7 @@ fn signal(replica: &Replica, name: &str) {
 }
 
 /// Waits until `replica` says it is ready.
-async fn ready(replica: &Replica) {
+pub(crate) async fn ready(replica: &Replica) {
     crate::helpers::eventually("the replica to be ready", async || {
         let response = replica.server.get("/readyz").await;
         (response.status() == 200).then_some(())

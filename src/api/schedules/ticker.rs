@@ -1,6 +1,7 @@
 //! Schedules' ticks (SPEC section 23). Every server (every replica) looks
-//! once a second for enabled schedules whose next tick is due, and makes
-//! each tick's run as a client's `POST /v1/runs` would, under the
+//! for enabled schedules whose next tick is due as the soonest falls due,
+//! and at least once a second (for those made or changed elsewhere); it
+//! makes each tick's run as a client's `POST /v1/runs` would, under the
 //! schedule's tenant, its limits and quotas included.
 //!
 //! Exactly one run a tick, whoever makes it: the run names its schedule and
@@ -32,6 +33,10 @@ use crate::store::Counted;
 /// How often the due schedules are looked for.
 const LOOK_EVERY: Duration = Duration::from_secs(1);
 
+/// The least wait between two looks (a tick that could not be made stays
+/// due: it is not tried in a tight loop).
+const MIN_WAIT: Duration = Duration::from_millis(50);
+
 /// Most schedules made a look.
 const PAGE: u32 = 100;
 
@@ -54,8 +59,16 @@ pub fn spawn(state: AppState) {
         let closing = state.runner.closing();
         loop {
             look(&state).await;
+            // Until the soonest tick, if it falls within the second (one
+            // still due after the look could not be made: a second).
+            let wait = match state.runner.store().soonest_tick().await {
+                Ok(Some(soonest)) => (soonest - Utc::now())
+                    .to_std()
+                    .map_or(LOOK_EVERY, |wait| wait.min(LOOK_EVERY)),
+                _ => LOOK_EVERY,
+            };
             tokio::select! {
-                () = tokio::time::sleep(LOOK_EVERY) => {}
+                () = tokio::time::sleep(wait.max(MIN_WAIT)) => {}
                 () = closing.cancelled() => return,
             }
         }
