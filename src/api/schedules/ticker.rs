@@ -42,7 +42,7 @@ const PAGE: u32 = 100;
 
 /// What making a schedule's run came to.
 pub enum Made {
-    Run(Run),
+    Run(Box<Run>),
     /// Its previous run (this one) is live and its overlap is skip.
     Skipped(uuid::Uuid),
     /// Refused by a limit of the tenant, or its body is no longer valid.
@@ -208,7 +208,7 @@ pub async fn make_run(
         spec.after = live.map(|run| run.id);
     }
     match state.runner.submit(tenant, spec, None).await {
-        Ok(run) => Made::Run(run),
+        Ok(run) => Made::Run(Box::new(run)),
         Err(error @ (SubmitError::Limited { .. } | SubmitError::QueueFull)) => {
             Made::Refused(error.into())
         }
