@@ -177,7 +177,7 @@ fn assert_refused(schema: &Value, instance: &Value, what: &str) {
 /// Checks a reply against what the document says `method path` answers with
 /// its status: the status is documented, required headers are there and
 /// valid, the content type is documented, and a JSON body matches.
-fn check(method: &str, path: &str, reply: &Reply) {
+pub(crate) fn check(method: &str, path: &str, reply: &Reply) {
     let what = format!(
         "{} {path} answering {}",
         method.to_uppercase(),

@@ -558,3 +558,47 @@ async fn across_replicas_killed_and_frozen_each_tick_makes_exactly_one_run() {
     assert_eq!(read["skipped_ticks"], 0);
     assert_eq!(read["refused_ticks"], 0);
 }
+
+#[tokio::test]
+async fn the_schedules_answers_match_the_document() {
+    use crate::openapi::check;
+    let app = spawn_app().await;
+    let slow = json!({"prompt": "wait", "tools": [],
+                      "model": {"scripted": [{"delay_ms": 60000, "content": "late"}]}});
+    let created = app
+        .post_schedule(json!({"cron": "0 9 * * *", "run": slow, "name": "n"}))
+        .await;
+    check("post", "/v1/schedules", &created);
+    let refused = app
+        .post_schedule(json!({"cron": "nine", "run": quick()}))
+        .await;
+    check("post", "/v1/schedules", &refused);
+    let path = format!("/v1/schedules/{}", id(&created.body));
+    check("get", "/v1/schedules/{id}", &app.get(&path).await);
+    check("get", "/v1/schedules", &app.get("/v1/schedules").await);
+    check(
+        "get",
+        "/v1/schedules",
+        &app.get("/v1/schedules?cursor=x").await,
+    );
+    let patched = app
+        .patch_schedule(id(&created.body), json!({"enabled": false}))
+        .await;
+    check("patch", "/v1/schedules/{id}", &patched);
+    let trigger = format!("{path}/trigger");
+    let made = app.send(app.request(Method::POST, &trigger)).await;
+    check("post", "/v1/schedules/{id}/trigger", &made);
+    let live = app.send(app.request(Method::POST, &trigger)).await;
+    check("post", "/v1/schedules/{id}/trigger", &live);
+    assert_eq!(live.status, StatusCode::CONFLICT);
+    check(
+        "get",
+        "/v1/runs",
+        &app.get(&format!("/v1/runs?schedule_id={}", id(&created.body)))
+            .await,
+    );
+    app.delete(&format!("/v1/runs/{}", id(&made.body))).await;
+    check("delete", "/v1/schedules/{id}", &app.delete(&path).await);
+    check("get", "/v1/schedules/{id}", &app.get(&path).await);
+    check("delete", "/v1/schedules/{id}", &app.delete(&path).await);
+}
