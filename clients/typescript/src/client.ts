@@ -21,6 +21,7 @@ import type {
   Upload,
   UploadContentType,
 } from "./types.js";
+import type { CreateScheduleRequest, Schedule, ScheduleList, UpdateScheduleRequest } from "./schedules.js";
 
 /** Where the server is and how to talk to it. */
 export interface AgentRunnerOptions {
@@ -64,6 +65,8 @@ export interface ListRunsOptions extends RequestOptions {
   agent?: string;
   /** Only the attempts of this run. */
   parentRunId?: string;
+  /** Only the runs this schedule made. */
+  scheduleId?: string;
   /** Page size, 1 to 100 (default 20). */
   limit?: number;
 }
@@ -170,6 +173,7 @@ export class AgentRunner {
     if (options.threadId !== undefined) query.thread_id = options.threadId;
     if (options.agent !== undefined) query.agent = options.agent;
     if (options.parentRunId !== undefined) query.parent_run_id = options.parentRunId;
+    if (options.scheduleId !== undefined) query.schedule_id = options.scheduleId;
     if (options.limit !== undefined) query.limit = options.limit;
     if (options.cursor != null) query.cursor = options.cursor;
     return sendJson<RunList>(this.transport, "GET", "/v1/runs", {
@@ -417,6 +421,76 @@ export class AgentRunner {
     const response = await send(this.transport, "DELETE", agentPath(name), { signal: options.signal });
     await response.body?.cancel();
   }
+
+  /**
+   * Creates a schedule (`POST /v1/schedules`): a cron (five fields, or six
+   * with seconds first) in a timezone, and the run body each tick makes a
+   * run of. Each tick makes exactly one run, across replicas and restarts.
+   */
+  async createSchedule(request: CreateScheduleRequest, options: RequestOptions = {}): Promise<Schedule> {
+    return sendJson<Schedule>(this.transport, "POST", "/v1/schedules", {
+      body: request,
+      signal: options.signal,
+    });
+  }
+
+  /** The schedule `id`, with its next tick and its newest run. */
+  async getSchedule(id: string, options: RequestOptions = {}): Promise<Schedule> {
+    return sendJson<Schedule>(this.transport, "GET", schedulePath(id), { signal: options.signal });
+  }
+
+  /** Changes a schedule (`PATCH`): the fields given replace its own. */
+  async updateSchedule(id: string, request: UpdateScheduleRequest, options: RequestOptions = {}): Promise<Schedule> {
+    return sendJson<Schedule>(this.transport, "PATCH", schedulePath(id), {
+      body: request,
+      signal: options.signal,
+    });
+  }
+
+  /** Deletes a schedule; the runs it made stay. */
+  async deleteSchedule(id: string, options: RequestOptions = {}): Promise<void> {
+    const response = await send(this.transport, "DELETE", schedulePath(id), { signal: options.signal });
+    await response.body?.cancel();
+  }
+
+  /**
+   * One run of the schedule now (`POST /v1/schedules/{id}/trigger`), without
+   * a tick of its own; a 409 `run_live` while its previous run is live and
+   * its overlap is `skip`.
+   */
+  async triggerSchedule(id: string, options: RequestOptions = {}): Promise<Run> {
+    return sendJson<Run>(this.transport, "POST", `${schedulePath(id)}/trigger`, { signal: options.signal });
+  }
+
+  /** One page of schedules, in the order they were made (`GET /v1/schedules`). */
+  async listSchedulesPage(options: ListSchedulesPageOptions = {}): Promise<ScheduleList> {
+    const query: Record<string, string | number> = {};
+    if (options.limit !== undefined) query.limit = options.limit;
+    if (options.cursor != null) query.cursor = options.cursor;
+    return sendJson<ScheduleList>(this.transport, "GET", "/v1/schedules", { query, signal: options.signal });
+  }
+
+  /** Every schedule, fetching page after page as the iteration goes on. */
+  async *listSchedules(options: ListSchedulesPageOptions = {}): AsyncGenerator<Schedule, void, undefined> {
+    let cursor: string | null = null;
+    do {
+      const page: ScheduleList = await this.listSchedulesPage({ ...options, cursor });
+      yield* page.schedules;
+      cursor = page.next_cursor;
+    } while (cursor !== null);
+  }
+}
+
+function schedulePath(id: string): string {
+  return `/v1/schedules/${encodeURIComponent(id)}`;
+}
+
+/** Options of {@link AgentRunner.listSchedulesPage}. */
+export interface ListSchedulesPageOptions extends RequestOptions {
+  /** Page size, 1 to 100 (default 20). */
+  limit?: number;
+  /** The `next_cursor` of the previous page; absent or `null` for the first. */
+  cursor?: string | null;
 }
 
 function runPath(id: string): string {

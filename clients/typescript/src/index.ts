@@ -1,7 +1,8 @@
 /**
  * The TypeScript client of agent-runner: create runs, follow their events
  * (resuming across a dropped connection), answer their pending actions,
- * cancel them. `fetch` only, no dependency.
+ * cancel them; schedules that make runs on a cron. `fetch` only, no
+ * dependency.
  */
 export { AgentRunner, archiveType } from "./client.js";
 export type {
@@ -15,6 +16,7 @@ export type {
   ListAgentVersionsPageOptions,
   ListRunsOptions,
   ListRunsPageOptions,
+  ListSchedulesPageOptions,
   RequestOptions,
   UploadOptions,
 } from "./client.js";
@@ -24,3 +26,4 @@ export type { EventsOptions } from "./stream.js";
 export { SseParser } from "./sse.js";
 export type { SseMessage } from "./sse.js";
 export type * from "./types.js";
+export type * from "./schedules.js";

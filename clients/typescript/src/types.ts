@@ -203,6 +203,10 @@ export interface Run {
   attempts: AttemptSummary[] | null;
   /** The attempt whose answer and workspace it took; `null` until one is chosen, and when none passed. */
   chosen_attempt: number | null;
+  /** The schedule that made it; `null` when none. */
+  schedule_id: string | null;
+  /** The tick it was made for (RFC 3339); `null` for a trigger's run, and any other. */
+  schedule_tick: string | null;
   created_at: string;
   started_at: string | null;
   finished_at: string | null;
@@ -260,6 +264,8 @@ export interface ListRunsQuery {
   agent?: string;
   /** The attempts of this run. */
   parent_run_id?: string;
+  /** The runs this schedule made. */
+  schedule_id?: string;
   /** Page size, 1 to 100 (default 20). */
   limit?: number;
   /** The `next_cursor` of the previous page. */
@@ -374,6 +380,9 @@ export interface RunDefinition {
   attempts?: AttemptsRequest | null;
 }
 
+/** What a follow-up of a live run does (SPEC section 23). */
+export type Multitask = "reject" | "enqueue" | "interrupt" | "rollback";
+
 /**
  * The body of `POST /v1/runs`. Every field but `prompt` is optional; `null` is
  * as absent. With `agent`, the agent's definition is the base: each field
@@ -385,6 +394,11 @@ export interface CreateRunRequest extends RunDefinition {
   workspace?: WorkspaceSeed | null;
   /** Continue a conversation from that run's transcript and workspace. */
   previous_run_id?: string | null;
+  /**
+   * What a follow-up does while the run it continues is live: `reject`
+   * (default, 409 `run_live`), `enqueue`, `interrupt` or `rollback`.
+   */
+  multitask?: Multitask | null;
   /** A stored agent to start from: `NAME` (its latest version) or `NAME@VERSION`. */
   agent?: string | null;
 }

@@ -7,6 +7,7 @@
  */
 import type { components, operations } from "./generated/openapi.js";
 import type * as T from "../src/types.js";
+import type * as S from "../src/schedules.js";
 
 type Schemas = components["schemas"];
 
@@ -91,6 +92,10 @@ export type Schemata = [
   Assert<Same<T.RunEvent, Schemas["Event"]>>,
   Assert<Same<T.ApiErrorCode, Schemas["ErrorCode"]>>,
   Assert<Same<T.ErrorBody, Schemas["Error"]>>,
+  Assert<Same<S.Schedule, Schemas["Schedule"]>>,
+  Assert<Same<S.ScheduleList, Schemas["ScheduleList"]>>,
+  Assert<Same<S.CreateScheduleRequest, Schemas["CreateScheduleRequest"]>>,
+  Assert<Same<S.UpdateScheduleRequest, Schemas["UpdateScheduleRequest"]>>,
 ];
 
 // The operations the client calls take and answer those types.
@@ -121,4 +126,11 @@ export type Operations = [
   Assert<Same<JsonAnswer<"getUpload", 200>, T.Upload>>,
   Assert<Same<keyof NonNullable<operations["createUpload"]["requestBody"]>["content"], T.UploadContentType>>,
   Assert<Same<keyof NonNullable<Request<"getRunArchive">["query"]>, "include_git">>,
+  Assert<Same<JsonRequest<"createSchedule">, S.CreateScheduleRequest>>,
+  Assert<Same<JsonAnswer<"createSchedule", 201>, S.Schedule>>,
+  Assert<Same<JsonAnswer<"getSchedule", 200>, S.Schedule>>,
+  Assert<Same<JsonRequest<"updateSchedule">, S.UpdateScheduleRequest>>,
+  Assert<Same<JsonAnswer<"updateSchedule", 200>, S.Schedule>>,
+  Assert<Same<JsonAnswer<"listSchedules", 200>, S.ScheduleList>>,
+  Assert<Same<JsonAnswer<"triggerSchedule", 201>, T.Run>>,
 ];

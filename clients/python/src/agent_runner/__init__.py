@@ -3,7 +3,8 @@
 ``Client`` (sync) and ``AsyncClient`` (async) create runs, follow their
 events, answer their pending actions and cancel them, read what they changed
 (a diff, an archive of the workspace), upload archives to seed workspaces
-with, and store the agents runs are made from; every refusal or failure raises ``AgentRunnerError``,
+with, store the agents runs are made from, and the schedules that make runs on
+a cron; every refusal or failure raises ``AgentRunnerError``,
 which carries the error's ``code``.
 """
 
@@ -23,6 +24,8 @@ from ._types import (
     PendingAction,
     Run,
     RunPage,
+    Schedule,
+    SchedulePage,
     Upload,
     Usage,
 )
@@ -44,6 +47,8 @@ __all__ = [
     "PendingAction",
     "Run",
     "RunPage",
+    "Schedule",
+    "SchedulePage",
     "Upload",
     "Usage",
     "__version__",

@@ -43,10 +43,11 @@ from ._base import (
 )
 from ._errors import error_from_response, error_from_transport
 from ._events import EventStream
+from ._schedules import AsyncSchedulesMixin
 from ._types import Agent, AgentPage, AgentVersionPage, Event, Run, RunPage, Upload
 
 
-class AsyncClient:
+class AsyncClient(AsyncSchedulesMixin):
     """An async client of an agent-runner server (asyncio or trio).
 
     The same settings and methods as ``Client``, as coroutines; ``list_runs``
@@ -163,12 +164,16 @@ class AsyncClient:
         cursor: Optional[str] = None,
         agent: Optional[str] = None,
         parent_run_id: Optional[str] = None,
+        schedule_id: Optional[str] = None,
     ) -> RunPage:
         """One page of runs, newest first: pass its ``next_cursor`` as ``cursor``
         for the next. ``limit`` is the page's size (the server's default 20);
         ``agent`` keeps the runs made from that agent (any of its versions),
-        ``parent_run_id`` the attempts of that run."""
-        params = list_params(status, thread_id, limit, cursor, agent, parent_run_id)
+        ``parent_run_id`` the attempts of that run, ``schedule_id`` the runs
+        that schedule made."""
+        params = list_params(
+            status, thread_id, limit, cursor, agent, parent_run_id, schedule_id
+        )
         response = await self._request("GET", "/v1/runs", params=params)
         return RunPage.from_dict(json_object(response))
 
@@ -180,13 +185,14 @@ class AsyncClient:
         cursor: Optional[str] = None,
         agent: Optional[str] = None,
         parent_run_id: Optional[str] = None,
+        schedule_id: Optional[str] = None,
     ) -> AsyncGenerator[Run, None]:
         """Every run (with ``status``, of ``thread_id``, made from ``agent``,
         attempts of ``parent_run_id``, when given), newest first, fetched
         ``limit`` at a time as the iteration goes on."""
         while True:
             page = await self.list_runs_page(
-                status, thread_id, limit, cursor, agent, parent_run_id
+                status, thread_id, limit, cursor, agent, parent_run_id, schedule_id
             )
             for run in page.runs:
                 yield run

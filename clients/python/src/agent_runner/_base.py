@@ -10,7 +10,7 @@ from urllib.parse import quote
 import httpx
 
 from ._errors import INVALID_RESPONSE, AgentRunnerError, error_from_response
-from ._types import Agent, Run, Upload
+from ._types import Agent, Run, Schedule, Upload
 from ._version import __version__
 
 #: The server when neither ``base_url`` nor ``AGENT_RUNNER_URL`` names one.
@@ -81,6 +81,11 @@ def agent_version_path(name: str, version: Optional[int]) -> str:
     return agent_path(name, f"/versions/{int(version)}")
 
 
+def schedule_path(schedule_id: str, suffix: str = "") -> str:
+    """The path of schedule ``schedule_id`` (percent-encoded), with ``suffix``."""
+    return f"/v1/schedules/{quote(str(schedule_id), safe='')}{suffix}"
+
+
 def upload_path(upload_id: str) -> str:
     """The path of upload ``upload_id`` (percent-encoded)."""
     return f"/v1/uploads/{quote(str(upload_id), safe='')}"
@@ -133,6 +138,23 @@ def create_body(prompt: str, fields: Mapping[str, Any]) -> dict[str, Any]:
     return _fields({"prompt": prompt}, fields)
 
 
+def schedule_body(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The body of ``POST /v1/schedules``: every field that is not ``None``."""
+    return _fields({}, fields)
+
+
+def schedule_of(response: httpx.Response) -> Schedule:
+    """The schedule object ``response`` carries."""
+    data = json_object(response)
+    if "id" not in data or "cron" not in data:
+        raise AgentRunnerError(
+            INVALID_RESPONSE,
+            f"{response.request.method} {response.request.url.path} answered without a schedule",
+            status=response.status_code,
+        )
+    return Schedule.from_dict(data)
+
+
 def agent_body(name: Optional[str], fields: Mapping[str, Any]) -> dict[str, Any]:
     """The body of ``POST /v1/agents`` (``name`` given) or ``PUT /v1/agents/{name}``
     (``None``): every field that is not ``None``."""
@@ -156,6 +178,7 @@ def list_params(
     cursor: Optional[str],
     agent: Optional[str] = None,
     parent_run_id: Optional[str] = None,
+    schedule_id: Optional[str] = None,
 ) -> dict[str, Union[str, int]]:
     """The query of ``GET /v1/runs``, without the parameters not given."""
     given = {
@@ -163,6 +186,7 @@ def list_params(
         "thread_id": thread_id,
         "agent": agent,
         "parent_run_id": parent_run_id,
+        "schedule_id": schedule_id,
         "limit": limit,
         "cursor": cursor,
     }

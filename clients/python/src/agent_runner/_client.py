@@ -43,10 +43,11 @@ from ._base import (
 )
 from ._errors import error_from_response, error_from_transport
 from ._events import EventStream
+from ._schedules import SchedulesMixin
 from ._types import Agent, AgentPage, AgentVersionPage, Event, Run, RunPage, Upload
 
 
-class Client:
+class Client(SchedulesMixin):
     """A client of an agent-runner server, over one pool of connections.
 
     ``base_url`` defaults to ``AGENT_RUNNER_URL``, then to
@@ -169,12 +170,16 @@ class Client:
         cursor: Optional[str] = None,
         agent: Optional[str] = None,
         parent_run_id: Optional[str] = None,
+        schedule_id: Optional[str] = None,
     ) -> RunPage:
         """One page of runs, newest first: pass its ``next_cursor`` as ``cursor``
         for the next. ``limit`` is the page's size (the server's default 20);
         ``agent`` keeps the runs made from that agent (any of its versions),
-        ``parent_run_id`` the attempts of that run."""
-        params = list_params(status, thread_id, limit, cursor, agent, parent_run_id)
+        ``parent_run_id`` the attempts of that run, ``schedule_id`` the runs
+        that schedule made."""
+        params = list_params(
+            status, thread_id, limit, cursor, agent, parent_run_id, schedule_id
+        )
         return RunPage.from_dict(json_object(self._request("GET", "/v1/runs", params=params)))
 
     def list_runs(
@@ -185,13 +190,14 @@ class Client:
         cursor: Optional[str] = None,
         agent: Optional[str] = None,
         parent_run_id: Optional[str] = None,
+        schedule_id: Optional[str] = None,
     ) -> Generator[Run, None, None]:
         """Every run (with ``status``, of ``thread_id``, made from ``agent``,
         attempts of ``parent_run_id``, when given), newest first, fetched
         ``limit`` at a time as the iteration goes on."""
         while True:
             page = self.list_runs_page(
-                status, thread_id, limit, cursor, agent, parent_run_id
+                status, thread_id, limit, cursor, agent, parent_run_id, schedule_id
             )
             yield from page.runs
             if page.next_cursor is None:

@@ -146,7 +146,9 @@ class Run:
     it has ended, ``None`` until then. A run tried several times has its
     ``attempt_policy`` (the request's ``attempts``), its ``attempts`` and,
     once one passed, ``chosen_attempt``; each attempt is a run whose
-    ``parent_run_id`` and ``attempt`` say whose attempt it is.
+    ``parent_run_id`` and ``attempt`` say whose attempt it is. A run a
+    schedule made names it (``schedule_id``) and the tick it was made for
+    (``schedule_tick``, ``None`` for a trigger's).
     """
 
     id: str
@@ -182,6 +184,8 @@ class Run:
     attempt_policy: Optional[dict[str, Any]] = None
     attempts: Optional[list[AttemptSummary]] = None
     chosen_attempt: Optional[int] = None
+    schedule_id: Optional[str] = None
+    schedule_tick: Optional[str] = None
     created_at: str = ""
     started_at: Optional[str] = None
     finished_at: Optional[str] = None
@@ -230,6 +234,8 @@ class Run:
                 else [AttemptSummary.from_dict(a) for a in data["attempts"]]
             ),
             chosen_attempt=data.get("chosen_attempt"),
+            schedule_id=data.get("schedule_id"),
+            schedule_tick=data.get("schedule_tick"),
             created_at=data.get("created_at") or "",
             started_at=data.get("started_at"),
             finished_at=data.get("finished_at"),
@@ -392,4 +398,67 @@ class Upload:
             files=int(data.get("files") or 0),
             created_at=data.get("created_at") or "",
             expires_at=data.get("expires_at"),
+        )
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A cron in a timezone, and the run body each of its ticks makes a run of.
+
+    ``run`` is that body as the server accepted it; ``next_run_at`` is the
+    next tick (``None`` while disabled), ``last_run_id`` the newest run it
+    made; ``skipped_ticks`` counts ticks that made no run because the
+    previous was live (``overlap="skip"``), ``refused_ticks`` those a limit
+    of the tenant refused.
+    """
+
+    id: str
+    cron: str
+    timezone: str = "UTC"
+    run: dict[str, Any] = field(default_factory=dict)
+    thread: str = "new"
+    overlap: str = "skip"
+    enabled: bool = True
+    name: Optional[str] = None
+    next_run_at: Optional[str] = None
+    last_run_id: Optional[str] = None
+    skipped_ticks: int = 0
+    refused_ticks: int = 0
+    created_at: str = ""
+    updated_at: str = ""
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Schedule:
+        """A ``Schedule`` from the API's object of that name."""
+        return cls(
+            id=str(data["id"]),
+            cron=str(data["cron"]),
+            timezone=data.get("timezone") or "UTC",
+            run=dict(data.get("run") or {}),
+            thread=data.get("thread") or "new",
+            overlap=data.get("overlap") or "skip",
+            enabled=bool(data.get("enabled", True)),
+            name=data.get("name"),
+            next_run_at=data.get("next_run_at"),
+            last_run_id=data.get("last_run_id"),
+            skipped_ticks=int(data.get("skipped_ticks") or 0),
+            refused_ticks=int(data.get("refused_ticks") or 0),
+            created_at=data.get("created_at") or "",
+            updated_at=data.get("updated_at") or "",
+        )
+
+
+@dataclass(frozen=True)
+class SchedulePage:
+    """One page of ``GET /v1/schedules``: ``next_cursor`` is ``None`` on the last."""
+
+    schedules: list[Schedule]
+    next_cursor: Optional[str]
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SchedulePage:
+        """A ``SchedulePage`` from the API's ``ScheduleList`` object."""
+        return cls(
+            schedules=[Schedule.from_dict(item) for item in data.get("schedules") or []],
+            next_cursor=data.get("next_cursor"),
         )
