@@ -1,5 +1,6 @@
 // The console: the runs of a tenant, live, and one run at a time in detail;
-// the tenant's stored agents, and one agent's versions at a time.
+// the tenant's stored agents, and one agent's versions at a time; its
+// schedules (schedules.js).
 //
 // It holds at most two connections to the server: the tenant-wide status
 // stream (GET /v1/runs/events), which keeps the list live, and the event
@@ -11,6 +12,7 @@
 // diff.js.
 
 import { renderChanges, renderDiff, saveBlob } from "./diff.js";
+import { loadSchedules } from "./schedules.js";
 
 const TOKEN_KEY = "agent-runner-token";
 const LIVE = new Set(["queued", "running", "requires_action"]);
@@ -26,7 +28,7 @@ const state = {
   open: null,
   statusStream: null,
   runStream: null,
-  // Which list is shown: "runs" or "agents".
+  // Which list is shown: "runs", "agents" or "schedules".
   tab: null,
   agents: new Map(),
   agentsCursor: null,
@@ -383,11 +385,16 @@ function when(time) {
 // ------------------------------------------------------------ one run
 
 // #/runs/ID opens a run, #/agents the list of agents, #/agents/NAME an
-// agent; anything else shows the runs.
+// agent, #/schedules the list of schedules; anything else shows the runs.
 function route() {
   const run = location.hash.match(/^#\/runs\/([0-9a-fA-F-]{36})$/);
   const agent = location.hash.match(/^#\/agents\/([a-z0-9][a-z0-9_-]{0,63})$/);
-  showTab(/^#\/agents(\/|$)/.test(location.hash) ? "agents" : "runs");
+  const tab = /^#\/agents(\/|$)/.test(location.hash)
+    ? "agents"
+    : /^#\/schedules$/.test(location.hash)
+      ? "schedules"
+      : "runs";
+  showTab(tab);
   if (run) {
     closeAgent();
     openRun(run[1].toLowerCase());
@@ -794,16 +801,18 @@ function messageItem(message) {
 
 // ------------------------------------------------------------- agents
 
-/** Shows one of the lists: "runs" or "agents" (read again on each showing:
- *  no stream tells of agents). */
+/** Shows one of the lists: "runs", "agents" or "schedules" (the last two
+ *  read again on each showing: no stream tells of them). */
 function showTab(tab) {
   const changed = state.tab !== tab;
   state.tab = tab;
   $("runs").hidden = tab !== "runs";
   $("agents").hidden = tab !== "agents";
+  $("schedules").hidden = tab !== "schedules";
   for (const [id, name] of [
     ["tab-runs", "runs"],
     ["tab-agents", "agents"],
+    ["tab-schedules", "schedules"],
   ]) {
     const link = $(id);
     link.classList.toggle("selected", name === tab);
@@ -811,6 +820,11 @@ function showTab(tab) {
     else link.removeAttribute("aria-current");
   }
   if (changed && tab === "agents") loadAgents();
+  if (changed && tab === "schedules") showSchedules();
+}
+
+function showSchedules() {
+  loadSchedules({ api, h, when, list: $("schedule-list"), empty: $("schedules-empty") });
 }
 
 async function loadAgents(more = false) {
@@ -1065,6 +1079,9 @@ $("agents-more").addEventListener("click", () => loadAgents(true));
 // The tab of the list already shown reads it again.
 $("tab-agents").addEventListener("click", () => {
   if (state.tab === "agents") loadAgents();
+});
+$("tab-schedules").addEventListener("click", () => {
+  if (state.tab === "schedules") showSchedules();
 });
 $("agent-more-versions").addEventListener("click", () => {
   if (state.openAgent) loadVersions(state.openAgent);

@@ -17,6 +17,7 @@ use super::error::ApiError;
 const INDEX: &str = include_str!("../../console/index.html");
 const SCRIPT: &str = include_str!("../../console/app.js");
 const DIFF_SCRIPT: &str = include_str!("../../console/diff.js");
+const SCHEDULES_SCRIPT: &str = include_str!("../../console/schedules.js");
 const STYLE: &str = include_str!("../../console/app.css");
 
 /// What the page may load and connect to: itself only.
@@ -36,6 +37,10 @@ pub async fn asset(Path(file): Path<String>) -> Result<Response, ApiError> {
         "diff.js" => Ok(asset_response(
             "text/javascript; charset=utf-8",
             DIFF_SCRIPT,
+        )),
+        "schedules.js" => Ok(asset_response(
+            "text/javascript; charset=utf-8",
+            SCHEDULES_SCRIPT,
         )),
         "app.css" => Ok(asset_response("text/css; charset=utf-8", STYLE)),
         _ => Err(ApiError::NotFound("console file")),

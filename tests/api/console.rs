@@ -176,6 +176,19 @@ async fn the_console_lists_agents_their_versions_and_runs_and_shows_a_run_s_outp
 }
 
 #[tokio::test]
+async fn the_console_lists_schedules_with_their_next_and_last_runs() {
+    let app = spawn_app().await;
+    let seen = browse(&app, "schedules").await;
+    let schedule = app
+        .get(&format!(
+            "/v1/schedules/{}",
+            seen["schedule"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(schedule.body["last_run_id"], seen["run"]);
+}
+
+#[tokio::test]
 async fn the_console_asks_for_a_token_and_keeps_it_in_the_tab() {
     let mut app = spawn_with(|config| {
         config.auth.tokens =

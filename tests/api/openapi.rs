@@ -1423,6 +1423,7 @@ fn the_schemas_refuse_wrong_shapes() {
         "parent_run_id": null, "attempt": null, "attempt_policy": {"n": 2, "until": "all"},
         "attempts": [{"run_id": run_id, "attempt": 1, "status": "completed", "checks_passed": true}],
         "chosen_attempt": 1,
+        "schedule_id": run_id, "schedule_tick": "2026-01-02T03:00:00.000Z",
         "created_at": "2026-01-02T03:04:05.123Z", "started_at": null, "finished_at": null,
         "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736"
     });

@@ -398,6 +398,41 @@ const scenarios = {
     return { agent: "triage", run: run.id, older: older.id, other: other.id };
   },
 
+  // The schedules of the tenant: each with its cron and timezone, its next
+  // tick and its newest run (which opens), a disabled one marked; a name
+  // is shown as text.
+  async schedules() {
+    const hostile = '<img src=x onerror="window.__pwned=1">';
+    const quick = { prompt: "tick", tools: [], model: scripted([{ content: "ticked" }]) };
+    const daily = await api("POST", "/v1/schedules", {
+      cron: "0 9 * * 1-5",
+      timezone: "Europe/Berlin",
+      name: `Morning ${hostile}`,
+      run: quick,
+    });
+    const run = await api("POST", `/v1/schedules/${daily.id}/trigger`);
+    const paused = await api("POST", "/v1/schedules", { cron: "*/5 * * * *", run: quick, enabled: false });
+    await page.goto(`${base}/#/schedules`);
+    const item = (id) => page.locator(`.schedule-item[data-schedule="${id}"]`);
+    await item(daily.id).waitFor({ timeout: WAIT });
+    await expectText(item(daily.id).locator(".name"), `Morning ${hostile}`, "the schedule's name, as text");
+    await expectText(item(daily.id).locator(".cron"), "0 9 * * 1-5 (Europe/Berlin)", "its cron and timezone");
+    assert.equal(
+      await item(daily.id).locator(".next time").getAttribute("datetime"),
+      daily.next_run_at,
+      "its next tick",
+    );
+    await expectText(item(paused.id).locator(".badge"), "disabled", "a disabled schedule's mark");
+    await expectText(item(paused.id).locator(".next"), "none", "no next tick while disabled");
+    await shot("console-schedules");
+    // Its newest run opens.
+    await item(daily.id).locator("a.last-run").click();
+    await page.waitForURL(new RegExp(`#/runs/${run.id}$`), { timeout: WAIT });
+    await expectText(page.locator("#run-title"), run.id, "the schedule's run, open");
+    assert.equal(await page.evaluate(() => window.__pwned), undefined, "no markup of the name ran");
+    return { schedule: daily.id, run: run.id };
+  },
+
   // A server with tokens: the page asks for one, refuses a wrong one, and
   // keeps the right one in the tab's session storage only.
   async token() {
