@@ -423,6 +423,7 @@ impl Runner {
             spec,
             inserted_running,
             origin,
+            take_failure: std::sync::OnceLock::new(),
         };
         // Boxed once: spawning moves the task's future through several
         // wrappers, and it is large (the harness's loop is in it).

@@ -92,6 +92,7 @@ impl Runner {
                         waits_for: ahead.id,
                         thread: None,
                         stop: None,
+                        turn: None,
                     });
                 }
                 None
@@ -106,7 +107,7 @@ impl Runner {
                 if previous.status.is_terminal() {
                     Some(previous)
                 } else {
-                    behind = self.behind(tenant, &mut spec, &previous).await?;
+                    behind = self.behind(&mut spec, &previous).await?;
                     if behind.is_none() {
                         return Err(SubmitError::PreviousLive(previous.status));
                     }
@@ -213,8 +214,12 @@ impl Runner {
         metrics.run_created(&tenant.0);
         let Some(admission) = admission else {
             self.waiting.added();
-            if let Some(live) = behind.and_then(|behind| behind.stop) {
-                self.stop_for_follow_up(tenant, live).await;
+            if let Some(behind) = behind {
+                // Stored: the next follow-up finds it.
+                drop(behind.turn);
+                if let Some(live) = behind.stop {
+                    self.stop_for_follow_up(tenant, live).await;
+                }
             }
             return Ok((run, None));
         };

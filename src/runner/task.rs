@@ -54,6 +54,9 @@ pub(super) struct RunTask {
     pub(super) inserted_running: bool,
     /// Where it takes up.
     pub(super) origin: Origin,
+    /// Why the workspace of the run it continues could not be taken (see
+    /// `take_previous`): the run ends `failed` with it as it starts.
+    pub(super) take_failure: std::sync::OnceLock<String>,
 }
 
 impl RunTask {

@@ -22,15 +22,26 @@ use crate::store::writer::{Transition, Transitioned};
 /// How often the store is asked for runs to let go.
 const LOOK_EVERY: Duration = Duration::from_secs(1);
 
+/// The longest line of follow-ups queued one behind the other that a new
+/// one looks along for its place (past it, it goes behind the last seen).
+const MAX_QUEUED_BEHIND: usize = 1000;
+
 /// How many times a live run is asked to stop before giving up (it may be
 /// between two states: paused, answered, going live again).
 const STOP_ATTEMPTS: usize = 10;
 
-/// Whether runs may be waiting, and the watch's bell.
+/// Whether runs may be waiting, the watch's bell, and the turns follow-ups
+/// of live runs take to find their place.
 #[derive(Default)]
 pub(super) struct Waiting {
     bell: tokio::sync::Notify,
     maybe: AtomicBool,
+    /// Held from a follow-up's finding its place to its insert: two sent at
+    /// once here go one behind the other, never both behind the same run.
+    /// (Replicas on PostgreSQL each have their own: two follow-ups of one
+    /// thread sent to two replicas at the same moment may both go behind
+    /// the same run.)
+    places: std::sync::Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Waiting {
@@ -56,6 +67,8 @@ pub(super) struct Behind {
     pub thread: Option<Uuid>,
     /// The live run to stop (`interrupt`, `rollback`).
     pub stop: Option<Uuid>,
+    /// This process's turn to find a place, held until the run is stored.
+    pub turn: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
 
 impl Runner {
@@ -100,6 +113,11 @@ impl Runner {
             match store.writer().transition(release).await {
                 Ok(Transitioned::Released(true)) => {
                     tracing::info!(run_id = %id, "the run it waited for has ended; it is queued");
+                    // As let go: what it continues may have changed (the
+                    // run it waited for stood aside).
+                    if let Ok(Some(run)) = store.get_run(&queued.tenant, id).await {
+                        queued.run = run;
+                    }
                     queued.run.waiting_for = None;
                     let _accepting = self.lifecycle.tasks.token();
                     let place = self.scheduler.readmit(&queued.tenant);
@@ -143,23 +161,29 @@ impl Runner {
     /// `multitask`): `None` to refuse it (`reject`).
     pub(super) async fn behind(
         &self,
-        tenant: &Tenant,
         spec: &mut RunSpec,
         previous: &Run,
     ) -> Result<Option<Behind>, crate::store::StoreError> {
         use crate::run::Multitask;
+        if spec.multitask == Multitask::Reject {
+            return Ok(None);
+        }
+        let turn = std::sync::Arc::clone(&self.waiting.places)
+            .lock_owned()
+            .await;
         let (waits_for, continues, stop) = match spec.multitask {
             Multitask::Reject => return Ok(None),
-            // Behind the newest live run of the thread (an earlier
-            // follow-up queued there included), continuing from it.
+            // Behind the last follow-up already queued behind the run named
+            // (each behind the one before), or behind it, continuing it.
             Multitask::Enqueue => {
-                let newest = self
-                    .services
-                    .store
-                    .newest_live_of_thread(tenant, previous.thread_id)
-                    .await?
-                    .map_or(previous.id, |run| run.id);
-                (newest, Some(newest), None)
+                let mut last = previous.id;
+                for _ in 0..MAX_QUEUED_BEHIND {
+                    match self.services.store.queued_behind(last).await? {
+                        Some(next) => last = next,
+                        None => break,
+                    }
+                }
+                (last, Some(last), None)
             }
             Multitask::Interrupt => (previous.id, Some(previous.id), Some(previous.id)),
             Multitask::Rollback => (previous.id, previous.previous_run_id, Some(previous.id)),
@@ -170,6 +194,7 @@ impl Runner {
             waits_for,
             thread: Some(previous.thread_id),
             stop,
+            turn: Some(turn),
         }))
     }
 
@@ -193,24 +218,44 @@ impl super::task::RunTask {
     /// workspace again from the start.
     pub(super) async fn take_previous(&self) -> Result<(), crate::store::StoreError> {
         use crate::store::StoreError;
+        use crate::tools::copy::CopyError;
         let store = self.runner.store();
         let id = self.live.id;
         let dir = self.runner.workspace_dir(id);
-        let from = self
-            .spec
-            .previous_run_id
-            .map(|previous| self.runner.workspace_dir(previous));
+        // As stored now: what it continues may have changed while it waited.
+        let previous = match store.get_run(&self.live.tenant, id).await? {
+            Some(run) => run.previous_run_id,
+            None => self.spec.previous_run_id,
+        };
+        let from = previous.map(|previous| self.runner.workspace_dir(previous));
         let files = store.seed_files(id).await?;
-        tokio::task::spawn_blocking(move || {
-            crate::repo::places::remove_tree(&dir).map_err(|e| e.to_string())?;
+        let copied = tokio::task::spawn_blocking(move || {
+            crate::repo::places::remove_tree(&dir).map_err(CopyError::Write)?;
             if let Some(from) = from {
-                crate::tools::copy::copy_workspace(&from, &dir).map_err(|e| e.to_string())?;
+                crate::tools::copy::copy_workspace(&from, &dir)?;
             }
             super::seed::write_files(&dir, &files)
+                .map_err(|why| CopyError::Write(std::io::Error::other(why)))
         })
         .await
-        .map_err(|e| StoreError::Refused(format!("the workspace could not be copied: {e}")))?
         .map_err(|e| StoreError::Refused(format!("the workspace could not be copied: {e}")))?;
+        match copied {
+            Ok(()) => {}
+            // It will never fit: the run fails (it starts, to end).
+            Err(CopyError::TooLarge) => {
+                let _ = self.take_failure.set(format!(
+                    "previous_run_id: the workspace of the run it continues could not be \
+                     copied: {}",
+                    CopyError::TooLarge
+                ));
+            }
+            // The server's disk: tried again.
+            Err(error) => {
+                return Err(StoreError::Refused(format!(
+                    "the workspace could not be copied: {error}"
+                )));
+            }
+        }
         let take = Transition::TakeHistory { run_id: id };
         store.writer().transition(take).await.map(drop)
     }

@@ -103,7 +103,7 @@ impl Scheduler for Local {
         // Queued and not live here: one waiting behind a live run of its
         // thread (any other queued run is live, waiting for its turn).
         if let Transitioned::NotPaused(RunStatus::Queued) = outcome {
-            let cancel = Transition::Cancel {
+            let cancel = Transition::CancelWaiting {
                 run_id,
                 at: Utc::now(),
             };

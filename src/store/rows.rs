@@ -89,11 +89,6 @@ pub(super) const SELECT_RUNS_PAGE_BY_SCHEDULE: &str = select_runs!(
      AND ($5 IS NULL OR status = $5) AND ($6 IS NULL OR thread_id = $6) \
      AND ($7 IS NULL OR agent_name = $7) ORDER BY id DESC LIMIT $3"
 );
-/// The newest run of a thread that has not ended (`runs_by_thread`).
-pub(super) const SELECT_NEWEST_LIVE_OF_THREAD: &str = select_runs!(
-    "WHERE tenant = $1 AND thread_id = $2 AND status IN ('queued', 'running', 'requires_action') \
-     ORDER BY id DESC LIMIT 1"
-);
 /// Runs queued behind one that has ended, or is gone (`runs_waiting`).
 pub(super) const SELECT_RELEASABLE: &str = select_runs!(
     "WHERE waiting_for IS NOT NULL AND status = 'queued' AND NOT EXISTS (SELECT 1 FROM runs AS \

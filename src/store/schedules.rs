@@ -10,7 +10,7 @@ use uuid::Uuid;
 use super::writer::schedules::Counted;
 use super::writer::{Transition, Transitioned};
 use super::{Store, StoreError, Unfinished, rows};
-use crate::run::{Run, Tenant, format_time};
+use crate::run::{Tenant, format_time};
 use crate::schedule::{Overlap, Schedule, ThreadMode};
 
 /// A `SELECT` of schedules, each with its newest run, the filter appended.
@@ -124,23 +124,24 @@ impl Store {
         Ok(u64::try_from(count).unwrap_or(0))
     }
 
-    /// The newest run of `thread` that has not ended: what a follow-up
-    /// queued on a busy thread waits behind.
-    pub async fn newest_live_of_thread(
-        &self,
-        tenant: &Tenant,
-        thread: Uuid,
-    ) -> Result<Option<Run>, StoreError> {
-        let row = self
+    /// The newest follow-up queued behind the run `id` (waiting for it, to
+    /// continue it), if any.
+    pub async fn queued_behind(&self, id: Uuid) -> Result<Option<Uuid>, StoreError> {
+        let found: Option<String> = self
             .read(async |connection| {
-                sqlx::query(rows::SELECT_NEWEST_LIVE_OF_THREAD)
-                    .bind(&tenant.0)
-                    .bind(thread.to_string())
-                    .fetch_optional(connection)
-                    .await
+                sqlx::query_scalar(
+                    "SELECT id FROM runs WHERE waiting_for = $1 AND previous_run_id = $1 \
+                     AND status = 'queued' ORDER BY id DESC LIMIT 1",
+                )
+                .bind(id.to_string())
+                .fetch_optional(connection)
+                .await
             })
             .await?;
-        row.map(|row| rows::run_from_row(&row)).transpose()
+        found
+            .as_deref()
+            .map(|id| Uuid::parse_str(id).map_err(|_| StoreError::Corrupt("a run id".into())))
+            .transpose()
     }
 
     /// Runs queued behind a run that has ended since (or was removed):
@@ -197,18 +198,19 @@ fn schedule_from_row(row: &AnyRow) -> Result<Schedule, StoreError> {
 
 impl Store {
     /// Stores a new schedule (`create`) or an edit of one, whose next tick
-    /// is `next`; `false` if there was none to edit.
+    /// is `next` (an edit without one keeps its own); `false` if there was
+    /// none to edit.
     pub async fn save_schedule(
         &self,
         tenant: &Tenant,
         schedule: &Schedule,
-        next: DateTime<Utc>,
+        next: Option<DateTime<Utc>>,
         create: bool,
     ) -> Result<bool, StoreError> {
         let save = Transition::SaveSchedule {
             tenant: tenant.clone(),
             schedule: schedule.clone(),
-            next: format_time(&next),
+            next: next.as_ref().map(format_time),
             create,
         };
         match self.writer().transition(save).await? {

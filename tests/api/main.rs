@@ -49,6 +49,7 @@ mod run_size;
 mod runs;
 mod sandbox;
 mod scenarios;
+mod schedule_replicas;
 mod schedules;
 mod secrets;
 mod slow_clients;

@@ -255,3 +255,65 @@ async fn multitask_is_checked() {
     assert_eq!(after["status"], "completed");
     assert_eq!(after["previous_run_id"], id(&first));
 }
+
+#[tokio::test]
+async fn a_follow_up_goes_behind_the_run_it_names_not_another_fork_of_its_thread() {
+    let app = spawn_app().await;
+    let first = app
+        .run_to_end(json!({"prompt": "start", "model": {"scripted": [{"content": "a"}]}}))
+        .await;
+    let mut forks = Vec::new();
+    for name in ["left.txt", "right.txt"] {
+        let mut body = paused_writer(name, name, "done");
+        body["previous_run_id"] = json!(id(&first));
+        let fork = app.create_run(body).await;
+        app.wait_status(id(&fork), "requires_action").await;
+        forks.push(fork);
+    }
+    let behind_left = app
+        .create_run(reader(id(&forks[0]), "enqueue", "left.txt"))
+        .await;
+    assert_eq!(behind_left["previous_run_id"], forks[0]["id"]);
+    approve(&app, id(&forks[0])).await;
+    let done = app.wait_terminal(id(&behind_left)).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert!(read_result(&app, id(&done)).await.contains("left.txt"));
+    // The other fork still waits for its approval; nothing waited for it.
+    let right = app.get(&format!("/v1/runs/{}", id(&forks[1]))).await;
+    assert_eq!(right.body["status"], "requires_action");
+}
+
+#[tokio::test]
+async fn a_follow_up_behind_one_cancelled_while_it_waited_continues_the_live_run() {
+    let app = spawn_app().await;
+    let live = app
+        .create_run(paused_writer("first.txt", "from the first", "written"))
+        .await;
+    app.wait_status(id(&live), "requires_action").await;
+    let second = app
+        .create_run(reader(id(&live), "enqueue", "first.txt"))
+        .await;
+    let third = app
+        .create_run(reader(id(&live), "enqueue", "first.txt"))
+        .await;
+    assert_eq!(third["previous_run_id"], second["id"], "behind the second");
+    let cancelled = app.delete(&format!("/v1/runs/{}", id(&second))).await;
+    assert_eq!(cancelled.status, StatusCode::ACCEPTED, "{}", cancelled.text);
+    assert_eq!(app.wait_terminal(id(&second)).await["status"], "aborted");
+    // The third does not start while the first is live...
+    let waiting = app.get(&format!("/v1/runs/{}", id(&third))).await;
+    assert_eq!(waiting.body["status"], "queued");
+    approve(&app, id(&live)).await;
+    // ...and then continues the first, as the cancelled one would have.
+    let done = app.wait_terminal(id(&third)).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["previous_run_id"], live["id"]);
+    assert!(
+        read_result(&app, id(&done))
+            .await
+            .contains("from the first")
+    );
+    let first_messages = app.messages(id(&live)).await;
+    let messages = app.messages(id(&done)).await;
+    assert_eq!(messages[..first_messages.len()], first_messages[..]);
+}

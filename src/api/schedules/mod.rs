@@ -158,9 +158,9 @@ pub async fn create(
     Ok(response)
 }
 
-/// Sets what `checked` says on `schedule`; its next tick (from now, when
-/// its timing changed, it was enabled, or `fresh`; else as it was).
-fn apply(schedule: &mut Schedule, checked: Checked, fresh: bool) -> chrono::DateTime<Utc> {
+/// Sets what `checked` says on `schedule`; its next tick, counted from now
+/// when its timing changed, it was enabled, or `fresh` (`None`: as stored).
+fn apply(schedule: &mut Schedule, checked: Checked, fresh: bool) -> Option<chrono::DateTime<Utc>> {
     let Checked {
         request,
         timezone,
@@ -176,6 +176,8 @@ fn apply(schedule: &mut Schedule, checked: Checked, fresh: bool) -> chrono::Date
         Some(next) if !retimed => next,
         _ => timing.next_after(now).unwrap_or(now),
     };
+    // A disabled schedule's stored tick is not shown: one enabled again
+    // counts from now (`retimed`).
     schedule.name = request.name;
     schedule.cron = request.cron;
     schedule.timezone = timezone;
@@ -185,7 +187,7 @@ fn apply(schedule: &mut Schedule, checked: Checked, fresh: bool) -> chrono::Date
     schedule.enabled = enabled;
     schedule.next_run_at = enabled.then_some(next);
     schedule.updated_at = now;
-    next
+    retimed.then_some(next)
 }
 
 /// `GET /v1/schedules`: the tenant's, in the order they were made.
@@ -319,7 +321,10 @@ pub async fn trigger(
         }
         ticker::Made::Skipped(live) => Err(ApiError::Conflict {
             code: ErrorCode::RunLive,
-            message: format!("the schedule's previous run {live} is live, and its overlap is skip"),
+            message: format!(
+                "the schedule's previous run {live} is live, and its overlap is skip (or, \
+                 with enqueue, that run is itself still queued behind the one before)"
+            ),
         }),
         ticker::Made::Refused(error) | ticker::Made::Failed(error) => Err(error),
         ticker::Made::Elsewhere => Err(ApiError::Unavailable(

@@ -179,8 +179,11 @@ pub async fn make_run(
         None => None,
     };
     let live = previous.as_ref().filter(|run| !run.status.is_terminal());
+    // Skipped while the previous run is live; with `enqueue`, while it is
+    // itself still queued behind the one before (one run waits, not one a
+    // tick: a schedule whose runs pause would pile them up).
     if let Some(live) = live
-        && schedule.overlap == Overlap::Skip
+        && (schedule.overlap == Overlap::Skip || live.waiting_for.is_some())
     {
         return Made::Skipped(live.id);
     }

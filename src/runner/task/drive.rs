@@ -41,6 +41,9 @@ impl RunTask {
     ) -> Result<Left, String> {
         let shared = &self.runner.services;
         let spec = &self.spec;
+        if let Some(why) = self.take_failure.get() {
+            return Err(why.clone());
+        }
         // Its workspace, cloned or unpacked if it must be, before anything
         // of the run starts. A stop meanwhile ends the clone: the harness
         // then ends the run as the stop says.

@@ -46,11 +46,13 @@ mod death;
 mod health;
 mod ops;
 mod retention;
+mod run_row;
 pub mod schedules;
 mod sql;
 mod statements;
 mod task;
 mod transition;
+mod transitions;
 mod uploads;
 
 use std::sync::Arc;

@@ -22,12 +22,14 @@ pub enum Counted {
     Refused,
 }
 
-/// A new schedule (`create`), or an edit of a stored one: its counts stay.
+/// A new schedule (`create`), or an edit of a stored one: its counts stay,
+/// and its next tick unless `next` is given (a tick moved on meanwhile by
+/// the ticker is not put back).
 pub(super) async fn save(
     connection: &mut AnyConnection,
     tenant: &Tenant,
     schedule: &Schedule,
-    next: &str,
+    next: Option<&str>,
     create: bool,
 ) -> Result<Transitioned, StoreError> {
     let body = serde_json::to_string(&schedule.run)
@@ -38,7 +40,7 @@ pub(super) async fn save(
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
     } else {
         "UPDATE schedules SET name = $1, cron = $2, timezone = $3, body = $4, thread = $5, \
-         overlap = $6, enabled = $7, next_run_at = $8, updated_at = $9 \
+         overlap = $6, enabled = $7, next_run_at = COALESCE($8, next_run_at), updated_at = $9 \
          WHERE tenant = $10 AND id = $11 AND $12 IS NOT NULL"
     };
     let written = sqlx::query(query)
@@ -104,16 +106,45 @@ pub(super) async fn advance(
 }
 
 /// Lets go of a run queued behind another: it may be claimed, or queued
-/// here. Only the first to clear its wait does (`Released(true)`).
+/// here. Only the first to clear its wait does (`Released(true)`). A run
+/// it waited for that ended without taking over what it continued (it was
+/// itself waiting, and was cancelled) stands aside: the run waits instead
+/// for what that one waited for, and continues what it would have
+/// (`Released(false)` while that is still live).
 pub(super) async fn release(
     connection: &mut AnyConnection,
     run_id: Uuid,
 ) -> Result<Transitioned, StoreError> {
+    let id = run_id.to_string();
+    let skipped: Option<(Option<String>, Option<String>, String)> = sqlx::query_as(
+        "SELECT ahead.waiting_for, ahead.previous_run_id, ahead.id FROM runs AS waiting \
+         JOIN runs AS ahead ON ahead.id = waiting.waiting_for \
+         WHERE waiting.id = $1 AND waiting.status = 'queued' AND ahead.copy_pending = 1 \
+         AND ahead.status NOT IN ('queued', 'running', 'requires_action')",
+    )
+    .bind(id.as_str())
+    .fetch_optional(&mut *connection)
+    .await?;
+    if let Some((waits_for, continues, ahead)) = skipped {
+        sqlx::query(
+            "UPDATE runs SET waiting_for = $1, previous_run_id = CASE WHEN previous_run_id = $2 \
+             THEN $3 ELSE previous_run_id END WHERE id = $4",
+        )
+        .bind(waits_for.as_deref())
+        .bind(ahead.as_str())
+        .bind(continues.as_deref())
+        .bind(id.as_str())
+        .execute(&mut *connection)
+        .await?;
+        if waits_for.is_some() {
+            return Ok(Transitioned::Released(false));
+        }
+    }
     let released = sqlx::query(
         "UPDATE runs SET waiting_for = NULL \
          WHERE id = $1 AND waiting_for IS NOT NULL AND status = 'queued'",
     )
-    .bind(run_id.to_string())
+    .bind(id.as_str())
     .execute(&mut *connection)
     .await?;
     Ok(Transitioned::Released(released.rows_affected() == 1))

@@ -5,134 +5,12 @@ use sqlx::AnyConnection;
 use sqlx::Executor;
 
 use super::Op;
+pub(crate) use super::run_row::RunRow;
+use super::run_row::json;
 use super::statements::{Placeholders, chunks, values_statement};
-use crate::run::format_time;
+
 use crate::store::cluster::{self, Membership};
-use crate::store::{Engine, NewRun, StatusChange, StoreError, outbox};
-
-/// A row of `runs`, owned, ready to insert.
-pub(crate) struct RunRow {
-    id: String,
-    tenant: String,
-    status: &'static str,
-    prompt: String,
-    limits: String,
-    context: String,
-    tools: String,
-    commands: String,
-    model: String,
-    metadata: String,
-    approval: String,
-    client_tools: String,
-    mcp_servers: String,
-    instructions: Option<std::sync::Arc<str>>,
-    thread_id: String,
-    previous_run_id: Option<String>,
-    model_spec: String,
-    idempotency_key: Option<String>,
-    request_hash: Option<String>,
-    created_at: String,
-    started_at: Option<String>,
-    owner: Option<String>,
-    webhook: Option<String>,
-    trace_id: String,
-    parent_span_id: Option<String>,
-    trace_sampled: bool,
-    agent_name: Option<String>,
-    agent_version: Option<i64>,
-    output_schema: Option<String>,
-    seed: Option<String>,
-    seed_files: Option<String>,
-    parent_run_id: Option<String>,
-    attempt: Option<i64>,
-    temperature: Option<String>,
-    attempt_policy: Option<String>,
-    attempts: Option<String>,
-    schedule_id: Option<String>,
-    schedule_tick: Option<String>,
-    waiting_for: Option<String>,
-    copy_pending: bool,
-    /// The change of status its insert commits.
-    change: StatusChange,
-}
-
-impl RunRow {
-    /// The replica that holds the run from its insert (it starts there at
-    /// once), if any.
-    pub(super) fn owner(&self) -> Option<&str> {
-        self.owner.as_deref()
-    }
-
-    /// The run's prompt (the writer's test hook looks at it).
-    #[cfg(debug_assertions)]
-    pub(super) fn prompt(&self) -> &str {
-        &self.prompt
-    }
-
-    pub(crate) fn new(new: NewRun<'_>) -> Result<Self, StoreError> {
-        let run = new.run;
-        Ok(Self {
-            id: run.id.to_string(),
-            tenant: new.tenant.0.clone(),
-            status: run.status.as_str(),
-            prompt: run.prompt.clone(),
-            limits: json(&run.limits)?,
-            context: json(&run.context)?,
-            tools: json(&run.tools)?,
-            commands: json(&run.commands)?,
-            model: json(&run.model)?,
-            metadata: json(&run.metadata)?,
-            approval: json(&run.approval)?,
-            client_tools: json(&run.client_tools)?,
-            mcp_servers: json(&run.mcp_servers)?,
-            instructions: run.instructions.clone(),
-            thread_id: run.thread_id.to_string(),
-            previous_run_id: run.previous_run_id.map(|id| id.to_string()),
-            model_spec: json(&new.spec.model)?,
-            idempotency_key: new.idempotency.map(|(key, _)| key.to_owned()),
-            request_hash: new.idempotency.map(|(_, hash)| hash.to_owned()),
-            created_at: format_time(&run.created_at),
-            started_at: run.started_at.as_ref().map(format_time),
-            owner: new.owner.map(str::to_owned),
-            webhook: run.webhook.as_ref().map(json).transpose()?,
-            trace_id: run.trace_id.clone(),
-            parent_span_id: run.parent_span_id.clone(),
-            trace_sampled: run.trace_sampled,
-            agent_name: run.agent.as_ref().map(|agent| agent.name.clone()),
-            agent_version: run.agent.as_ref().map(|agent| i64::from(agent.version)),
-            output_schema: run.output_schema.as_deref().map(json).transpose()?,
-            seed: run.seed.as_deref().map(json).transpose()?,
-            parent_run_id: run.parent_run_id.map(|id| id.to_string()),
-            attempt: run.attempt.map(i64::from),
-            temperature: run.temperature.map(|t| t.to_string()),
-            attempt_policy: run.attempt_policy.as_ref().map(json).transpose()?,
-            attempts: run.attempts.as_ref().map(json).transpose()?,
-            schedule_id: run.schedule_id.map(|id| id.to_string()),
-            schedule_tick: run.schedule_tick.as_ref().map(format_time),
-            waiting_for: run.waiting_for.map(|id| id.to_string()),
-            copy_pending: run.copy_pending,
-            // What is written over a clone or an upload, which whichever
-            // process starts the run fetches, or over the workspace of the
-            // run it waits to continue. A run of files alone has them
-            // written when it is accepted: they are not kept.
-            seed_files: ((new.spec.seed.fetches() || run.copy_pending)
-                && !new.spec.files.is_empty())
-            .then(|| json(&new.spec.files))
-            .transpose()?,
-            change: StatusChange {
-                run_id: run.id,
-                tenant: new.tenant.0.clone(),
-                status: run.status,
-                at: format_time(run.started_at.as_ref().unwrap_or(&run.created_at)),
-            },
-        })
-    }
-
-    /// The change of status its insert commits.
-    pub(super) fn status_change(&self) -> &StatusChange {
-        &self.change
-    }
-}
+use crate::store::{Engine, StoreError, outbox};
 
 /// Begins a write transaction. A rollback that failed under an I/O error
 /// can leave the connection inside a transaction: it is ended and begun
@@ -636,11 +514,6 @@ async fn announce(
 
 pub(super) fn saturate(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
-}
-
-fn json<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
-    serde_json::to_string(value)
-        .map_err(|e| StoreError::Corrupt(format!("cannot serialise a run: {e}")))
 }
 
 #[cfg(test)]

@@ -9,170 +9,11 @@ use sqlx::Executor;
 use uuid::Uuid;
 
 use crate::harness::{Outcome, PendingAction, check_answers};
-use crate::run::{ActionAnswer, ModelSpec, NO_ANSWER, Run, RunStatus, Tenant, format_time};
+use crate::run::{NO_ANSWER, Run, RunStatus, format_time};
 use crate::store::rows::{self, Answers};
 use crate::store::{Engine, ResumeReason, StatusChange, StoreError, cluster, outbox, run_end_body};
 
-/// A change to a paused run.
-#[derive(Debug)]
-pub enum Transition {
-    /// A client's answers to some or all of its pending actions: all of
-    /// them applied, or none.
-    /// Answers that come once its pause ran out (`at` is past its
-    /// deadline) end it `timeout` instead, as the watch would have.
-    Answer {
-        run_id: Uuid,
-        tenant: Tenant,
-        answers: Vec<(String, ActionAnswer)>,
-        at: DateTime<Utc>,
-    },
-    /// Ends it with a `run_end` after its last event: a client's cancel,
-    /// or (`due`: only if its deadline is at or before that time) its pause
-    /// timing out.
-    End {
-        run_id: Uuid,
-        status: Outcome,
-        error: Option<String>,
-        at: DateTime<Utc>,
-        due: bool,
-    },
-    /// A client's cancel of a run that is not live on this replica (on
-    /// PostgreSQL): a paused or queued one ends `aborted`; a running one,
-    /// which another replica executes, is marked, and that replica told
-    /// (see [`crate::store::cluster::CANCEL`]).
-    Cancel {
-        run_id: Uuid,
-        at: DateTime<Utc>,
-    },
-    /// A running run whose server stops hands it over (see
-    /// [`crate::harness::StopReason::HandOver`]): queued again to resume,
-    /// with a `run_resumed` event (reason `shutdown`), or past its resumes
-    /// ended `interrupted`. Only while `holder` still holds it (on
-    /// PostgreSQL, another replica may have taken it over meanwhile).
-    HandOver {
-        run_id: Uuid,
-        holder: Option<String>,
-        at: DateTime<Utc>,
-    },
-    /// Removes a run that has ended, its events and messages (a client's
-    /// purge): a live one is left as it is.
-    Purge {
-        run_id: Uuid,
-        tenant: Tenant,
-    },
-    /// Removes up to `limit` runs that ended before `before` (RFC 3339),
-    /// oldest first (the retention sweep).
-    Expire {
-        before: String,
-        limit: u32,
-    },
-    /// A new version of an agent of `tenant`: its first (`create`), or the
-    /// next of a live one.
-    SaveAgent {
-        tenant: Tenant,
-        version: crate::agent::NewVersion,
-        create: bool,
-    },
-    /// Archives an agent of `tenant`.
-    ArchiveAgent {
-        tenant: Tenant,
-        name: String,
-    },
-    /// Uploads: one stored, one removed, those made before `before`.
-    SaveUpload {
-        tenant: Tenant,
-        upload: crate::store::uploads::Upload,
-    },
-    DeleteUpload {
-        tenant: Tenant,
-        id: Uuid,
-    },
-    ExpireUploads {
-        before: String,
-        limit: u32,
-    },
-    /// A schedule of `tenant`: a new one (`create`), or an edit, whose
-    /// next tick is `next` (RFC 3339).
-    SaveSchedule {
-        tenant: Tenant,
-        schedule: crate::schedule::Schedule,
-        next: String,
-        create: bool,
-    },
-    DeleteSchedule {
-        tenant: Tenant,
-        id: Uuid,
-    },
-    /// Moves a schedule's next tick from `due` to `next` (only if it is
-    /// still `due`), counting the tick.
-    AdvanceSchedule {
-        id: Uuid,
-        due: String,
-        next: String,
-        counted: super::schedules::Counted,
-    },
-    /// Lets go of a run queued behind another that has ended.
-    Release {
-        run_id: Uuid,
-    },
-    /// A run that was queued behind the one it continues takes its
-    /// transcript, as it starts.
-    TakeHistory {
-        run_id: Uuid,
-    },
-}
-
-/// What a transition found and did.
-#[derive(Debug)]
-pub enum Transitioned {
-    NotFound,
-    /// The run is not paused: nothing was written.
-    NotPaused(RunStatus),
-    /// The answers do not fit its pending actions (why): nothing was written.
-    Refused(String),
-    /// The answers are stored; `complete`: every pending action is answered
-    /// and the run is `queued`, to resume.
-    Answered {
-        run: Run,
-        complete: bool,
-        model: ModelSpec,
-        tenant: String,
-    },
-    /// Its pause is not due yet (an answer came in meanwhile, or the clock).
-    NotDue,
-    /// It ended: its final state.
-    Ended {
-        run: Run,
-        tenant: String,
-    },
-    /// Its cancel is asked of the replica executing it: the run as it is.
-    Forwarded {
-        run: Run,
-    },
-    /// It is removed.
-    Purged,
-    /// It was handed over: its change of status (queued to resume, or
-    /// ended `interrupted`).
-    HandedOver(StatusChange),
-    /// Not removed: it is live.
-    Live(RunStatus),
-    /// The runs removed.
-    Expired(Vec<Uuid>),
-    /// The agent's new version, stored.
-    AgentSaved(crate::agent::Agent),
-    /// A live agent of that name exists: nothing was written.
-    AgentExists,
-    /// The agent is archived.
-    AgentArchived,
-    UploadSaved,
-    UploadDeleted,
-    ScheduleSaved,
-    /// Whether this transition moved the schedule's tick (no other did).
-    Advanced(bool),
-    /// Whether this transition let the run go (no other did).
-    Released(bool),
-    HistoryTaken,
-}
+pub use super::transitions::{Transition, Transitioned};
 
 /// Applies `transitions` in order in one transaction, each deciding on
 /// what the ones before it wrote; all of it is committed, or none.
@@ -321,7 +162,9 @@ async fn decide_one(
 ) -> Result<Transitioned, StoreError> {
     let (run_id, tenant) = match transition {
         Transition::Answer { run_id, tenant, .. } => (*run_id, Some(tenant)),
-        Transition::End { run_id, .. } | Transition::Cancel { run_id, .. } => (*run_id, None),
+        Transition::End { run_id, .. }
+        | Transition::Cancel { run_id, .. }
+        | Transition::CancelWaiting { run_id, .. } => (*run_id, None),
         Transition::Purge { run_id, tenant } => {
             return super::retention::purge(connection, *run_id, tenant).await;
         }
@@ -353,7 +196,10 @@ async fn decide_one(
             schedule,
             next,
             create,
-        } => return super::schedules::save(connection, tenant, schedule, next, *create).await,
+        } => {
+            return super::schedules::save(connection, tenant, schedule, next.as_deref(), *create)
+                .await;
+        }
         Transition::DeleteSchedule { tenant, id } => {
             return super::schedules::delete(connection, tenant, *id).await;
         }
@@ -380,6 +226,13 @@ async fn decide_one(
     let mut run = rows::run_from_row(&row)?;
     let end =
         |connection, run, status, error, at| end(connection, run, owner.clone(), status, error, at);
+    if let Transition::CancelWaiting { at, .. } = transition {
+        return if run.status == RunStatus::Queued && run.waiting_for.is_some() {
+            end(connection, run, Outcome::Aborted, None, *at).await
+        } else {
+            Ok(Transitioned::NotPaused(run.status))
+        };
+    }
     if let Transition::Cancel { at, .. } = transition {
         match run.status {
             RunStatus::Queued => return end(connection, run, Outcome::Aborted, None, *at).await,
@@ -456,7 +309,9 @@ async fn decide_one(
                 tenant: owner,
             })
         }
-        Transition::Cancel { at, .. } => end(connection, run, Outcome::Aborted, None, *at).await,
+        Transition::Cancel { at, .. } | Transition::CancelWaiting { at, .. } => {
+            end(connection, run, Outcome::Aborted, None, *at).await
+        }
         // Decided before the run is read.
         Transition::Purge { .. }
         | Transition::Expire { .. }
@@ -535,6 +390,7 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
+    use crate::run::{ActionAnswer, Tenant};
     use chrono::TimeDelta;
     use serde_json::json;
 
