@@ -91,6 +91,9 @@ Options:
                    carrying it
   --files N        throughput: each run's request seeds its workspace with N
                    files of 1 KiB (its starting tree, recorded with it)
+  --schedules N    throughput: the server holds N enabled schedules, made
+                   first, none of which falls due during the run (what idle
+                   schedules cost the run path)
   --keep           keep the data directory (its path is printed)";
 
 /// The run of the throughput mode: one `list_dir` call, then an answer.
@@ -195,6 +198,8 @@ struct Options {
     agent: bool,
     /// Throughput: files each run's request seeds its workspace with.
     files: usize,
+    /// Throughput: idle schedules the server holds.
+    schedules: usize,
     /// Throughput: the runs name the server's scripted profile `bench`.
     profile: bool,
     /// Throughput: that profile is priced and each run bounds its cost.
@@ -233,6 +238,7 @@ impl Options {
             profile: false,
             priced: false,
             files: 0,
+            schedules: 0,
         };
         let mut args = args.iter().filter(|a| *a != "--bench");
         while let Some(arg) = args.next() {
@@ -271,6 +277,7 @@ impl Options {
                     options.priced = true;
                 }
                 "--files" => options.files = number("--files", &value("--files")?)?,
+                "--schedules" => options.schedules = number("--schedules", &value("--schedules")?)?,
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }

@@ -47,6 +47,7 @@ pub(super) async fn throughput(options: &Options) -> Result<()> {
         .iter()
         .map(|server| server.url("/v1/runs?wait=true"))
         .collect();
+    make_schedules(&http, &server, &tokens, options.schedules).await?;
     let body = if options.agent {
         define_agent(&http, &server, &tokens).await?;
         json!({"agent": "bench", "prompt": "bench"})
@@ -220,6 +221,30 @@ async fn define_agent(http: &reqwest::Client, server: &Server, tokens: &[String]
         let response = request.send().await?;
         if response.status() != reqwest::StatusCode::CREATED {
             return Err(format!("the agent was not made: {}", response.text().await?).into());
+        }
+    }
+    Ok(())
+}
+
+/// Makes `count` enabled schedules that never fall due during a run (at
+/// midnight on the first of January, in a timezone of their own), the
+/// first tenant's.
+async fn make_schedules(
+    http: &reqwest::Client,
+    server: &Server,
+    tokens: &[String],
+    count: usize,
+) -> Result<()> {
+    for n in 0..count {
+        let schedule = json!({"cron": "0 0 1 1 *", "timezone": "Pacific/Kiritimati",
+                              "name": format!("idle {n}"), "run": two_step_run()});
+        let mut request = http.post(server.url("/v1/schedules")).json(&schedule);
+        if let Some(token) = tokens.first() {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await?;
+        if response.status() != reqwest::StatusCode::CREATED {
+            return Err(format!("a schedule was not made: {}", response.text().await?).into());
         }
     }
     Ok(())
