@@ -1,9 +1,9 @@
 """Schedules with both clients: one made, read, listed, changed, triggered
-and deleted; its ticks' runs listed by it; a busy thread's follow-up."""
+and deleted; its runs listed by it; a busy thread's follow-up. (The ticks
+themselves are the server's suite's: tests/api/schedules.rs.)"""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -48,20 +48,6 @@ def test_a_schedule_is_made_read_listed_changed_triggered_and_deleted(client: Cl
     with pytest.raises(AgentRunnerError) as gone:
         client.get_schedule(made.id)
     assert gone.value.status == 404
-
-
-def test_every_tick_makes_one_run(client: Client) -> None:
-    schedule = client.create_schedule("* * * * * *", QUICK)
-    deadline = time.monotonic() + 30
-    runs = []
-    while len(runs) < 2:
-        assert time.monotonic() < deadline, "no two ticks in 30 s"
-        time.sleep(0.02)  # the poll's interval, under the deadline
-        runs = list(client.list_runs(schedule_id=schedule.id))
-    client.update_schedule(schedule.id, enabled=False)
-    runs = list(client.list_runs(schedule_id=schedule.id))
-    ticks = [run.schedule_tick for run in runs]
-    assert len(set(ticks)) == len(ticks) and None not in ticks
 
 
 def test_a_follow_up_queued_behind_a_live_run(client: Client) -> None:
