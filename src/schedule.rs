@@ -81,7 +81,7 @@ pub struct Schedule {
     pub overlap: Overlap,
     pub enabled: bool,
     /// The next tick (null while disabled).
-    #[serde(serialize_with = "rfc3339_opt")]
+    #[serde(serialize_with = "crate::run::rfc3339_opt")]
     pub next_run_at: Option<DateTime<Utc>>,
     /// The newest run it made (a tick's or a trigger's).
     pub last_run_id: Option<Uuid>,
@@ -90,24 +90,10 @@ pub struct Schedule {
     /// Ticks a tenant limit refused (rate, quota, queue): counted, not
     /// retried.
     pub refused_ticks: u64,
-    #[serde(serialize_with = "rfc3339")]
+    #[serde(serialize_with = "crate::run::rfc3339")]
     pub created_at: DateTime<Utc>,
-    #[serde(serialize_with = "rfc3339")]
+    #[serde(serialize_with = "crate::run::rfc3339")]
     pub updated_at: DateTime<Utc>,
-}
-
-fn rfc3339<S: serde::Serializer>(time: &DateTime<Utc>, serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.serialize_str(&crate::run::format_time(time))
-}
-
-fn rfc3339_opt<S: serde::Serializer>(
-    time: &Option<DateTime<Utc>>,
-    serializer: S,
-) -> Result<S::Ok, S::Error> {
-    match time {
-        Some(time) => rfc3339(time, serializer),
-        None => serializer.serialize_none(),
-    }
 }
 
 /// The longest `name`.

@@ -468,11 +468,14 @@ fn instructions_json<S: Serializer>(
     serializer.serialize_some(&*json)
 }
 
-fn rfc3339<S: Serializer>(time: &DateTime<Utc>, serializer: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn rfc3339<S: Serializer>(
+    time: &DateTime<Utc>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
     serializer.serialize_str(&format_time(time))
 }
 
-fn rfc3339_opt<S: Serializer>(
+pub(crate) fn rfc3339_opt<S: Serializer>(
     time: &Option<DateTime<Utc>>,
     serializer: S,
 ) -> Result<S::Ok, S::Error> {
