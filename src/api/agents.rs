@@ -37,6 +37,7 @@ pub async fn create(
     ApiJson(body): ApiJson<Value>,
 ) -> Result<Response, ApiError> {
     let body = AgentBody::parse(body, None, &state)?;
+    body.resolve_subagents(&state, &tenant).await?;
     let name = body.name.clone();
     match state
         .runner
@@ -69,6 +70,7 @@ pub async fn update(
     ApiJson(body): ApiJson<Value>,
 ) -> Result<Response, ApiError> {
     let body = AgentBody::parse(body, Some(&name), &state)?;
+    body.resolve_subagents(&state, &tenant).await?;
     match state
         .runner
         .store()
@@ -237,7 +239,7 @@ pub async fn under_agent(
 }
 
 /// `NAME` or `NAME@VERSION`.
-fn parse_reference(named: &str) -> Result<(&str, Option<u32>), ApiError> {
+pub(super) fn parse_reference(named: &str) -> Result<(&str, Option<u32>), ApiError> {
     let (name, version) = match named.split_once('@') {
         Some((name, version)) => {
             let version = version.parse::<u32>().ok().filter(|v| *v > 0);
@@ -325,6 +327,14 @@ impl AgentBody {
             description,
             definition,
         })
+    }
+
+    /// Its sub-agents, resolved as a run's are (each stored agent named
+    /// must exist): a run naming the agent is accepted as it is now.
+    async fn resolve_subagents(&self, state: &AppState, tenant: &Tenant) -> Result<(), ApiError> {
+        let raw = self.definition.get("subagents").cloned();
+        super::subagents::resolve(state, tenant, raw, 1).await?;
+        Ok(())
     }
 
     fn into_version(self) -> NewVersion {

@@ -21,6 +21,7 @@ pub mod serve;
 pub mod state;
 pub mod statuses;
 pub mod stream_tokens;
+pub mod subagents;
 pub mod system;
 pub mod tenant_run;
 pub mod transcript;

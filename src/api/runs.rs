@@ -144,6 +144,7 @@ pub(super) async fn accept(
     body: Value,
 ) -> Result<RunSpec, ApiError> {
     let (body, agent) = super::agents::under_agent(state, tenant, body).await?;
+    let subagents = body.get("subagents").cloned();
     let request: CreateRunRequest = super::json::from_value(body)?;
     let mut spec =
         request
@@ -156,6 +157,8 @@ pub(super) async fn accept(
                 )),
                 (_, error) => error,
             })?;
+    spec.subagents = super::subagents::resolve(state, tenant, subagents, 1).await?;
+    super::subagents::check_names(&spec, spec.subagents.is_some())?;
     spec.agent = agent;
     if let Some(upload) = spec.seed.archive
         && state

@@ -94,6 +94,12 @@ impl Config {
         if self.runs.max_parallel_attempts == 0 {
             return invalid("runs.max_parallel_attempts must be at least 1".into());
         }
+        if self.runs.max_parallel_subruns == 0 {
+            return invalid("runs.max_parallel_subruns must be at least 1".into());
+        }
+        if self.runs.max_depth > 8 {
+            return invalid("runs.max_depth must be at most 8".into());
+        }
         if self.runs.max_concurrent == 0 {
             return invalid("runs.max_concurrent must be at least 1".into());
         }

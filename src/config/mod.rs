@@ -224,6 +224,11 @@ pub struct RunsConfig {
     /// Most attempts of one run executing at once; the rest wait for one
     /// to end.
     pub max_parallel_attempts: u32,
+    /// How deep runs may delegate (SPEC section 24): a run this many
+    /// `delegate` calls below its root is not offered the tool.
+    pub max_depth: u32,
+    /// Most children of one batch of `delegate` calls running at once.
+    pub max_parallel_subruns: u32,
 }
 
 /// What `runs.default_instructions` is unless configured: how to work
@@ -252,6 +257,8 @@ impl Default for RunsConfig {
             question_unchanged: None,
             max_attempts: 8,
             max_parallel_attempts: 4,
+            max_depth: 2,
+            max_parallel_subruns: 4,
         }
     }
 }

@@ -156,6 +156,19 @@ pub enum EventKind {
         status: String,
         checks_passed: bool,
     },
+    /// A `delegate` call started a child run (SPEC section 24). Written
+    /// with one `run_id`, the child's, as an attempt's event is.
+    SubrunStart {
+        call_id: String,
+        run_id: Uuid,
+        agent: String,
+    },
+    /// A child run a `delegate` call started ended.
+    SubrunEnd {
+        call_id: String,
+        run_id: Uuid,
+        status: String,
+    },
     RunEnd {
         status: Outcome,
         steps: u32,
@@ -189,6 +202,8 @@ impl EventKind {
             Self::Compaction { .. } => "compaction",
             Self::AttemptStart { .. } => "attempt_start",
             Self::AttemptEnd { .. } => "attempt_end",
+            Self::SubrunStart { .. } => "subrun_start",
+            Self::SubrunEnd { .. } => "subrun_end",
             Self::RunEnd { .. } => Self::RUN_END,
         }
     }
@@ -230,6 +245,14 @@ pub trait Observer: Send + Sync {
     /// run changed in its workspace, which `run_end` is stored with).
     fn ending(&self) -> futures_util::future::BoxFuture<'_, ()> {
         Box::pin(std::future::ready(()))
+    }
+
+    /// The last sequence number it was told, when a tool of the run may
+    /// tell events of its own (while the harness awaits the tool, never
+    /// at once with it): the harness's next event follows it. By default
+    /// 0 (only the harness tells events).
+    fn last_sequence(&self) -> u64 {
+        0
     }
 
     /// Text a streaming model produced, before its response is complete. Not a
@@ -288,15 +311,18 @@ impl<'a> Emitter<'a> {
 
     /// The sequence of the last event emitted.
     pub(crate) fn sequence(&self) -> u64 {
-        self.sequence
+        self.observer
+            .map_or(self.sequence, |o| self.sequence.max(o.last_sequence()))
     }
 
     /// Emits the event `kind` builds; `kind` runs only when someone listens.
     pub(crate) fn emit(&mut self, kind: impl FnOnce() -> EventKind) {
-        self.sequence += 1;
         let Some(observer) = self.observer else {
+            self.sequence += 1;
             return;
         };
+        // After what a tool told, if it did.
+        self.sequence = self.sequence.max(observer.last_sequence()) + 1;
         let event = Event {
             run_id: self.run_id,
             sequence: self.sequence,

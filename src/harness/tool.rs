@@ -136,11 +136,29 @@ pub trait Tool: Send + Sync {
         false
     }
 
+    /// Told of the valid calls of it in a batch, in order, before the
+    /// batch runs (its calls then run one after another): a tool whose
+    /// calls wait on work elsewhere may start it all at once. By default
+    /// nothing.
+    fn batch(&self, _calls: &[(&str, &Value)]) {}
+
     async fn execute(
         &self,
         arguments: &Value,
         cancel: &CancellationToken,
     ) -> Result<Value, ToolError>;
+
+    /// [`Tool::execute`] for the call `call_id` of the run: a tool whose
+    /// work must not be done twice for one call (after its run was resumed)
+    /// keys it by the id. By default `execute`.
+    async fn execute_call(
+        &self,
+        _call_id: &str,
+        arguments: &Value,
+        cancel: &CancellationToken,
+    ) -> Result<Value, ToolError> {
+        self.execute(arguments, cancel).await
+    }
 }
 
 /// A tool the client executes: the model sees its definition, the harness

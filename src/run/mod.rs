@@ -16,6 +16,7 @@ use crate::telemetry::RunTrace;
 pub mod attempts;
 mod bounds;
 mod status;
+pub mod subagents;
 mod thread;
 pub use attempts::{AttemptOf, AttemptPolicy, AttemptSummary, Until};
 pub use bounds::{
@@ -23,6 +24,7 @@ pub use bounds::{
     DEFAULT_LIMITS, DEFAULT_MAX_RESUMES, RunContext, RunLimits,
 };
 pub use status::RunStatus;
+pub use subagents::{ChildOf, ChildTemplate, SubWorkspace, Subagent, Subagents};
 pub use thread::{Multitask, ScheduleOf};
 
 /// The tenant a request authenticated as; every run belongs to one.
@@ -119,6 +121,10 @@ pub struct RunSpec {
     /// A run it waits for, if live, without continuing it (a schedule's
     /// tick queued behind its previous run in a thread of its own).
     pub after: Option<Uuid>,
+    /// The agents it may delegate to (SPEC section 24).
+    pub subagents: Option<Arc<Subagents>>,
+    /// The run whose `delegate` call started it, and its place in the tree.
+    pub child_of: Option<ChildOf>,
 }
 
 /// Where a run's ends and pauses are posted (signed; see
@@ -169,7 +175,18 @@ impl RunSpec {
             }),
             copy_pending: run.copy_pending,
             after: None,
+            subagents: run.subagents.clone(),
+            child_of: run.child_of.clone(),
         }
+    }
+
+    /// The run whose workspace directory it works in: its own, or its
+    /// parent's (or further up) when it shares one.
+    pub fn workspace_of(&self, own: Uuid) -> Uuid {
+        self.child_of
+            .as_ref()
+            .and_then(|of| of.workspace_of)
+            .unwrap_or(own)
     }
 
     /// Whether the run's starting tree is kept as it is seeded (see
@@ -182,7 +199,10 @@ impl RunSpec {
     /// run it continues, of the run it is an attempt of, or (one with
     /// attempts) its own, kept before its attempts copy it.
     fn continues_a_tree(&self) -> bool {
-        self.previous_run_id.is_some() || self.attempts.is_some() || self.attempt_of.is_some()
+        self.previous_run_id.is_some()
+            || self.attempts.is_some()
+            || self.attempt_of.is_some()
+            || self.child_of.is_some()
     }
 }
 
@@ -319,6 +339,27 @@ pub struct Run {
     /// starts, not as it was accepted (that run had not ended then).
     #[serde(skip)]
     pub copy_pending: bool,
+    /// The agents it may delegate to, as accepted (the run object shows
+    /// each one's description, workspace and stored agent).
+    #[serde(
+        default,
+        serialize_with = "subagents::subagents_json",
+        skip_deserializing
+    )]
+    pub subagents: Option<Arc<Subagents>>,
+    /// The root of its tree of delegations, as a child run.
+    #[serde(default)]
+    pub root_run_id: Option<Uuid>,
+    /// Its usage and its children's, recursively (null for a run that may
+    /// not delegate).
+    #[serde(default)]
+    pub usage_total: Option<UsageTotals>,
+    /// What its children used, summed (their `usage_total`).
+    #[serde(skip)]
+    pub children_usage: Option<UsageTotals>,
+    /// What makes it a child of another.
+    #[serde(skip)]
+    pub child_of: Option<ChildOf>,
     /// Where its workspace came from besides its files (not shown: it is
     /// the request's).
     #[serde(skip)]
@@ -378,7 +419,10 @@ impl Run {
             output_schema: spec.output_schema.clone(),
             output: None,
             changes: None,
-            parent_run_id: spec.attempt_of.map(|of| of.parent_run_id),
+            parent_run_id: spec
+                .attempt_of
+                .map(|of| of.parent_run_id)
+                .or(spec.child_of.as_ref().map(|of| of.parent_run_id)),
             attempt: spec.attempt_of.map(|of| of.attempt),
             temperature: spec.attempt_of.and_then(|of| of.temperature),
             attempt_policy: spec.attempts,
@@ -388,6 +432,11 @@ impl Run {
             schedule_tick: spec.schedule.and_then(|of| of.tick),
             waiting_for: None,
             copy_pending: spec.copy_pending,
+            subagents: spec.subagents.clone(),
+            root_run_id: spec.child_of.as_ref().map(|of| of.root_run_id),
+            usage_total: spec.subagents.as_ref().map(|_| UsageTotals::default()),
+            children_usage: spec.subagents.as_ref().map(|_| UsageTotals::default()),
+            child_of: spec.child_of.clone(),
             seed: (!spec.seed.is_empty()).then(|| Arc::new(spec.seed.clone())),
             created_at,
             started_at: None,
@@ -405,6 +454,13 @@ impl Run {
             || self.attempt_policy.is_some()
             || self.parent_run_id.is_some();
         crate::repo::StartingTree::of(self.seed.as_deref(), continues)
+    }
+
+    /// Its `usage_total` again, after its usage or its children's changed.
+    pub fn refresh_total(&mut self) {
+        if let Some(children) = &self.children_usage {
+            self.usage_total = Some(self.usage.plus(children));
+        }
     }
 
     /// The trace its spans belong to.
@@ -531,6 +587,8 @@ impl RunSpec {
             schedule: None,
             copy_pending: false,
             after: None,
+            subagents: None,
+            child_of: None,
         }
     }
 }

@@ -17,6 +17,7 @@ mod pauses;
 mod registry;
 mod retention;
 mod seed;
+mod subagents;
 mod submit;
 mod task;
 mod tenant;
@@ -123,6 +124,9 @@ pub(crate) struct Services {
     /// `runs.max_attempts` and `runs.max_parallel_attempts`.
     max_attempts: u32,
     max_parallel_attempts: u32,
+    /// `runs.max_depth` and `runs.max_parallel_subruns`.
+    max_depth: u32,
+    max_parallel_subruns: u32,
 }
 
 /// Where the runner is in its life: taking runs, in shutdown's grace, or
@@ -244,6 +248,8 @@ impl Runner {
                 telemetry,
                 max_attempts: config.runs.max_attempts,
                 max_parallel_attempts: config.runs.max_parallel_attempts,
+                max_depth: config.runs.max_depth,
+                max_parallel_subruns: config.runs.max_parallel_subruns,
             }),
             runs: Arc::default(),
             scheduler,
@@ -313,6 +319,11 @@ impl Runner {
     /// `[runs] max_attempts`: most attempts a run may ask for.
     pub fn max_attempts(&self) -> u32 {
         self.services.max_attempts
+    }
+
+    /// `[runs] max_depth`: how deep runs may delegate.
+    pub fn max_depth(&self) -> u32 {
+        self.services.max_depth
     }
 
     /// `[limits] max_upload_bytes`.
@@ -424,6 +435,7 @@ impl Runner {
             inserted_running,
             origin,
             take_failure: std::sync::OnceLock::new(),
+            slot: std::sync::OnceLock::new(),
         };
         // Boxed once: spawning moves the task's future through several
         // wrappers, and it is large (the harness's loop is in it).

@@ -232,6 +232,12 @@ impl RunObserver {
         }
     }
 
+    /// The `traceparent` of its tool call `call_id`'s span, while it is
+    /// open and traces are exported.
+    pub(super) fn tool_traceparent(&self, call_id: &str) -> Option<String> {
+        self.spans.as_ref()?.tool_traceparent(call_id)
+    }
+
     /// Whether the run has told any event (a run taken up again has).
     pub(super) fn has_begun(&self) -> bool {
         self.last_sequence.load(Ordering::Acquire) > 0
@@ -301,6 +307,10 @@ impl Observer for RunObserver {
 
     fn traceparent(&self) -> Option<String> {
         self.spans.as_ref().map(RunSpans::traceparent)
+    }
+
+    fn last_sequence(&self) -> u64 {
+        self.last_sequence.load(Ordering::Acquire)
     }
 
     fn on_event(&self, event: &Event) -> Result<(), ObserverError> {
@@ -483,7 +493,11 @@ fn tool_label(tools: &[String], client: &[String], name: &str) -> String {
 /// The event's JSON. A `message` event reuses the JSON the harness made of
 /// its message rather than serialising the message again.
 fn event_json(event: &Event) -> Result<String, serde_json::Error> {
-    if let EventKind::AttemptStart { .. } | EventKind::AttemptEnd { .. } = &event.kind {
+    if let EventKind::AttemptStart { .. }
+    | EventKind::AttemptEnd { .. }
+    | EventKind::SubrunStart { .. }
+    | EventKind::SubrunEnd { .. } = &event.kind
+    {
         // An attempt's event names the attempt's run as its `run_id` (SPEC
         // section 27), in place of the run whose event it is: one key.
         return serde_json::to_value(event).and_then(|value| serde_json::to_string(&value));

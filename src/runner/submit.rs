@@ -280,7 +280,7 @@ impl Runner {
         let run = Run::queued(id, &spec, Utc::now());
         let directory = self.workspace_dir(id);
         let base = crate::repo::places::base(self.workspaces_root(), id);
-        let copied = copy_starting_tree(parent_dir, &directory, &base).await;
+        let copied = copy_starting_tree(parent_dir, &directory, &base, "attempts").await;
         let row = copied.and_then(|()| {
             RunRow::new(NewRun {
                 run: &run,
@@ -324,12 +324,13 @@ impl Runner {
 /// Copies a parent's workspace (its starting tree: it changes nothing of
 /// it until its attempts end) to an attempt's, and keeps it as the
 /// attempt's starting tree.
-async fn copy_starting_tree(
+pub(super) async fn copy_starting_tree(
     from: &std::path::Path,
     to: &std::path::Path,
     base: &std::path::Path,
+    field: &'static str,
 ) -> Result<(), SubmitError> {
-    copy_workspace(from, to, "attempts").await?;
+    copy_workspace(from, to, field).await?;
     let (to, base) = (to.to_owned(), base.to_owned());
     tokio::task::spawn_blocking(move || crate::tools::copy::keep_starting_tree(&to, &base))
         .await

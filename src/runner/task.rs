@@ -16,7 +16,7 @@ use super::{Entry, LiveRun, Origin, Runner, observer};
 use crate::harness::{Checkpoint, Message, Outcome, StopReason};
 use crate::run::RunStatus;
 use crate::run::{RunSpec, format_time};
-use crate::scheduler::{Hold, Slot};
+use crate::scheduler::Hold;
 use crate::store::{Closing, Pause, StoredPause, StoredRecovery, Transition, Transitioned};
 
 /// The first wait before a run's stored state is read again, after a read
@@ -57,6 +57,8 @@ pub(super) struct RunTask {
     /// Why the workspace of the run it continues could not be taken (see
     /// `take_previous`): the run ends `failed` with it as it starts.
     pub(super) take_failure: std::sync::OnceLock<String>,
+    /// Its slot once it executes (see [`super::subagents::SlotCell`]).
+    pub(super) slot: std::sync::OnceLock<Arc<super::subagents::SlotCell>>,
 }
 
 impl RunTask {
@@ -71,14 +73,16 @@ impl RunTask {
             Begin::Continue(history) => (history.len(), 0),
         };
         let messages = u32::try_from(messages).unwrap_or(u32::MAX);
-        let observer = observer::RunObserver::new(
-            Arc::clone(&self.live),
-            shared.store.clone(),
-            Arc::clone(&shared.metrics),
-            messages,
-            last_sequence,
-        )
-        .traced(&shared.telemetry);
+        let observer = Arc::new(
+            observer::RunObserver::new(
+                Arc::clone(&self.live),
+                shared.store.clone(),
+                Arc::clone(&shared.metrics),
+                messages,
+                last_sequence,
+            )
+            .traced(&shared.telemetry),
+        );
 
         let stop = &self.live.stop;
         let interrupted = || {
@@ -153,12 +157,17 @@ impl RunTask {
         // A run with MCP servers holds its `run_end` back until they are
         // ended: whoever sees the end sees no server still at work.
         observer.hold_end(!self.spec.mcp_servers.is_empty());
-        // The slot, or the hold kept of it once it is given back.
-        let mut slot: Result<Slot, Hold> = Ok(slot);
-        let outcome = if self.spec.attempts.is_some() {
+        let attempts = self.spec.attempts.is_some();
+        let cell = Arc::new(if attempts {
             // Its attempts execute in slots of their own; it waits for them
             // in none (keeping its hold).
-            slot = slot.and_then(|slot| Err(slot.hold()));
+            super::subagents::SlotCell::new(Err(slot.hold()))
+        } else {
+            // It gives its slot back while it waits on its children.
+            super::subagents::SlotCell::new(Ok(slot))
+        });
+        let _ = self.slot.set(Arc::clone(&cell));
+        let outcome = if attempts {
             std::panic::AssertUnwindSafe(self.run_attempts(&observer))
                 .catch_unwind()
                 .await
@@ -179,16 +188,14 @@ impl RunTask {
         {
             tracing::error!(%error, "run failed");
             // Counted if its tools were built (else not told).
-            crate::harness::Observer::ending(&observer).await;
+            crate::harness::Observer::ending(&*observer).await;
             observer.end_without_harness(Outcome::Failed, Some(error));
         }
         shared.metrics.run_duration(began.elapsed());
         // Kept until the task ends: what it writes next is written under
-        // its slot's holding.
-        let hold = match slot {
-            Ok(slot) => slot.hold(),
-            Err(hold) => hold,
-        };
+        // its slot's holding (the slot itself is given back now).
+        let (slot, hold) = cell.take();
+        drop(slot);
         match left {
             Left::Paused(checkpoint) => self.paused(&observer, checkpoint).await,
             Left::HandedOver if observer.ended().is_none() => self.handed_over(&hold).await,

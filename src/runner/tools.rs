@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::observer::RunObserver;
+use super::subagents::{Delegation, DelegationParts};
 use super::task::RunTask;
 use crate::harness::{ClientTool, Observer, Tool, ToolRegistry};
 use crate::mcp::{RunServers, TOOL_PREFIX};
@@ -21,7 +22,7 @@ impl RunTask {
     /// `timeout_ms` (`before`: what it had used before this drive).
     pub(super) async fn tools(
         &self,
-        observer: &RunObserver,
+        observer: &Arc<RunObserver>,
         servers: &mut RunServers,
         before: Duration,
     ) -> Result<(ToolRegistry, Duration), String> {
@@ -30,19 +31,26 @@ impl RunTask {
         // A starting tree is kept when the run is seeded (see `super::seed`),
         // unless it is the request's files alone: then on the first write.
         let starting = spec.starting_tree();
-        let mut workspace = shared.workspaces.run(&self.live.id.to_string());
+        // A child that shares its parent's workspace works in its directory.
+        let mut workspace = shared
+            .workspaces
+            .run(&spec.workspace_of(self.live.id).to_string());
         if starting == StartingTree::OnFirstWrite {
             let base = crate::repo::places::base(self.runner.workspaces_root(), self.live.id);
             workspace = workspace.keeping_starting_tree(base);
         }
         let workspace = Arc::new(workspace);
-        observer.watch_changes(super::changes::ChangesWatch {
-            runner: self.runner.clone(),
-            run_id: self.live.id,
-            workspace: Arc::clone(&workspace),
-            fresh: matches!(self.origin, super::Origin::Start),
-            starting,
-        });
+        // What a child sharing its parent's directory changed is its
+        // parent's to count.
+        if spec.workspace_of(self.live.id) == self.live.id {
+            observer.watch_changes(super::changes::ChangesWatch {
+                runner: self.runner.clone(),
+                run_id: self.live.id,
+                workspace: Arc::clone(&workspace),
+                fresh: matches!(self.origin, super::Origin::Start),
+                starting,
+            });
+        }
         let (builtin, mcp): (Vec<&str>, Vec<&str>) = spec
             .tools
             .iter()
@@ -76,6 +84,9 @@ impl RunTask {
                 observer.set_tools(names);
             }
         }
+        if let Some(delegation) = self.delegation(observer, before) {
+            tools.push(Arc::new(delegation));
+        }
         let compiled_here = spec.client_tools.is_empty() && from_servers.is_empty();
         tools.extend(from_servers);
         tools.extend(
@@ -96,6 +107,26 @@ impl RunTask {
         }
         .map_err(|e| e.to_string())?;
         Ok((registry, connecting))
+    }
+
+    /// The run's `delegate` tool, when it has sub-agents and is not as
+    /// deep as runs may delegate (`[runs] max_depth`).
+    fn delegation(&self, observer: &Arc<RunObserver>, before: Duration) -> Option<Delegation> {
+        let subagents = self.spec.subagents.as_ref().filter(|s| !s.is_empty())?;
+        let depth = self.spec.child_of.as_ref().map_or(0, |of| of.depth);
+        if depth >= self.runner.services.max_depth {
+            return None;
+        }
+        let left = Duration::from_millis(self.spec.limits.timeout_ms).saturating_sub(before);
+        Some(Delegation::new(DelegationParts {
+            runner: self.runner.clone(),
+            live: Arc::clone(&self.live),
+            observer: Arc::clone(observer),
+            slot: Arc::clone(self.slot.get()?),
+            spec: self.spec.clone(),
+            subagents: Arc::clone(subagents),
+            deadline: Instant::now() + left,
+        }))
     }
 
     /// Connects the run to its MCP servers (none when it names none), in

@@ -134,6 +134,12 @@ impl Scheduler for Leased {
         self.shared.slots.place(&tenant.0).0
     }
 
+    /// One of this replica's slots (a tenant's limits are the claims'):
+    /// the run is held here already.
+    async fn slot_again(&self, tenant: &Tenant) -> Option<Slot> {
+        self.shared.slots.slot_of(&tenant.0).await
+    }
+
     /// Stored queued: whichever replica has a slot first claims it (the
     /// claim holds a run that has not started to its tenant's quota).
     fn enqueue(&self, place: Place, _fresh: bool) -> Queued {

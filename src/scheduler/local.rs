@@ -80,6 +80,10 @@ impl Scheduler for Local {
         Queued::Here(self.slots.turn(place, quota))
     }
 
+    async fn slot_again(&self, tenant: &Tenant) -> Option<super::Slot> {
+        self.slots.slot_of(&tenant.0).await
+    }
+
     /// Nothing to give back: a run this process does not execute waits in
     /// storage for its next start.
     async fn release(&self, _run_id: Uuid) {}

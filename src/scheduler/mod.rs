@@ -123,6 +123,11 @@ pub trait Scheduler: Send + Sync {
     /// pause answered) never does: a quota never breaks a run.
     fn enqueue(&self, place: Place, fresh: bool) -> Queued;
 
+    /// A slot again for a run executing here that gave its own back while
+    /// it waited on others (its children): once its tenant's turn comes,
+    /// as any run's; `None` once the slots are closed (shutdown).
+    async fn slot_again(&self, tenant: &Tenant) -> Option<Slot>;
+
     /// Gives back to the queue a run stored as held here that will not
     /// execute (the server stopped before it started).
     async fn release(&self, run_id: Uuid);

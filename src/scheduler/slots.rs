@@ -61,6 +61,7 @@ impl Holding {
 /// A run's share of its slot's [`Holding`], which its task keeps until it
 /// ends (whatever it writes after its slot is given back is still written
 /// under it).
+#[derive(Clone)]
 pub struct Hold {
     id: Option<Arc<str>>,
     revoked: CancellationToken,
@@ -133,6 +134,13 @@ impl Slots {
     /// comes; `None` once the slots are closed.
     pub(super) async fn slot(&self) -> Option<Slot> {
         let permit = self.gate.acquire(None).await?;
+        Some(self.in_slot(permit))
+    }
+
+    /// A slot for a run of `tenant` executing here already, once its
+    /// tenant's turn comes; `None` once the slots are closed.
+    pub(super) async fn slot_of(&self, tenant: &str) -> Option<Slot> {
+        let permit = self.gate.acquire(Some(Arc::from(tenant))).await?;
         Some(self.in_slot(permit))
     }
 

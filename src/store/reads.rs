@@ -157,6 +157,31 @@ impl Store {
         rows.iter().map(rows::run_from_row).collect()
     }
 
+    /// The child run a parent's `delegate` call `call_id` started, if any
+    /// (the runner's own read).
+    pub async fn child_of_call(
+        &self,
+        parent: Uuid,
+        call_id: &str,
+    ) -> Result<Option<Run>, StoreError> {
+        let query = sqlx::query(rows::SELECT_CHILD_OF_CALL)
+            .bind(parent.to_string())
+            .bind(call_id);
+        let row = self
+            .read(async |connection| query.fetch_optional(connection).await)
+            .await?;
+        row.map(|row| rows::run_from_row(&row)).transpose()
+    }
+
+    /// A run by id, whoever its tenant (the runner's own read).
+    pub async fn run_by_id(&self, id: Uuid) -> Result<Option<Run>, StoreError> {
+        let query = sqlx::query(rows::SELECT_RUN_FOR_UPDATE).bind(id.to_string());
+        let row = self
+            .read(async |connection| query.fetch_optional(connection).await)
+            .await?;
+        row.map(|row| rows::run_from_row(&row)).transpose()
+    }
+
     /// The transcript's messages, each as its JSON text, in order.
     pub async fn messages(&self, run_id: Uuid) -> Result<Vec<String>, StoreError> {
         let rows = self

@@ -24,7 +24,7 @@ macro_rules! select_runs {
             "resumes, owner, trace_id, parent_span_id, trace_sampled, agent_name, agent_version, ",
             "output_schema, output, seed, changes, parent_run_id, attempt, temperature, ",
             "attempt_policy, attempts, chosen_attempt, schedule_id, schedule_tick, waiting_for, ",
-            "copy_pending ",
+            "copy_pending, subagents, children_usage, call_id, subrun ",
             "FROM runs ",
             $filter
         )
@@ -98,6 +98,9 @@ pub(super) const SELECT_RELEASABLE: &str = select_runs!(
 /// Every attempt of a run, whoever its tenant (the runner's own read).
 pub(super) const SELECT_ATTEMPTS_OF: &str =
     select_runs!("WHERE parent_run_id = $1 ORDER BY attempt");
+/// The child a parent's `delegate` call started (`runs_subruns`).
+pub(super) const SELECT_CHILD_OF_CALL: &str =
+    select_runs!("WHERE parent_run_id = $1 AND call_id = $2");
 /// An agent's runs (`runs_by_tenant_agent`), of one status or thread when
 /// bound non-null.
 pub(super) const SELECT_RUNS_PAGE_BY_AGENT: &str = select_runs!(
@@ -106,6 +109,18 @@ pub(super) const SELECT_RUNS_PAGE_BY_AGENT: &str = select_runs!(
 );
 
 pub(super) fn run_from_row(row: &AnyRow) -> Result<Run, StoreError> {
+    let mut run = run_columns(row)?;
+    if let Some(mut child) = optional_json::<crate::run::ChildOf>(row, "subrun")? {
+        child.parent_run_id = run.parent_run_id.unwrap_or_default();
+        child.call_id = row.get::<Option<String>, _>("call_id").unwrap_or_default();
+        run.root_run_id = Some(child.root_run_id);
+        run.child_of = Some(child);
+    }
+    run.refresh_total();
+    Ok(run)
+}
+
+fn run_columns(row: &AnyRow) -> Result<Run, StoreError> {
     Ok(Run {
         id: parse_uuid(&row.get::<String, _>("id"))?,
         status: RunStatus::parse(&row.get::<String, _>("status"))
@@ -179,6 +194,11 @@ pub(super) fn run_from_row(row: &AnyRow) -> Result<Run, StoreError> {
             .transpose()?,
         waiting_for: optional_uuid(row, "waiting_for")?,
         copy_pending: count::<u8>(row, "copy_pending")? != 0,
+        subagents: optional_json(row, "subagents")?.map(std::sync::Arc::new),
+        root_run_id: None,
+        usage_total: None,
+        children_usage: optional_json(row, "children_usage")?,
+        child_of: None,
         output: optional_json(row, "output")?,
         created_at: time(&row.get::<String, _>("created_at"))?,
         started_at: row

@@ -387,8 +387,18 @@ impl RunSpans {
             | EventKind::Message { .. }
             | EventKind::Compaction { .. }
             | EventKind::AttemptStart { .. }
-            | EventKind::AttemptEnd { .. } => {}
+            | EventKind::AttemptEnd { .. }
+            | EventKind::SubrunStart { .. }
+            | EventKind::SubrunEnd { .. } => {}
         }
+    }
+
+    /// The W3C `traceparent` of the tool call `call_id` open now, if it is.
+    pub fn tool_traceparent(&self, call_id: &str) -> Option<String> {
+        let open = lock(&self.open);
+        open.tools
+            .get(call_id)
+            .map(|span| traceparent_of(span.span_context()))
     }
 
     /// The W3C `traceparent` of the model call open now (else the run's),

@@ -58,6 +58,7 @@ mod stalls;
 mod startup;
 mod statuses;
 mod storage;
+mod subagents;
 mod tenants;
 mod tools;
 mod traces;

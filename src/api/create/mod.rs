@@ -79,6 +79,9 @@ pub struct CreateRunRequest {
     pub attempts: Option<AttemptsRequest>,
     #[serde(default)]
     pub multitask: Option<crate::run::Multitask>,
+    /// Resolved apart (see [`super::subagents`]): stored agents are read.
+    #[serde(default)]
+    pub subagents: Option<Value>,
 }
 
 /// `attempts`: the run tried `n` times, its checks choosing (SPEC 27).
@@ -381,6 +384,8 @@ impl CreateRunRequest {
             schedule: None,
             copy_pending: false,
             after: None,
+            subagents: None,
+            child_of: None,
         })
     }
 }

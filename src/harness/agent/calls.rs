@@ -71,6 +71,34 @@ impl Run<'_, '_> {
         self.ended_call(call, content, is_error, 0.0);
     }
 
+    /// Tells each tool of its valid calls among `calls`, the batch about to
+    /// run (see [`crate::harness::Tool::batch`]).
+    pub(super) fn announce<'c>(&self, calls: impl IntoIterator<Item = &'c ToolCall>) {
+        let mut by_tool: Vec<(&str, Vec<(&str, &serde_json::Value)>)> = Vec::new();
+        for call in calls {
+            if call.unparsable_arguments.is_some()
+                || !matches!(
+                    self.harness.tools.check(&call.name, &call.arguments),
+                    Ok(Some(_))
+                )
+            {
+                continue;
+            }
+            match by_tool.iter_mut().find(|(name, _)| *name == call.name) {
+                Some((_, list)) => list.push((&call.id, &call.arguments)),
+                None => by_tool.push((&call.name, vec![(&call.id, &call.arguments)])),
+            }
+        }
+        for (name, list) in by_tool {
+            // One call alone gains nothing from being told first.
+            if list.len() > 1
+                && let Some(tool) = self.harness.tools.get(name)
+            {
+                tool.batch(&list);
+            }
+        }
+    }
+
     /// Dispatches one admitted call and records its result. Every failure here
     /// is the model's to handle: it becomes an error result, never an end.
     pub(super) async fn call_tool(&mut self, call: &ToolCall, token: &CancellationToken) {
@@ -106,7 +134,8 @@ impl Run<'_, '_> {
             }
             Ok(Some(tool)) => {
                 let execution =
-                    AssertUnwindSafe(tool.execute(&call.arguments, token)).catch_unwind();
+                    AssertUnwindSafe(tool.execute_call(&call.id, &call.arguments, token))
+                        .catch_unwind();
                 let abandoned = async {
                     token.cancelled().await;
                     tokio::time::sleep(TOOL_CANCEL_GRACE).await;

@@ -424,6 +424,12 @@ impl Run<'_, '_> {
                 .last()
                 .map(|last| last.tool_calls().to_vec())
                 .unwrap_or_default();
+            self.announce(calls.iter().filter(|call| {
+                answers
+                    .iter()
+                    .find(|(pending, _)| pending.call_id == call.id)
+                    .is_none_or(|(_, answer)| matches!(answer, Some(Answer::Approve)))
+            }));
             for call in &calls {
                 if token.is_cancelled() {
                     return End::Stopped;
@@ -506,6 +512,9 @@ impl Run<'_, '_> {
                     actions: pending.clone(),
                 });
                 return End::Paused(pending);
+            }
+            if !self.at_ceiling {
+                self.announce(assistant.tool_calls());
             }
             for call in assistant.tool_calls() {
                 if token.is_cancelled() {

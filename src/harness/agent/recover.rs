@@ -56,6 +56,14 @@ impl Run<'_, '_> {
             .cloned()
             .collect();
         drop(answered);
+        self.announce(unanswered.iter().filter(|call| {
+            !started.contains(&call.id)
+                || self
+                    .harness
+                    .tools
+                    .get(&call.name)
+                    .is_some_and(|tool| tool.idempotent(&call.arguments))
+        }));
         for call in &unanswered {
             if token.is_cancelled() {
                 return Some(End::Stopped);

@@ -24,7 +24,7 @@ impl RunTask {
     /// `failed`).
     pub(super) async fn run_harness(
         &self,
-        observer: &observer::RunObserver,
+        observer: &Arc<observer::RunObserver>,
         begin: Begin,
     ) -> Result<Left, String> {
         let mut servers = RunServers::default();
@@ -35,7 +35,7 @@ impl RunTask {
 
     async fn drive(
         &self,
-        observer: &observer::RunObserver,
+        observer: &Arc<observer::RunObserver>,
         begin: Begin,
         servers: &mut RunServers,
     ) -> Result<Left, String> {
@@ -179,7 +179,7 @@ impl RunTask {
         let harness = Harness {
             model: &*model,
             tools: &registry,
-            observer: Some(observer),
+            observer: Some(&**observer),
         };
         let progress = match begin.zip(resumed) {
             None | Some((Begin::Continue(_), _)) => harness.start(config, &self.live.stop).await,

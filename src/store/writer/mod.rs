@@ -249,6 +249,22 @@ impl Writer {
         Ok(())
     }
 
+    /// What a run's children used, summed: its `usage_total` adds it.
+    pub fn children_usage(
+        &self,
+        run_id: Uuid,
+        usage: crate::harness::UsageTotals,
+    ) -> Result<(), StoreError> {
+        let json = serde_json::to_string(&usage)
+            .map_err(|e| StoreError::Corrupt(format!("cannot serialise usage: {e}")))?;
+        self.send(Op::ChildrenUsage {
+            run_id,
+            json,
+            usage,
+        });
+        Ok(())
+    }
+
     /// Appends an event (and the message it announces, if any); a `run_end`
     /// carries the run's final state, written in the same transaction. Its
     /// subscribers hear of it once it is committed.

@@ -124,6 +124,12 @@ pub(super) enum Op {
         chosen: Option<u32>,
         transcript_of: Option<Uuid>,
     },
+    /// What a run's children used, summed (their `usage_total`).
+    ChildrenUsage {
+        run_id: Uuid,
+        json: String,
+        usage: UsageTotals,
+    },
     /// A change that depends on what is stored (answering or ending a paused
     /// run): written apart from other writes, with the transitions waiting
     /// beside it (see `Task::transitions`).
@@ -170,6 +176,7 @@ impl Op {
             },
             Self::Tools { .. }
             | Self::Attempts { .. }
+            | Self::ChildrenUsage { .. }
             | Self::Transition(..)
             | Self::Barrier(_)
             | Self::Delivery { .. }
@@ -247,7 +254,7 @@ pub(super) fn finish(op: Op, stored: bool, channels: &Channels) {
         Op::Barrier(done) => {
             let _ = done.send(stored);
         }
-        Op::Tools { .. } | Op::Attempts { .. } | Op::Close(_) => {}
+        Op::Tools { .. } | Op::Attempts { .. } | Op::ChildrenUsage { .. } | Op::Close(_) => {}
     }
 }
 
@@ -281,6 +288,10 @@ fn apply(op: &Op, channels: &Channels) {
             run.attempts = Some(list.clone());
             run.chosen_attempt = *chosen;
         }),
+        Op::ChildrenUsage { run_id, usage, .. } => channels.apply(*run_id, |run| {
+            run.children_usage = Some(*usage);
+            run.refresh_total();
+        }),
         Op::Event(event) => apply_event(event, channels),
         // A paused run's copy goes with its channel: it goes live again
         // from what storage holds.
@@ -301,6 +312,7 @@ fn apply_event(event: &NewEvent, channels: &Channels) {
             run.steps = totals.steps;
             run.tool_calls = totals.tool_calls;
             run.usage = totals.usage;
+            run.refresh_total();
         }),
         NewEvent {
             run_id,
@@ -313,6 +325,7 @@ fn apply_event(event: &NewEvent, channels: &Channels) {
             run.steps = finish.steps;
             run.tool_calls = finish.tool_calls;
             run.usage = finish.usage;
+            run.refresh_total();
             run.finished_at = Some(finish.finished);
             run.output.clone_from(&finish.output);
             run.changes = finish.changes;

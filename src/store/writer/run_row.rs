@@ -45,6 +45,10 @@ pub(crate) struct RunRow {
     pub(super) schedule_tick: Option<String>,
     pub(super) waiting_for: Option<String>,
     pub(super) copy_pending: bool,
+    pub(super) subagents: Option<String>,
+    pub(super) children_usage: Option<String>,
+    pub(super) call_id: Option<String>,
+    pub(super) subrun: Option<String>,
     /// The change of status its insert commits.
     pub(super) change: StatusChange,
 }
@@ -104,6 +108,10 @@ impl RunRow {
             schedule_tick: run.schedule_tick.as_ref().map(format_time),
             waiting_for: run.waiting_for.map(|id| id.to_string()),
             copy_pending: run.copy_pending,
+            subagents: run.subagents.as_deref().map(json).transpose()?,
+            children_usage: run.children_usage.as_ref().map(json).transpose()?,
+            call_id: run.child_of.as_ref().map(|of| of.call_id.clone()),
+            subrun: run.child_of.as_ref().map(json).transpose()?,
             // What is written over a clone or an upload, which whichever
             // process starts the run fetches, or over the workspace of the
             // run it waits to continue. A run of files alone has them

@@ -124,6 +124,7 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
     let mut pauses = Vec::new();
     let mut tools = Vec::new();
     let mut attempts = Vec::new();
+    let mut children_usage = Vec::new();
     // Runs that end or pause in the batch.
     let mut settled = Vec::new();
     // Webhooks' deliveries delivered (or given up), and tried again later.
@@ -144,6 +145,9 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
                 transcript_of,
                 ..
             } => attempts.push((run_id.to_string(), list.as_str(), *chosen, *transcript_of)),
+            Op::ChildrenUsage { run_id, json, .. } => {
+                children_usage.push((run_id.to_string(), json.as_str()));
+            }
             Op::Started { run_id, at, .. } => started.push((run_id.to_string(), at.as_str())),
             Op::Event(outer) => {
                 for event in outer.all() {
@@ -195,9 +199,10 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
              previous_run_id, model_spec, idempotency_key, request_hash, created_at, started_at, \
              owner, webhook, trace_id, parent_span_id, trace_sampled, agent_name, agent_version, \
              output_schema, seed, parent_run_id, attempt, temperature, attempt_policy, attempts, \
-             schedule_id, schedule_tick, waiting_for, copy_pending) ",
+             schedule_id, schedule_tick, waiting_for, copy_pending, subagents, children_usage, \
+             call_id, subrun) ",
             chunk.len(),
-            39,
+            43,
             "",
         );
         let mut query = sqlx::query(&sql);
@@ -241,7 +246,11 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
                 .bind(row.schedule_id.as_deref())
                 .bind(row.schedule_tick.as_deref())
                 .bind(row.waiting_for.as_deref())
-                .bind(i64::from(row.copy_pending));
+                .bind(i64::from(row.copy_pending))
+                .bind(row.subagents.as_deref())
+                .bind(row.children_usage.as_deref())
+                .bind(row.call_id.as_deref())
+                .bind(row.subrun.as_deref());
         }
         query.execute(&mut *connection).await?;
     }
@@ -302,6 +311,14 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
     for (run_id, list) in &tools {
         sqlx::query("UPDATE runs SET tools = $1 WHERE id = $2")
             .bind(*list)
+            .bind(run_id.as_str())
+            .execute(&mut *connection)
+            .await?;
+    }
+    // What a run's children used, once one ended.
+    for (run_id, usage) in &children_usage {
+        sqlx::query("UPDATE runs SET children_usage = $1 WHERE id = $2")
+            .bind(*usage)
             .bind(run_id.as_str())
             .execute(&mut *connection)
             .await?;

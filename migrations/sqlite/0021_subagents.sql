@@ -1,0 +1,16 @@
+-- Sub-agents (SPEC section 24). A run that may delegate keeps its
+-- sub-agents as resolved when it was accepted (`subagents`: JSON, each
+-- with what its child runs are made from) and what its children used
+-- (`children_usage`: JSON totals, their own usage_total summed). A child
+-- names its parent (`parent_run_id`), the `delegate` call that started it
+-- (`call_id`) and the rest of its place in the tree (`subrun`: JSON, the
+-- root, the sub-agent's name, its depth, the run whose workspace it
+-- shares).
+ALTER TABLE runs ADD COLUMN subagents TEXT;
+ALTER TABLE runs ADD COLUMN children_usage TEXT;
+ALTER TABLE runs ADD COLUMN call_id TEXT;
+ALTER TABLE runs ADD COLUMN subrun TEXT;
+
+-- No call starts two children, whoever resumes its parent.
+CREATE UNIQUE INDEX runs_subruns ON runs (parent_run_id, call_id)
+    WHERE call_id IS NOT NULL;

@@ -1,0 +1,201 @@
+//! Sub-agents (SPEC section 24): a run's `delegate` calls start child runs,
+//! runs of their own that name their parent, and wait for their ends.
+//!
+//! - [`Runner::start_child`]: a child's row and task, or the child the call
+//!   started before (a unique index on the parent and the call makes sure
+//!   no call starts two, whoever resumes the parent).
+//! - [`SlotCell`]: the parent gives its slot back while it waits for its
+//!   children (a tenant allowed one run at a time would otherwise wait for
+//!   ever), and takes one again, in its tenant's turn, to go on.
+//! - `delegate`: the tool itself.
+
+mod delegate;
+
+use std::time::Duration;
+
+use chrono::Utc;
+use tokio::sync::broadcast::error::RecvError;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::{Entry, Origin, Runner, SubmitError};
+use crate::run::{Run, RunSpec, Tenant};
+use crate::scheduler::{Hold, Queued, Slot};
+use crate::store::NewRun;
+use crate::store::writer::RunRow;
+pub(super) use delegate::{Delegation, DelegationParts};
+
+/// How often a child is read again from storage without news of it (news
+/// can go by unheard: on PostgreSQL, a replica's notice lost).
+const LOOK_AGAIN: Duration = Duration::from_secs(5);
+
+impl Runner {
+    /// Starts the child run `spec` describes (its `child_of` set), or finds
+    /// the one its call started before. Its workspace is its parent's
+    /// directory, or a copy of `copy_from` kept as its starting tree (its
+    /// diff is against it). It was admitted with its parent: no rate or
+    /// quota refuses it, and it waits for a slot of its tenant's as any
+    /// run. Nothing is left behind when this fails.
+    pub(super) async fn start_child(
+        &self,
+        tenant: &Tenant,
+        spec: RunSpec,
+        copy_from: Option<&std::path::Path>,
+    ) -> Result<Run, SubmitError> {
+        let of = spec
+            .child_of
+            .clone()
+            .ok_or(SubmitError::Workspace("not a child run".into()))?;
+        let store = &self.services.store;
+        if let Some(run) = store.child_of_call(of.parent_run_id, &of.call_id).await? {
+            return Ok(run);
+        }
+        if self.is_closing() {
+            return Err(SubmitError::ShuttingDown);
+        }
+        let _accepting = self.lifecycle.tasks.token();
+        let place = self.scheduler.readmit(tenant);
+        let id = Uuid::now_v7();
+        let run = Run::queued(id, &spec, Utc::now());
+        let directory = self.workspace_dir(id);
+        let base = crate::repo::places::base(self.workspaces_root(), id);
+        let copied = match copy_from {
+            Some(from) => {
+                super::submit::copy_starting_tree(from, &directory, &base, "delegate").await
+            }
+            None => Ok(()),
+        };
+        let row = copied.and_then(|()| {
+            RunRow::new(NewRun {
+                run: &run,
+                tenant,
+                spec: &spec,
+                idempotency: None,
+                owner: None,
+            })
+            .map_err(SubmitError::from)
+        });
+        let inserted = match row {
+            Ok(row) => store
+                .writer()
+                .insert_run(row)
+                .await
+                .map_err(SubmitError::from),
+            Err(error) => Err(error),
+        };
+        if let Err(error) = inserted {
+            let _ = tokio::fs::remove_dir_all(&directory).await;
+            let _ = crate::repo::places::remove_tree(&base);
+            // Another process resuming the parent may have started it
+            // meanwhile: that one is the call's child.
+            if let Ok(Some(run)) = store.child_of_call(of.parent_run_id, &of.call_id).await {
+                return Ok(run);
+            }
+            return Err(error);
+        }
+        self.services.metrics.run_created(&tenant.0);
+        if let Queued::Here(turn) = self.scheduler.enqueue(place, false) {
+            self.start(
+                run.clone(),
+                tenant.clone(),
+                spec,
+                Entry::Turn(turn),
+                Origin::Start,
+                false,
+            );
+        }
+        Ok(run)
+    }
+
+    /// Cancels a child that has not ended: one live here at once; one
+    /// paused, queued elsewhere or running on another replica through
+    /// storage.
+    pub(super) async fn cancel_child(&self, id: Uuid) {
+        if let Some(live) = self.live(id) {
+            live.stop.stop(crate::harness::StopReason::Cancelled);
+            return;
+        }
+        if let Err(error) = self.cancel_stored(id).await {
+            tracing::warn!(%error, child_run_id = %id, "a child's cancel could not be stored");
+        }
+    }
+
+    /// The run `id` once it has ended, as stored; `None` if `stop` fires
+    /// first, or it is gone (purged).
+    pub(super) async fn ended_run(&self, id: Uuid, stop: &CancellationToken) -> Option<Run> {
+        let store = &self.services.store;
+        // Subscribed before the first read: no end after it goes unheard.
+        let (mut statuses, mut missed) = store.live().subscribe_statuses();
+        loop {
+            match store.run_by_id(id).await {
+                Ok(Some(run)) if run.status.is_terminal() => return Some(run),
+                Ok(Some(_)) => {}
+                Ok(None) => return None,
+                Err(error) => {
+                    tracing::warn!(%error, child_run_id = %id, "a child could not be read")
+                }
+            }
+            let look_again = tokio::time::sleep(LOOK_AGAIN);
+            tokio::pin!(look_again);
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return None,
+                    () = missed.cancelled() => {
+                        (statuses, missed) = store.live().subscribe_statuses();
+                        break;
+                    }
+                    () = &mut look_again => break,
+                    change = statuses.recv() => match change {
+                        Ok(change) if change.run_id == id && change.status.is_terminal() => break,
+                        Ok(_) => {}
+                        Err(RecvError::Lagged(_)) => break,
+                        Err(RecvError::Closed) => return None,
+                    },
+                }
+            }
+        }
+    }
+}
+
+/// A run's slot, which it may give back while it waits on its children,
+/// and its share of the slot's holding, which it keeps to its end.
+pub(super) struct SlotCell {
+    slot: std::sync::Mutex<Option<Slot>>,
+    hold: Hold,
+}
+
+impl SlotCell {
+    pub(super) fn new(slot: Result<Slot, Hold>) -> Self {
+        match slot {
+            Ok(slot) => Self {
+                hold: slot.hold(),
+                slot: std::sync::Mutex::new(Some(slot)),
+            },
+            Err(hold) => Self {
+                hold,
+                slot: std::sync::Mutex::new(None),
+            },
+        }
+    }
+
+    /// Gives the slot back (to the runs that wait, its children among
+    /// them); whether it had one.
+    pub(super) fn lend(&self) -> bool {
+        crate::sync::lock(&self.slot).take().is_some()
+    }
+
+    /// Takes a slot again after [`SlotCell::lend`], in its tenant's turn
+    /// (none once the server is stopping: it goes on to its end).
+    pub(super) async fn take_back(&self, runner: &Runner, tenant: &Tenant) {
+        if let Some(mut slot) = runner.scheduler.slot_again(tenant).await {
+            slot.executing();
+            crate::sync::lock(&self.slot).get_or_insert(slot);
+        }
+    }
+
+    /// At the run's end: its slot (if it holds one now), given back as it
+    /// is dropped, and its hold.
+    pub(super) fn take(&self) -> (Option<Slot>, Hold) {
+        (crate::sync::lock(&self.slot).take(), self.hold.clone())
+    }
+}
