@@ -1196,6 +1196,22 @@ async fn every_event_of_a_stream_matches_the_event_schema() {
     assert_eq!(tried["chosen_attempt"], 1, "{tried}");
     check_events(&app.events(tried["id"].as_str().unwrap()).await, &mut seen);
 
+    // A run that delegates: subrun_start and subrun_end on its stream.
+    let delegated = app
+        .run_to_end(json!({
+            "prompt": "ask", "subagents": {"r": {"model": {"scripted": [{"content": "hi"}]}}},
+            "model": {"scripted": [
+                {"content": "", "tool_calls": [call("d", "delegate", json!({"agent": "r", "prompt": "go"}))]},
+                {"content": "done"}
+            ]}
+        }))
+        .await;
+    assert_eq!(delegated["status"], "completed", "{delegated}");
+    check_events(
+        &app.events(delegated["id"].as_str().unwrap()).await,
+        &mut seen,
+    );
+
     // A run whose context is compacted: a compaction event, and a summary
     // message in its transcript (the script answers the summary request).
     let compacted = app
@@ -1424,9 +1440,16 @@ fn the_schemas_refuse_wrong_shapes() {
         "attempts": [{"run_id": run_id, "attempt": 1, "status": "completed", "checks_passed": true}],
         "chosen_attempt": 1,
         "schedule_id": run_id, "schedule_tick": "2026-01-02T03:00:00.000Z",
+        "root_run_id": null,
         "created_at": "2026-01-02T03:04:05.123Z", "started_at": null, "finished_at": null,
         "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736"
     });
+    // (Set apart: one `json!` this deep reaches the macro's recursion limit.)
+    let mut run = run;
+    run["subagents"] = json!({"reader": {"description": "reads", "workspace": "copy",
+                                         "agent": {"name": "triage", "version": 2}}});
+    run["usage_total"] = json!({"input_tokens": 3, "output_tokens": 1, "model_calls_with_usage": 1,
+                                "cached_input_tokens": 0, "cache_write_tokens": 0, "cost_usd": null});
     assert_matches(run_schema, &run, "a run object");
     let mut unknown = run.clone();
     unknown["attempts"][0]["checks_passed"] = json!("yes");

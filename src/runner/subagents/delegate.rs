@@ -186,9 +186,13 @@ impl Delegation {
         limits.timeout_ms = limits
             .timeout_ms
             .min(u64::try_from(left.as_millis()).unwrap_or(u64::MAX).max(1));
-        limits.max_tool_calls = limits
-            .max_tool_calls
-            .min(self.limits.max_tool_calls.saturating_sub(tool_calls));
+        // The call itself is one of the parent's (counted as its batch
+        // ends: the others of its batch are not yet).
+        limits.max_tool_calls = limits.max_tool_calls.min(
+            self.limits
+                .max_tool_calls
+                .saturating_sub(tool_calls.saturating_add(1)),
+        );
         if let Some(max) = self.limits.max_cost_usd {
             let left = (max - spent.cost_usd.unwrap_or(0.0)).max(0.0);
             limits.max_cost_usd = Some(limits.max_cost_usd.map_or(left, |own| own.min(left)));
