@@ -10,6 +10,9 @@ ALTER TABLE runs ADD COLUMN subagents TEXT;
 ALTER TABLE runs ADD COLUMN children_usage TEXT;
 ALTER TABLE runs ADD COLUMN call_id TEXT;
 ALTER TABLE runs ADD COLUMN subrun TEXT;
+-- While a child waits for a decision, its pending actions, listed on its
+-- parent (JSON; null when none): the parent, still running, shows them.
+ALTER TABLE runs ADD COLUMN delegated_actions TEXT;
 
 -- No call starts two children, whoever resumes its parent.
 CREATE UNIQUE INDEX runs_subruns ON runs (parent_run_id, call_id)

@@ -6,6 +6,7 @@ use axum::Json;
 use axum::extract::State;
 use serde::Deserialize;
 use serde_json::Value;
+use uuid::Uuid;
 
 use super::error::{ApiError, ErrorCode};
 use super::json::ApiJson;
@@ -40,6 +41,11 @@ struct ActionRequest {
     output: Option<Value>,
     #[serde(default)]
     error: Option<String>,
+    /// The run whose action it is, when answered through a parent that
+    /// lists its child's (needed only where two children wait on calls of
+    /// one id).
+    #[serde(default)]
+    run_id: Option<Uuid>,
 }
 
 /// `Some(value)` for a field that is there, `null` included.
@@ -124,12 +130,21 @@ pub async fn answer(
             "actions: at most {MAX_ANSWERS} answers may be given"
         )));
     }
+    let runs: Vec<Option<Uuid>> = request.actions.iter().map(|a| a.run_id).collect();
     let answers = request
         .actions
         .into_iter()
         .enumerate()
         .map(|(i, action)| action.validate(i))
         .collect::<Result<Vec<_>, _>>()?;
+    // A parent that lists its children's actions: each goes to its child.
+    if run
+        .pending_actions
+        .iter()
+        .any(|action| action.run_id.is_some())
+    {
+        return answer_children(&state, &tenant, &run, answers, &runs).await;
+    }
     let answered = state
         .runner
         .answer(&tenant, run.id, answers)
@@ -143,6 +158,11 @@ pub async fn answer(
             }
             error => error.into(),
         })?;
+    answered_json(answered)
+}
+
+/// The answer to the request, from what the runner made of it.
+fn answered_json(answered: Answered) -> Result<Json<Run>, ApiError> {
     match answered {
         Answered::Run(run) => Ok(Json(*run)),
         Answered::NotFound => Err(ApiError::NotFound("run")),
@@ -154,4 +174,70 @@ pub async fn answer(
         }),
         Answered::Refused(why) => Err(ApiError::Validation(format!("{why}; nothing was answered"))),
     }
+}
+
+/// Answers given through a parent whose children wait for decisions (SPEC
+/// section 24): each is its child's, found by its call (and `run_id`, when
+/// given); all are checked before any is given. The parent as it is then.
+async fn answer_children(
+    state: &AppState,
+    tenant: &crate::run::Tenant,
+    parent: &Run,
+    answers: Vec<(String, ActionAnswer)>,
+    runs: &[Option<Uuid>],
+) -> Result<Json<Run>, ApiError> {
+    let mut by_child: Vec<(Uuid, Vec<(String, ActionAnswer)>)> = Vec::new();
+    for (i, ((call_id, answer), named)) in answers.into_iter().zip(runs).enumerate() {
+        let candidates: Vec<_> = parent
+            .pending_actions
+            .iter()
+            .filter(|action| action.call_id == call_id)
+            .filter(|action| named.is_none_or(|named| action.run_id == Some(named)))
+            .collect();
+        let action = match candidates.as_slice() {
+            [action] => *action,
+            [] => {
+                return Err(ApiError::Validation(format!(
+                    "actions[{i}].call_id: no pending action {call_id:?}{}; nothing was answered",
+                    named.map(|id| format!(" of run {id}")).unwrap_or_default()
+                )));
+            }
+            _ => {
+                return Err(ApiError::Validation(format!(
+                    "actions[{i}]: children {} wait on calls {call_id:?}: give the run_id; \
+                     nothing was answered",
+                    candidates
+                        .iter()
+                        .filter_map(|a| a.run_id.map(|id| id.to_string()))
+                        .collect::<Vec<_>>()
+                        .join(" and ")
+                )));
+            }
+        };
+        if !answer.to_answer().fits(action.kind) {
+            return Err(ApiError::Validation(format!(
+                "actions[{i}]: {call_id:?} waits for {}; nothing was answered",
+                match action.kind {
+                    crate::harness::ActionKind::Approval => "a decision (approve or deny)",
+                    crate::harness::ActionKind::ClientTool => "the client's output or error",
+                }
+            )));
+        }
+        let child = action.run_id.unwrap_or(parent.id);
+        match by_child.iter_mut().find(|(id, _)| *id == child) {
+            Some((_, list)) => list.push((call_id, answer)),
+            None => by_child.push((child, vec![(call_id, answer)])),
+        }
+    }
+    for (child, answers) in by_child {
+        let answered = state
+            .runner
+            .answer(tenant, child, answers)
+            .await
+            .map_err(ApiError::from)?;
+        answered_json(answered).map(drop)?;
+    }
+    Ok(Json(
+        super::tenant_run::read(state, tenant, parent.id).await?,
+    ))
 }

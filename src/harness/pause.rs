@@ -65,6 +65,10 @@ pub struct PendingAction {
     pub kind: ActionKind,
     pub name: String,
     pub arguments: Value,
+    /// The run whose call it is, when not the run's own: a child's, listed
+    /// on its parent while the child waits (SPEC section 24).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<uuid::Uuid>,
 }
 
 /// A client's answer to a pending action.

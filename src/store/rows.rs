@@ -24,7 +24,7 @@ macro_rules! select_runs {
             "resumes, owner, trace_id, parent_span_id, trace_sampled, agent_name, agent_version, ",
             "output_schema, output, seed, changes, parent_run_id, attempt, temperature, ",
             "attempt_policy, attempts, chosen_attempt, schedule_id, schedule_tick, waiting_for, ",
-            "copy_pending, subagents, children_usage, call_id, subrun ",
+            "copy_pending, subagents, children_usage, call_id, subrun, delegated_actions ",
             "FROM runs ",
             $filter
         )
@@ -109,6 +109,22 @@ pub(super) const SELECT_RUNS_PAGE_BY_AGENT: &str = select_runs!(
 );
 
 pub(super) fn run_from_row(row: &AnyRow) -> Result<Run, StoreError> {
+    let mut run = run_record(row)?;
+    // A parent whose child waits for a decision shows it waiting too, the
+    // child's actions its own (SPEC section 24); its row stays `running`
+    // (it is live, awaiting the child).
+    if run.status == RunStatus::Running
+        && let Some(delegated) = optional_json::<Vec<PendingAction>>(row, "delegated_actions")?
+        && !delegated.is_empty()
+    {
+        run.status = RunStatus::RequiresAction;
+        run.pending_actions = delegated;
+    }
+    Ok(run)
+}
+
+/// The run as its row stores it (what the service itself goes on from).
+fn run_record(row: &AnyRow) -> Result<Run, StoreError> {
     let mut run = run_columns(row)?;
     if let Some(mut child) = optional_json::<crate::run::ChildOf>(row, "subrun")? {
         child.parent_run_id = run.parent_run_id.unwrap_or_default();
@@ -222,7 +238,7 @@ fn optional_uuid(row: &AnyRow, column: &str) -> Result<Option<Uuid>, StoreError>
 }
 
 pub(super) fn unfinished_from_row(row: &AnyRow) -> Result<Unfinished, StoreError> {
-    let run = run_from_row(row)?;
+    let run = run_record(row)?;
     let answered_pause = row.get::<String, _>("pending_actions") != "[]";
     Ok(Unfinished {
         recovered: run.resumes > 0 && !answered_pause,

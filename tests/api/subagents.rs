@@ -285,10 +285,10 @@ async fn cancelling_a_parent_cancels_its_children_even_one_waiting_for_an_approv
         .await;
     let cancelled = app.delete(&format!("/v1/runs/{id}")).await;
     assert!(cancelled.status.is_success(), "{}", cancelled.text);
-    assert_eq!(app.wait_terminal(id).await["status"], "aborted");
+    app.wait_status(id, "aborted").await;
     for child in &children {
-        let ended = app.wait_terminal(child["id"].as_str().unwrap()).await;
-        assert_eq!(ended["status"], "aborted", "{ended}");
+        app.wait_status(child["id"].as_str().unwrap(), "aborted")
+            .await;
     }
 }
 
@@ -469,4 +469,76 @@ async fn listed_children(remote: &Remote, id: &str) -> Vec<Value> {
         .as_array()
         .unwrap()
         .clone()
+}
+
+#[tokio::test]
+async fn a_childs_pause_shows_on_its_parent_and_is_answered_through_either_run() {
+    let app = spawn_app().await;
+    let asking = |file: &str| {
+        json!({"tools": ["write_file"], "approval": {"tools": ["write_file"]},
+        "model": {"scripted": [
+            {"content": "", "tool_calls": [call("w", "write_file", json!({"path": file, "content": "y"}))]},
+            {"content": format!("wrote {file}")}
+        ]}})
+    };
+    let run = app
+        .create_run(delegating(
+            json!({"one": asking("one.txt"), "two": asking("two.txt")}),
+            json!([{"content": "", "tool_calls": [delegate("a", "one", "write one"), delegate("b", "two", "write two")]},
+                   {"content": "both written"}]),
+        ))
+        .await;
+    let id = run["id"].as_str().unwrap();
+    // Both children wait for a decision: the parent lists both actions,
+    // each naming its child.
+    let waiting = eventually("the parent to list both children's actions", async || {
+        let run = app.get(&format!("/v1/runs/{id}")).await.body;
+        (run["status"] == "requires_action" && run["pending_actions"].as_array()?.len() == 2)
+            .then_some(run)
+    })
+    .await;
+    let children = children_of(&app, id).await;
+    let of = |prompt: &str| children.iter().find(|c| c["prompt"] == prompt).unwrap()["id"].clone();
+    let (one, two) = (of("write one"), of("write two"));
+    let actions = waiting["pending_actions"].as_array().unwrap();
+    let mut named: Vec<&Value> = actions.iter().map(|a| &a["run_id"]).collect();
+    named.sort_by_key(|id| id.as_str());
+    let mut expected = vec![&one, &two];
+    expected.sort_by_key(|id| id.as_str());
+    assert_eq!(named, expected, "{waiting}");
+    assert!(
+        actions
+            .iter()
+            .all(|a| a["call_id"] == "w" && a["name"] == "write_file")
+    );
+
+    // Both wait on a call `w`: through the parent, the run must be named.
+    let ambiguous = app
+        .answer(id, json!([{"call_id": "w", "decision": "approve"}]))
+        .await;
+    assert_eq!(ambiguous.status, 422, "{}", ambiguous.text);
+    assert!(ambiguous.text.contains("run_id"), "{}", ambiguous.text);
+    let wrong = app
+        .answer(id, json!([{"call_id": "w", "run_id": one, "output": "x"}]))
+        .await;
+    assert_eq!(wrong.status, 422, "{}", wrong.text);
+    // One answered through the parent, the other through its own run.
+    let answered = app
+        .answer(
+            id,
+            json!([{"call_id": "w", "run_id": one, "decision": "approve"}]),
+        )
+        .await;
+    assert_eq!(answered.status, 200, "{}", answered.text);
+    let direct = app
+        .answer(
+            two.as_str().unwrap(),
+            json!([{"call_id": "w", "decision": "approve"}]),
+        )
+        .await;
+    assert_eq!(direct.status, 200, "{}", direct.text);
+    let done = app.wait_status(id, "completed").await;
+    assert_eq!(done["pending_actions"], json!([]));
+    assert_eq!(app.workspace_file(&done, "one.txt").await, "y");
+    assert_eq!(app.workspace_file(&done, "two.txt").await, "y");
 }

@@ -264,6 +264,41 @@ async fn a_runs_spans_reach_phoenix_in_the_callers_trace() {
         .collect();
     events.sort();
     assert_eq!(events, [vec!["paused"], vec!["resumed"]], "{spans:#?}");
+
+    // A run that delegates: its child's run span sits under its
+    // `execute_tool delegate` span, in its trace.
+    let parent = app
+        .run_to_end(json!({
+            "prompt": "ask",
+            "subagents": {"r": {"model": {"scripted": [{"content": "hi"}]}}},
+            "model": {"scripted": [
+                {"content": "", "tool_calls": [call("d1", "delegate", json!({"agent": "r", "prompt": "go"}))]},
+                {"content": "done"}
+            ]}
+        }))
+        .await;
+    assert_eq!(parent["status"], "completed", "{parent}");
+    let trace = parent["trace_id"].as_str().unwrap().to_owned();
+    let spans = phoenix
+        .spans_once(&trace, |spans| {
+            spans.iter().filter(|s| s["name"] == "invoke_agent").count() >= 2
+                && spans.iter().any(|s| s["name"] == "execute_tool delegate")
+        })
+        .await;
+    let delegate = spans
+        .iter()
+        .find(|s| s["name"] == "execute_tool delegate")
+        .unwrap();
+    let child = spans
+        .iter()
+        .find(|s| {
+            s["name"] == "invoke_agent" && s["attributes"]["agent_runner.run_id"] != parent["id"]
+        })
+        .unwrap_or_else(|| panic!("the child's span: {spans:#?}"));
+    assert_eq!(
+        child["parent_id"], delegate["context"]["span_id"],
+        "{spans:#?}"
+    );
 }
 
 #[tokio::test]

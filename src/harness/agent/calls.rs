@@ -38,6 +38,7 @@ impl Run<'_, '_> {
                     kind,
                     name: call.name.clone(),
                     arguments: call.arguments.clone(),
+                    run_id: None,
                 })
             })
             .collect()

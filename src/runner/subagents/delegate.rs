@@ -23,7 +23,7 @@ use uuid::Uuid;
 
 use super::SlotCell;
 use crate::harness::{
-    EventKind, Outcome, StopReason, Tool, ToolDefinition, ToolError, UsageTotals,
+    EventKind, Outcome, PendingAction, StopReason, Tool, ToolDefinition, ToolError, UsageTotals,
 };
 use crate::run::{ChildOf, Multitask, Run, RunLimits, RunSpec, RunStatus, Subagent, Subagents};
 use crate::runner::observer::RunObserver;
@@ -67,6 +67,51 @@ pub(in crate::runner) struct Delegation {
     /// Fires when the tool is gone (the run's drive ended): a child still
     /// running is cancelled, unless the run is handed over.
     gone: CancellationToken,
+    /// The pending actions of its children that wait for a decision.
+    waiting: Waiting,
+}
+
+/// The pending actions of a run's children that wait for a decision, by
+/// child, which the run lists as its own while they wait.
+#[derive(Clone)]
+struct Waiting {
+    parent: Uuid,
+    by_child: Arc<Mutex<std::collections::BTreeMap<Uuid, Vec<PendingAction>>>>,
+}
+
+impl Waiting {
+    /// `child` as it is now: its actions listed while it waits for a
+    /// decision, and no longer once it does not. Stored when that changes.
+    fn update(&self, runner: &Runner, child: &Run) {
+        let actions: Vec<PendingAction> = if child.status == RunStatus::RequiresAction {
+            child
+                .pending_actions
+                .iter()
+                .map(|action| PendingAction {
+                    // A grandchild's keeps its own run.
+                    run_id: Some(action.run_id.unwrap_or(child.id)),
+                    ..action.clone()
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let mut by_child = crate::sync::lock(&self.by_child);
+        let before = by_child.get(&child.id).cloned().unwrap_or_default();
+        if before == actions {
+            return;
+        }
+        if actions.is_empty() {
+            by_child.remove(&child.id);
+        } else {
+            by_child.insert(child.id, actions);
+        }
+        let all: Vec<PendingAction> = by_child.values().flatten().cloned().collect();
+        drop(by_child);
+        if let Err(error) = runner.services.store.writer().delegated(self.parent, &all) {
+            tracing::warn!(%error, "a child's pending actions could not be listed on its parent");
+        }
+    }
 }
 
 /// What a [`Delegation`] is made of.
@@ -92,6 +137,7 @@ impl Delegation {
             deadline,
         } = parts;
         let (sender, receiver) = mpsc::unbounded_channel();
+        let live_id = live.id;
         let parallel = Arc::new(Semaphore::new(
             runner.services.max_parallel_subruns as usize,
         ));
@@ -112,6 +158,10 @@ impl Delegation {
             children: Mutex::default(),
             news: (sender, tokio::sync::Mutex::new(receiver)),
             gone: CancellationToken::new(),
+            waiting: Waiting {
+                parent: live_id,
+                by_child: Arc::default(),
+            },
         }
     }
 
@@ -160,6 +210,7 @@ impl Delegation {
             gone: self.gone.clone(),
             call_id: call_id.to_owned(),
             agent: name.to_owned(),
+            waiting: self.waiting.clone(),
         };
         tokio::spawn(async move {
             let ended = life.live(spec, copy_from).await;
@@ -385,6 +436,7 @@ struct ChildLife {
     gone: CancellationToken,
     call_id: String,
     agent: String,
+    waiting: Waiting,
 }
 
 impl ChildLife {
@@ -406,11 +458,17 @@ impl ChildLife {
             run_id: run.id,
             agent: self.agent.clone(),
         });
+        let runner = self.runner.clone();
+        let waiting = self.waiting.clone();
+        let meanwhile = |child: &Run| waiting.update(&runner, child);
         let ended = tokio::select! {
-            ended = self.runner.ended_run(run.id, &stopped) => ended,
+            ended = self.runner.ended_run(run.id, &stopped, meanwhile) => ended,
             () = self.cancel.cancelled() => self.stop_child(run.id).await,
             () = self.gone.cancelled() => self.stop_child(run.id).await,
         };
+        if let Some(ended) = &ended {
+            self.waiting.update(&self.runner, ended);
+        }
         let Some(ended) = ended else {
             return Err("the run was stopped".into());
         };
@@ -438,7 +496,7 @@ impl ChildLife {
         }
         self.runner.cancel_child(id).await;
         let never = CancellationToken::new();
-        self.runner.ended_run(id, &never).await
+        self.runner.ended_run(id, &never, |_| {}).await
     }
 
     /// The parent's `usage_total`: what its children used, summed again

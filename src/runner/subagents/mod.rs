@@ -121,15 +121,21 @@ impl Runner {
     }
 
     /// The run `id` once it has ended, as stored; `None` if `stop` fires
-    /// first, or it is gone (purged).
-    pub(super) async fn ended_run(&self, id: Uuid, stop: &CancellationToken) -> Option<Run> {
+    /// first, or it is gone (purged). `meanwhile` is told the run as it is
+    /// whenever its status changes before that.
+    pub(super) async fn ended_run(
+        &self,
+        id: Uuid,
+        stop: &CancellationToken,
+        mut meanwhile: impl FnMut(&Run),
+    ) -> Option<Run> {
         let store = &self.services.store;
         // Subscribed before the first read: no end after it goes unheard.
         let (mut statuses, mut missed) = store.live().subscribe_statuses();
         loop {
             match store.run_by_id(id).await {
                 Ok(Some(run)) if run.status.is_terminal() => return Some(run),
-                Ok(Some(_)) => {}
+                Ok(Some(run)) => meanwhile(&run),
                 Ok(None) => return None,
                 Err(error) => {
                     tracing::warn!(%error, child_run_id = %id, "a child could not be read")
@@ -146,7 +152,7 @@ impl Runner {
                     }
                     () = &mut look_again => break,
                     change = statuses.recv() => match change {
-                        Ok(change) if change.run_id == id && change.status.is_terminal() => break,
+                        Ok(change) if change.run_id == id => break,
                         Ok(_) => {}
                         Err(RecvError::Lagged(_)) => break,
                         Err(RecvError::Closed) => return None,

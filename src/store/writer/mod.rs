@@ -249,6 +249,21 @@ impl Writer {
         Ok(())
     }
 
+    /// The pending actions of a run's children that wait for a decision,
+    /// each naming its child (none: none wait).
+    pub fn delegated(
+        &self,
+        run_id: Uuid,
+        actions: &[crate::harness::PendingAction],
+    ) -> Result<(), StoreError> {
+        let json = (!actions.is_empty())
+            .then(|| serde_json::to_string(actions))
+            .transpose()
+            .map_err(|e| StoreError::Corrupt(format!("cannot serialise actions: {e}")))?;
+        self.send(Op::Delegated { run_id, json });
+        Ok(())
+    }
+
     /// What a run's children used, summed: its `usage_total` adds it.
     pub fn children_usage(
         &self,

@@ -124,6 +124,12 @@ pub(super) enum Op {
         chosen: Option<u32>,
         transcript_of: Option<Uuid>,
     },
+    /// The pending actions of a run's children that wait for a decision,
+    /// listed on it (`json` null when none).
+    Delegated {
+        run_id: Uuid,
+        json: Option<String>,
+    },
     /// What a run's children used, summed (their `usage_total`).
     ChildrenUsage {
         run_id: Uuid,
@@ -177,6 +183,7 @@ impl Op {
             Self::Tools { .. }
             | Self::Attempts { .. }
             | Self::ChildrenUsage { .. }
+            | Self::Delegated { .. }
             | Self::Transition(..)
             | Self::Barrier(_)
             | Self::Delivery { .. }
@@ -254,7 +261,11 @@ pub(super) fn finish(op: Op, stored: bool, channels: &Channels) {
         Op::Barrier(done) => {
             let _ = done.send(stored);
         }
-        Op::Tools { .. } | Op::Attempts { .. } | Op::ChildrenUsage { .. } | Op::Close(_) => {}
+        Op::Tools { .. }
+        | Op::Attempts { .. }
+        | Op::ChildrenUsage { .. }
+        | Op::Delegated { .. }
+        | Op::Close(_) => {}
     }
 }
 

@@ -125,6 +125,7 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
     let mut tools = Vec::new();
     let mut attempts = Vec::new();
     let mut children_usage = Vec::new();
+    let mut delegated = Vec::new();
     // Runs that end or pause in the batch.
     let mut settled = Vec::new();
     // Webhooks' deliveries delivered (or given up), and tried again later.
@@ -148,6 +149,7 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
             Op::ChildrenUsage { run_id, json, .. } => {
                 children_usage.push((run_id.to_string(), json.as_str()));
             }
+            Op::Delegated { run_id, json } => delegated.push((run_id.to_string(), json.as_deref())),
             Op::Started { run_id, at, .. } => started.push((run_id.to_string(), at.as_str())),
             Op::Event(outer) => {
                 for event in outer.all() {
@@ -319,6 +321,14 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
     for (run_id, usage) in &children_usage {
         sqlx::query("UPDATE runs SET children_usage = $1 WHERE id = $2")
             .bind(*usage)
+            .bind(run_id.as_str())
+            .execute(&mut *connection)
+            .await?;
+    }
+    // The actions a run's children wait on, as they change.
+    for (run_id, actions) in &delegated {
+        sqlx::query("UPDATE runs SET delegated_actions = $1 WHERE id = $2")
+            .bind(*actions)
             .bind(run_id.as_str())
             .execute(&mut *connection)
             .await?;

@@ -420,6 +420,7 @@ mod tests {
             kind: ActionKind::Approval,
             name: "list_dir".into(),
             arguments: json!({}),
+            run_id: None,
         }];
         store.writer().append(NewEvent {
             run_id: run.id,
