@@ -195,12 +195,14 @@ mod tests {
                 kind: ActionKind::Approval,
                 name: "write_file".into(),
                 arguments: Value::Null,
+                run_id: None,
             },
             PendingAction {
                 call_id: "2".into(),
                 kind: ActionKind::ClientTool,
                 name: "lookup".into(),
                 arguments: Value::Null,
+                run_id: None,
             },
         ];
         let none = |_: &str| false;
