@@ -13,6 +13,7 @@
 
 import { renderChanges, renderDiff, saveBlob } from "./diff.js";
 import { loadSchedules } from "./schedules.js";
+import { loadSubruns } from "./subruns.js";
 
 const TOKEN_KEY = "agent-runner-token";
 const LIVE = new Set(["queued", "running", "requires_action"]);
@@ -437,6 +438,8 @@ async function openRun(id) {
   $("diff").replaceChildren();
   $("attempts").hidden = true;
   $("attempts-grid").replaceChildren();
+  $("subruns").hidden = true;
+  $("subruns-list").replaceChildren();
   $("changes-error").hidden = true;
   renderChanges($("changes-counts"), null);
   $("run-title").textContent = `Run ${id}`;
@@ -528,8 +531,10 @@ function renderRun(run) {
     list.push(h("dt", {}, "Continues"), h("dd", {}, h("a", { href: `#/runs/${run.previous_run_id}` }, run.previous_run_id)));
   }
   if (run.parent_run_id) {
-    list.push(h("dt", {}, `Attempt ${run.attempt} of`), h("dd", {}, h("a", { href: `#/runs/${run.parent_run_id}` }, run.parent_run_id)));
+    const of = run.root_run_id ? "Delegated by" : `Attempt ${run.attempt} of`;
+    list.push(h("dt", {}, of), h("dd", {}, h("a", { href: `#/runs/${run.parent_run_id}` }, run.parent_run_id)));
   }
+  if (run.usage_total) list.push(h("dt", {}, "With sub-agents"), h("dd", {}, tokens(run.usage_total)));
   $("run-facts").replaceChildren(...list);
   if (run.error) showRunError(run.error);
   else $("run-error").hidden = true;
@@ -542,6 +547,12 @@ function renderRun(run) {
   renderChanges($("changes-counts"), run.changes);
   renderAttempts(run);
   renderPending(run);
+}
+
+/** The open run's sub-agents' runs, as a tree (read again on its news). */
+function showSubruns(open) {
+  if (state.open !== open) return;
+  loadSubruns({ api, h, id: open.id, section: $("subruns"), list: $("subruns-list") });
 }
 
 /**
@@ -663,7 +674,9 @@ function pendingItem(run, action) {
     for (const button of buttons) button.disabled = true;
     problem.hidden = true;
     try {
-      const answered = await api("POST", `/v1/runs/${run.id}/actions`, { actions: [{ call_id: action.call_id, ...answer }] });
+      // A child's action, listed on its parent, names its run.
+      const own = action.run_id ? { run_id: action.run_id } : {};
+      const answered = await api("POST", `/v1/runs/${run.id}/actions`, { actions: [{ call_id: action.call_id, ...own, ...answer }] });
       const kept = remember(answered);
       if (state.open && state.open.id === run.id) {
         // Newer than any read still on its way.
@@ -682,6 +695,7 @@ function pendingItem(run, action) {
     { class: "pending-head" },
     h("strong", {}, action.name),
     h("span", { class: "kind" }, action.kind === "approval" ? "asks for approval" : "runs on your side"),
+    action.run_id && h("a", { class: "pending-run", href: `#/runs/${action.run_id}` }, "a sub-agent's call"),
   );
   const args = h("pre", { class: "arguments" }, JSON.stringify(action.arguments, null, 2));
   let controls;
@@ -733,9 +747,10 @@ function showEvent(event) {
     }
     $("transcript").append(messageItem(event.message));
   }
-  if (["run_start", "actions_required", "run_end", "tool_end", "attempt_start", "attempt_end"].includes(event.type)) {
+  if (["run_start", "actions_required", "run_end", "tool_end", "attempt_start", "attempt_end", "subrun_start", "subrun_end"].includes(event.type)) {
     refreshOpenRun();
   }
+  if (event.type === "run_start" || event.type === "subrun_start" || event.type === "subrun_end") showSubruns(open);
   // A tool may have changed the workspace.
   if (event.type === "tool_end" || event.type === "run_end") loadDiff(open);
 }
@@ -771,6 +786,12 @@ function eventItem(event) {
       break;
     case "attempt_end":
       detail = `attempt ${event.attempt} ${event.status} · checks ${event.checks_passed ? "passed" : "failed"}`;
+      break;
+    case "subrun_start":
+      detail = `${event.agent} · ${event.run_id}`;
+      break;
+    case "subrun_end":
+      detail = `${event.status} · ${event.run_id}`;
       break;
     case "message":
       detail = event.message.role;

@@ -18,6 +18,7 @@ const INDEX: &str = include_str!("../../console/index.html");
 const SCRIPT: &str = include_str!("../../console/app.js");
 const DIFF_SCRIPT: &str = include_str!("../../console/diff.js");
 const SCHEDULES_SCRIPT: &str = include_str!("../../console/schedules.js");
+const SUBRUNS_SCRIPT: &str = include_str!("../../console/subruns.js");
 const STYLE: &str = include_str!("../../console/app.css");
 
 /// What the page may load and connect to: itself only.
@@ -41,6 +42,10 @@ pub async fn asset(Path(file): Path<String>) -> Result<Response, ApiError> {
         "schedules.js" => Ok(asset_response(
             "text/javascript; charset=utf-8",
             SCHEDULES_SCRIPT,
+        )),
+        "subruns.js" => Ok(asset_response(
+            "text/javascript; charset=utf-8",
+            SUBRUNS_SCRIPT,
         )),
         "app.css" => Ok(asset_response("text/css; charset=utf-8", STYLE)),
         _ => Err(ApiError::NotFound("console file")),

@@ -84,7 +84,7 @@ impl RunTask {
                 observer.set_tools(names);
             }
         }
-        if let Some(delegation) = self.delegation(observer, before) {
+        if let Some(delegation) = self.delegation(observer, before, &workspace) {
             tools.push(Arc::new(delegation));
         }
         let compiled_here = spec.client_tools.is_empty() && from_servers.is_empty();
@@ -111,7 +111,12 @@ impl RunTask {
 
     /// The run's `delegate` tool, when it has sub-agents and is not as
     /// deep as runs may delegate (`[runs] max_depth`).
-    fn delegation(&self, observer: &Arc<RunObserver>, before: Duration) -> Option<Delegation> {
+    fn delegation(
+        &self,
+        observer: &Arc<RunObserver>,
+        before: Duration,
+        workspace: &Arc<RunWorkspace>,
+    ) -> Option<Delegation> {
         let subagents = self.spec.subagents.as_ref().filter(|s| !s.is_empty())?;
         let depth = self.spec.child_of.as_ref().map_or(0, |of| of.depth);
         if depth >= self.runner.services.max_depth {
@@ -126,6 +131,7 @@ impl RunTask {
             spec: self.spec.clone(),
             subagents: Arc::clone(subagents),
             deadline: Instant::now() + left,
+            workspace: Arc::clone(workspace),
         }))
     }
 

@@ -63,6 +63,14 @@ async fn the_console_shows_a_run_s_attempts_side_by_side_with_their_diffs() {
 }
 
 #[tokio::test]
+async fn the_console_shows_a_runs_sub_agents_as_a_tree_and_answers_a_childs_pause() {
+    let app = spawn_app().await;
+    let seen = browse(&app, "subruns").await;
+    assert_eq!(seen["subruns"], 3, "{seen}");
+    assert_eq!(seen["nested"], 1, "{seen}");
+}
+
+#[tokio::test]
 async fn the_console_shows_what_a_run_cost_and_its_cache() {
     // Two calls, each of 1,000 input tokens (600 read from the cache, 200
     // written to it) and 10 output: at the price below $0.0006 + $0.00018

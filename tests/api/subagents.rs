@@ -143,6 +143,8 @@ async fn a_shared_child_works_in_its_parents_directory_and_a_copied_one_brings_b
     // The shared child's file is in the parent's workspace; the copied
     // one's is not, and came back as a diff.
     assert_eq!(app.workspace_file(&run, "shared.txt").await, "written\n");
+    // What its shared child wrote counts among the parent's changes.
+    assert_eq!(run["changes"]["files"], 1, "{run}");
     let id = run["id"].as_str().unwrap();
     let missing = app
         .get(&format!("/v1/runs/{id}/workspace/copied.txt"))

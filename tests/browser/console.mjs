@@ -110,6 +110,40 @@ const scenarios = {
     return { attempts: await cards.count() };
   },
 
+  // A run that delegates shows its sub-agents' runs as a tree; a child's
+  // pause shows on it, and is approved there.
+  async subruns() {
+    const leaf = { description: "looks", model: scripted([{ content: "leaf answer" }]) };
+    const helper = { subagents: { leaf }, model: scripted([
+      { content: "", tool_calls: [call("l1", "delegate", { agent: "leaf", prompt: "look deeper" })] },
+      { content: "helped" },
+    ]) };
+    const asker = { tools: ["write_file"], approval: { tools: ["write_file"] }, model: scripted([
+      { content: "", tool_calls: [call("w1", "write_file", { path: "asked.txt", content: "yes\n" })] },
+      { content: "asked and wrote" },
+    ]) };
+    const run = await api("POST", "/v1/runs", {
+      prompt: "delegate twice",
+      subagents: { helper, asker },
+      model: scripted([
+        { content: "", tool_calls: [call("d1", "delegate", { agent: "helper", prompt: "help out" }), call("d2", "delegate", { agent: "asker", prompt: "ask first" })] },
+        { content: "all done" },
+      ]),
+    });
+    await page.goto(`${base}/#/runs/${run.id}`);
+    await expectText(page.locator("#run-status"), "requires_action", "the child's pause, on its parent");
+    const item = page.locator("#pending .pending-item");
+    await item.locator(".pending-run").waitFor({ timeout: WAIT });
+    await item.locator("button.approve").click();
+    await expectText(page.locator("#run-status"), "completed", "the run's end");
+    await page.waitForFunction(() => document.querySelectorAll("#subruns .subrun").length === 3, null, { timeout: WAIT });
+    const nested = await page.locator("#subruns .subrun .subruns .subrun").count();
+    assert.equal(nested, 1, "the helper's own child, under it");
+    await expectText(page.locator("#subruns .subrun .subruns .subrun .status"), "completed", "the leaf's end");
+    await shot("console-subruns");
+    return { subruns: await page.locator("#subruns .subrun").count(), nested };
+  },
+
   // A priced run shows what it cost, against its bound, and its cache's
   // tokens; each call's on its model_end.
   async cost() {

@@ -69,6 +69,11 @@ pub(in crate::runner) struct Delegation {
     gone: CancellationToken,
     /// The pending actions of its children that wait for a decision.
     waiting: Waiting,
+    /// Its own workspace, opened for writing before a child works in it or
+    /// copies it (its directory made, its starting tree kept, and its
+    /// changes counted at its end: a child sharing it writes as its own
+    /// tools would).
+    workspace: Arc<crate::tools::RunWorkspace>,
 }
 
 /// The pending actions of a run's children that wait for a decision, by
@@ -123,6 +128,7 @@ pub(in crate::runner) struct DelegationParts {
     pub spec: RunSpec,
     pub subagents: Arc<Subagents>,
     pub deadline: Instant,
+    pub workspace: Arc<crate::tools::RunWorkspace>,
 }
 
 impl Delegation {
@@ -135,6 +141,7 @@ impl Delegation {
             spec,
             subagents,
             deadline,
+            workspace,
         } = parts;
         let (sender, receiver) = mpsc::unbounded_channel();
         let live_id = live.id;
@@ -162,6 +169,7 @@ impl Delegation {
                 parent: live_id,
                 by_child: Arc::default(),
             },
+            workspace,
         }
     }
 
@@ -212,7 +220,17 @@ impl Delegation {
             agent: name.to_owned(),
             waiting: self.waiting.clone(),
         };
+        let opening = Arc::clone(&self.workspace);
         tokio::spawn(async move {
+            let opened = tokio::task::spawn_blocking(move || opening.for_writing().map(drop))
+                .await
+                .map_err(std::io::Error::other)
+                .and_then(|opened| opened);
+            if let Err(error) = opened {
+                let why = format!("the workspace could not be opened: {error}");
+                let _ = sender.send(Some(Err(why)));
+                return;
+            }
             let ended = life.live(spec, copy_from).await;
             let _ = sender.send(Some(ended));
         });
