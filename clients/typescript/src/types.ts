@@ -137,6 +137,8 @@ export interface PendingAction {
   kind: "approval" | "client_tool";
   name: string;
   arguments: unknown;
+  /** The child run whose call it is, listed on its parent while the child waits; absent for the run's own. */
+  run_id?: string;
 }
 
 /** The agent, and the version of it, a run was made from. */
@@ -191,7 +193,7 @@ export interface Run {
   output_schema: Record<string, unknown> | null;
   /** What the run changed in its workspace (its diff, counted), once it has ended; `null` until then. */
   changes: Changes | null;
-  /** The run it is an attempt of; `null` when none. */
+  /** The run it is an attempt of, or whose `delegate` call started it; `null` when none. */
   parent_run_id: string | null;
   /** Which attempt of its parent it is (from 1); `null` when none. */
   attempt: number | null;
@@ -207,6 +209,12 @@ export interface Run {
   schedule_id: string | null;
   /** The tick it was made for (RFC 3339); `null` for a trigger's run, and any other. */
   schedule_tick: string | null;
+  /** The agents it may delegate to, as resolved when it was accepted; `null` for a run without. */
+  subagents: Record<string, SubagentSummary> | null;
+  /** The root of its tree of delegations, for a run a `delegate` call started; `null` otherwise. */
+  root_run_id: string | null;
+  /** Its usage and its children's (recursively); `null` for a run without `subagents`. */
+  usage_total: Usage | null;
   created_at: string;
   started_at: string | null;
   finished_at: string | null;
@@ -378,6 +386,8 @@ export interface RunDefinition {
   output_schema?: Record<string, unknown> | null;
   /** Try the run several times; its checks choose. */
   attempts?: AttemptsRequest | null;
+  /** Agents the run may delegate to through its `delegate` tool, by name (at most 8). */
+  subagents?: Record<string, SubagentRequest> | null;
 }
 
 /** What a follow-up of a live run does (SPEC section 23). */
@@ -509,12 +519,16 @@ export interface ListAgentVersionsQuery {
 /** Approves an approval's call: it executes. */
 export interface ApproveAnswer {
   call_id: string;
+  /** The child whose action it is, answered through its parent (needed where two children wait on calls of one id). */
+  run_id?: string;
   decision: "approve";
 }
 
 /** Denies an approval's call: the model is told `Denied: REASON`. */
 export interface DenyAnswer {
   call_id: string;
+  /** The child whose action it is, answered through its parent (needed where two children wait on calls of one id). */
+  run_id?: string;
   decision: "deny";
   reason?: string;
 }
@@ -522,12 +536,16 @@ export interface DenyAnswer {
 /** A client tool's output (any JSON), recorded as its successful result. */
 export interface OutputAnswer {
   call_id: string;
+  /** The child whose action it is, answered through its parent (needed where two children wait on calls of one id). */
+  run_id?: string;
   output: unknown;
 }
 
 /** A client tool's failure, recorded as an error result. */
 export interface ErrorAnswer {
   call_id: string;
+  /** The child whose action it is, answered through its parent (needed where two children wait on calls of one id). */
+  run_id?: string;
   error: string;
 }
 
@@ -588,148 +606,11 @@ export interface MessageList {
   messages: Message[];
 }
 
-// ---------------------------------------------------------------- events
-
-/** What every stored event has: `sequence` is 1, 2, 3, ... per run, no gaps. */
-interface StoredEvent {
-  run_id: string;
-  sequence: number;
-  /** RFC 3339. */
-  timestamp: string;
-}
-
-/** The run starts, with its model, limits and tools. */
-export interface RunStartEvent extends StoredEvent {
-  type: "run_start";
-  model?: ModelInfo;
-  limits?: RunLimits;
-  tools?: ToolName[];
-}
-
-/** A model call starts. */
-export interface ModelStartEvent extends StoredEvent {
-  type: "model_start";
-}
-
-/** A model call ended. */
-export interface ModelEndEvent extends StoredEvent {
-  type: "model_end";
-  duration_ms: number;
-  usage?: ModelUsage;
-  /** Why the model stopped, in its provider's words (`stop`, `tool_calls`, `end_turn`, ...), where it says. */
-  finish_reason?: string;
-}
-
-/** A model call failed. */
-export interface ModelErrorEvent extends StoredEvent {
-  type: "model_error";
-  error: string;
-}
-
-/** A tool call starts. */
-export interface ToolStartEvent extends StoredEvent {
-  type: "tool_start";
-  call_id: string;
-  name: string;
-}
-
-/** A tool call ended. */
-export interface ToolEndEvent extends StoredEvent {
-  type: "tool_end";
-  call_id: string;
-  name: string;
-  duration_ms: number;
-  is_error: boolean;
-}
-
-/** A message joined the transcript. */
-export interface MessageEvent extends StoredEvent {
-  type: "message";
-  message: Message;
-}
-
-/** The run paused for a decision on `actions` (its `pending_actions`). */
-export interface ActionsRequiredEvent extends StoredEvent {
-  type: "actions_required";
-  actions: PendingAction[];
-}
-
-/** The run's process stopped while it ran, and the run goes on from its last stored step. */
-export interface RunResumedEvent extends StoredEvent {
-  type: "run_resumed";
-  /** 1 for its first resume, 2 for its second, ... */
-  attempt: number;
-  reason: "crash" | "shutdown" | "lease_lost";
-}
-
-/** An attempt of the run was made; `run_id` is the attempt's own run. */
-export interface AttemptStartEvent extends StoredEvent {
-  type: "attempt_start";
-  attempt: number;
-}
-
-/** An attempt ended and its checks ran; `run_id` is the attempt's own run. */
-export interface AttemptEndEvent extends StoredEvent {
-  type: "attempt_end";
-  attempt: number;
-  status: TerminalRunStatus;
-  checks_passed: boolean;
-}
-
-/**
- * A summary now stands in for the transcript's first `replaced_messages`;
- * with `fallback`, the summary failed and older results are masked instead.
- */
-export interface CompactionEvent extends StoredEvent {
-  type: "compaction";
-  replaced_messages: number;
-  before_chars: number;
-  after_chars: number;
-  duration_ms: number;
-  usage?: ModelUsage;
-  fallback?: "masking";
-  error?: string;
-}
-
-/** The run ended; always its last event, exactly once. */
-export interface RunEndEvent extends StoredEvent {
-  type: "run_end";
-  status: TerminalRunStatus;
-  steps: number;
-  tool_calls: number;
-  usage: Usage;
-  /** Present when the run completed. */
-  answer?: string;
-  /** Present when the run ended on an error. */
-  error?: string;
-  /** The run's `output` (`null` without an output schema); absent from events stored before it existed. */
-  output?: unknown;
-}
-
-/** Text a streaming model produced: live only, never stored, no `sequence`. */
-export interface ModelDeltaEvent {
-  run_id: string;
-  timestamp: string;
-  type: "model_delta";
-  text: string;
-}
-
-/** One event of a run, told apart by `type`. */
-export type RunEvent =
-  | RunStartEvent
-  | ModelStartEvent
-  | ModelEndEvent
-  | ModelErrorEvent
-  | ToolStartEvent
-  | ToolEndEvent
-  | MessageEvent
-  | ActionsRequiredEvent
-  | RunResumedEvent
-  | AttemptStartEvent
-  | AttemptEndEvent
-  | CompactionEvent
-  | RunEndEvent
-  | ModelDeltaEvent;
+// Sub-agents' shapes are in `subagents.ts`, the events of a run's stream in
+// `events.ts`.
+import type { SubagentRequest, SubagentSummary } from "./subagents.js";
+export type * from "./subagents.js";
+export type * from "./events.js";
 
 // ---------------------------------------------------------------- errors
 

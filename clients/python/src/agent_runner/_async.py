@@ -116,7 +116,7 @@ class AsyncClient(AsyncSchedulesMixin):
         The keyword arguments are the fields of the API's
         ``CreateRunRequest`` (``None`` leaves one out); ``extra`` passes any
         other field as is (``webhook``, ``mcp_servers``, ``commands``,
-        ``attempts``).
+        ``attempts``, ``subagents``).
         ``approval`` may be a list of tool names. ``agent`` names a stored
         agent to start from (``"NAME"``, its latest version, or
         ``"NAME@VERSION"``): the fields given replace its definition's
@@ -214,7 +214,9 @@ class AsyncClient(AsyncSchedulesMixin):
 
         Each answer is ``{"call_id": ..., "decision": "approve"}``,
         ``{"call_id": ..., "decision": "deny", "reason": ...}``,
-        ``{"call_id": ..., "output": ANY}`` or ``{"call_id": ..., "error": TEXT}``.
+        ``{"call_id": ..., "output": ANY}`` or ``{"call_id": ..., "error": TEXT}``;
+        through a parent that lists a sub-agent's action, each may name the
+        child's ``run_id``.
         Returns the run: still ``requires_action`` while some are unanswered,
         else ``queued`` to resume.
         """

@@ -77,6 +77,9 @@ class PendingAction:
     kind: str
     name: str
     arguments: Any = None
+    #: The child run whose call it is, when its parent lists it (a
+    #: sub-agent waiting for a decision); ``None`` for the run's own.
+    run_id: Optional[str] = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PendingAction:
@@ -86,6 +89,7 @@ class PendingAction:
             kind=str(data.get("kind", "")),
             name=str(data.get("name", "")),
             arguments=data.get("arguments"),
+            run_id=data.get("run_id"),
         )
 
 
@@ -148,7 +152,11 @@ class Run:
     once one passed, ``chosen_attempt``; each attempt is a run whose
     ``parent_run_id`` and ``attempt`` say whose attempt it is. A run a
     schedule made names it (``schedule_id``) and the tick it was made for
-    (``schedule_tick``, ``None`` for a trigger's).
+    (``schedule_tick``, ``None`` for a trigger's). A run that may delegate
+    lists its ``subagents`` (by name: ``description``, ``workspace``,
+    ``agent``) and its ``usage_total`` (its usage and its children's); a
+    child a ``delegate`` call started names its ``parent_run_id`` and
+    ``root_run_id``.
     """
 
     id: str
@@ -186,6 +194,9 @@ class Run:
     chosen_attempt: Optional[int] = None
     schedule_id: Optional[str] = None
     schedule_tick: Optional[str] = None
+    subagents: Optional[dict[str, Any]] = None
+    root_run_id: Optional[str] = None
+    usage_total: Optional[Usage] = None
     created_at: str = ""
     started_at: Optional[str] = None
     finished_at: Optional[str] = None
@@ -236,6 +247,11 @@ class Run:
             chosen_attempt=data.get("chosen_attempt"),
             schedule_id=data.get("schedule_id"),
             schedule_tick=data.get("schedule_tick"),
+            subagents=data.get("subagents"),
+            root_run_id=data.get("root_run_id"),
+            usage_total=(
+                None if data.get("usage_total") is None else Usage.from_dict(data["usage_total"])
+            ),
             created_at=data.get("created_at") or "",
             started_at=data.get("started_at"),
             finished_at=data.get("finished_at"),
