@@ -41,12 +41,39 @@ pub async fn resolve(
     raw: Option<Value>,
     depth: u32,
 ) -> Result<Option<Arc<Subagents>>, ApiError> {
-    match raw {
-        None | Some(Value::Null) => Ok(None),
-        Some(raw) => resolve_map(state, tenant, raw, depth, "subagents".into())
-            .await
-            .map(|subagents| Some(Arc::new(subagents))),
+    let subagents = match raw {
+        None | Some(Value::Null) => return Ok(None),
+        Some(raw) => resolve_map(state, tenant, raw, depth, "subagents".into()).await?,
+    };
+    // Stored agents naming each other resolve into a tree that grows with
+    // each level: it is bounded, as a run's row holds it whole.
+    let count = count(&subagents);
+    if count > MAX_RESOLVED {
+        return Err(ApiError::Validation(format!(
+            "subagents: {count} sub-agents at all depths (stored agents' own included); at most \
+             {MAX_RESOLVED}"
+        )));
     }
+    let bytes = serde_json::to_string(&subagents).map_or(usize::MAX, |text| text.len());
+    if bytes > MAX_RESOLVED_BYTES {
+        return Err(ApiError::Validation(format!(
+            "subagents: {bytes} bytes of definitions at all depths (stored agents' own \
+             included); at most {MAX_RESOLVED_BYTES}"
+        )));
+    }
+    Ok(Some(Arc::new(subagents)))
+}
+
+/// Most sub-agents a run's tree may hold at all depths, and most bytes of
+/// their definitions.
+const MAX_RESOLVED: usize = 64;
+const MAX_RESOLVED_BYTES: usize = 4 * 1024 * 1024;
+
+fn count(subagents: &Subagents) -> usize {
+    subagents
+        .values()
+        .map(|subagent| 1 + count(&subagent.definition.subagents))
+        .sum()
 }
 
 type Resolving<'a> = Pin<Box<dyn Future<Output = Result<Subagents, ApiError>> + Send + 'a>>;
@@ -182,7 +209,9 @@ async fn template(
              its parent's, and it runs once)"
         )));
     }
-    let nested = definition.remove("subagents");
+    // Left in for the run body's validation (a `delegate` call may need
+    // approval), and resolved below.
+    let nested = definition.get("subagents").cloned();
     definition.insert(
         "prompt".into(),
         Value::String("(the delegate call's prompt)".into()),
@@ -224,6 +253,7 @@ async fn template(
         instructions: spec.instructions.map(|text| text.to_string()),
         mcp_servers: spec.mcp_servers,
         output_schema: spec.output_schema.map(|schema| Value::clone(&schema)),
+        metadata: spec.metadata,
         subagents,
     })
 }

@@ -136,6 +136,14 @@ pub trait Tool: Send + Sync {
         false
     }
 
+    /// Whether a call the run's stop cut short is left without a result,
+    /// to be made again if the run is resumed (its work goes on elsewhere
+    /// and is found again by the call's id), rather than answered as
+    /// cancelled. By default not.
+    fn resumes_on_stop(&self) -> bool {
+        false
+    }
+
     /// Told of the valid calls of it in a batch, in order, before the
     /// batch runs (its calls then run one after another): a tool whose
     /// calls wait on work elsewhere may start it all at once. By default

@@ -71,6 +71,8 @@ pub struct ChildTemplate {
     pub mcp_servers: Vec<String>,
     #[serde(default)]
     pub output_schema: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub metadata: serde_json::Map<String, serde_json::Value>,
     /// Its own sub-agents (offered while the depth allows).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub subagents: Subagents,
@@ -179,6 +181,7 @@ mod tests {
             instructions: None,
             mcp_servers: vec![],
             output_schema: None,
+            metadata: Default::default(),
             subagents: BTreeMap::new(),
         }
     }

@@ -456,7 +456,15 @@ impl Runner {
     /// it is none of these (any more).
     pub async fn cancel_stored(&self, id: Uuid) -> Result<Option<Run>, StoreError> {
         Ok(match self.scheduler.cancel_elsewhere(id).await? {
-            Cancelled::Ended(run) | Cancelled::Forwarded(run) => Some(*run),
+            Cancelled::Ended(run) => {
+                // Ended here, not by its own task: its children are
+                // cancelled here too (a live parent cancels its own).
+                if run.subagents.is_some() || run.attempt_policy.is_some() {
+                    self.cancel_children(id);
+                }
+                Some(*run)
+            }
+            Cancelled::Forwarded(run) => Some(*run),
             Cancelled::Not => None,
         })
     }

@@ -72,7 +72,7 @@ impl Store {
                     .await
             })
             .await?;
-        row.map(|row| rows::run_from_row(&row)).transpose()
+        row.map(|row| rows::run_as_shown(&row)).transpose()
     }
 
     /// Runs newest first, after `cursor` (an id) when given, narrowed by
@@ -97,7 +97,7 @@ impl Store {
             let rows = self
                 .read(async |connection| query.fetch_all(connection).await)
                 .await?;
-            return rows.iter().map(rows::run_from_row).collect();
+            return rows.iter().map(rows::run_as_shown).collect();
         }
         if let Some(schedule) = filter.schedule_id {
             let query = sqlx::query(rows::SELECT_RUNS_PAGE_BY_SCHEDULE)
@@ -111,7 +111,7 @@ impl Store {
             let rows = self
                 .read(async |connection| query.fetch_all(connection).await)
                 .await?;
-            return rows.iter().map(rows::run_from_row).collect();
+            return rows.iter().map(rows::run_as_shown).collect();
         }
         if let Some(agent) = filter.agent {
             let query = sqlx::query(rows::SELECT_RUNS_PAGE_BY_AGENT)
@@ -124,7 +124,7 @@ impl Store {
             let rows = self
                 .read(async |connection| query.fetch_all(connection).await)
                 .await?;
-            return rows.iter().map(rows::run_from_row).collect();
+            return rows.iter().map(rows::run_as_shown).collect();
         }
         let statement = match (filter.status, filter.thread_id) {
             (None, None) => rows::SELECT_RUNS_PAGE,
@@ -145,7 +145,7 @@ impl Store {
         let rows = self
             .read(async |connection| query.fetch_all(connection).await)
             .await?;
-        rows.iter().map(rows::run_from_row).collect()
+        rows.iter().map(rows::run_as_shown).collect()
     }
 
     /// Every attempt of run `parent`, by number.
@@ -179,7 +179,7 @@ impl Store {
         let row = self
             .read(async |connection| query.fetch_optional(connection).await)
             .await?;
-        row.map(|row| rows::run_from_row(&row)).transpose()
+        row.map(|row| rows::run_as_shown(&row)).transpose()
     }
 
     /// The transcript's messages, each as its JSON text, in order.

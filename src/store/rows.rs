@@ -108,11 +108,12 @@ pub(super) const SELECT_RUNS_PAGE_BY_AGENT: &str = select_runs!(
      AND ($5 IS NULL OR status = $5) AND ($6 IS NULL OR thread_id = $6) ORDER BY id DESC LIMIT $3"
 );
 
-pub(super) fn run_from_row(row: &AnyRow) -> Result<Run, StoreError> {
-    let mut run = run_record(row)?;
-    // A parent whose child waits for a decision shows it waiting too, the
-    // child's actions its own (SPEC section 24); its row stays `running`
-    // (it is live, awaiting the child).
+/// The run as clients are shown it: a parent whose child waits for a
+/// decision shows it waiting too, the child's actions its own (SPEC
+/// section 24), while its row stays `running` (it is live, awaiting the
+/// child). Never what the service itself decides on: see [`run_from_row`].
+pub(super) fn run_as_shown(row: &AnyRow) -> Result<Run, StoreError> {
+    let mut run = run_from_row(row)?;
     if run.status == RunStatus::Running
         && let Some(delegated) = optional_json::<Vec<PendingAction>>(row, "delegated_actions")?
         && !delegated.is_empty()
@@ -124,7 +125,7 @@ pub(super) fn run_from_row(row: &AnyRow) -> Result<Run, StoreError> {
 }
 
 /// The run as its row stores it (what the service itself goes on from).
-fn run_record(row: &AnyRow) -> Result<Run, StoreError> {
+pub(super) fn run_from_row(row: &AnyRow) -> Result<Run, StoreError> {
     let mut run = run_columns(row)?;
     if let Some(mut child) = optional_json::<crate::run::ChildOf>(row, "subrun")? {
         child.parent_run_id = run.parent_run_id.unwrap_or_default();
@@ -238,7 +239,7 @@ fn optional_uuid(row: &AnyRow, column: &str) -> Result<Option<Uuid>, StoreError>
 }
 
 pub(super) fn unfinished_from_row(row: &AnyRow) -> Result<Unfinished, StoreError> {
-    let run = run_record(row)?;
+    let run = run_from_row(row)?;
     let answered_pause = row.get::<String, _>("pending_actions") != "[]";
     Ok(Unfinished {
         recovered: run.resumes > 0 && !answered_pause,

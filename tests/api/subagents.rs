@@ -411,10 +411,13 @@ async fn bad_subagents_are_refused_naming_what_is_wrong_and_nothing_is_made() {
     assert_eq!(listed.body["runs"], json!([]), "nothing was made");
 }
 
-/// The real binary on SQLite in `dir`.
-fn start_binary_in(dir: &tempfile::TempDir) -> (ServerProcess, Remote) {
+/// The real binary on SQLite in `dir`, with `config` as its config file.
+fn start_binary_in(dir: &tempfile::TempDir, config: &str) -> (ServerProcess, Remote) {
+    let file = dir.path().join("subagents.toml");
+    std::fs::write(&file, config).unwrap();
     let database = format!("sqlite://{}/runs.db", dir.path().display());
     let mut command = binary_command(dir, &[("AGENT_RUNNER_STORAGE__DATABASE_URL", &database)]);
+    command.arg("--config").arg(&file);
     command.stderr(std::process::Stdio::null());
     let (child, address) = spawn_listening(command);
     (child, Remote::new(address))
@@ -423,7 +426,7 @@ fn start_binary_in(dir: &tempfile::TempDir) -> (ServerProcess, Remote) {
 #[tokio::test]
 async fn a_server_killed_while_two_children_run_starts_neither_twice_and_the_parent_completes() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut server, remote) = start_binary_in(&dir);
+    let (mut server, remote) = start_binary_in(&dir, "");
     let run = remote
         .post_json(
             "/v1/runs",
@@ -445,7 +448,7 @@ async fn a_server_killed_while_two_children_run_starts_neither_twice_and_the_par
     server.kill().unwrap();
     server.wait().unwrap();
 
-    let (_server, remote) = start_binary_in(&dir);
+    let (_server, remote) = start_binary_in(&dir, "");
     let done = remote.wait_status(&id, "completed").await;
     assert_eq!(done["answer"], "combined", "{done}");
     let listed = listed_children(&remote, &id).await;
@@ -543,4 +546,47 @@ async fn a_childs_pause_shows_on_its_parent_and_is_answered_through_either_run()
     assert_eq!(done["pending_actions"], json!([]));
     assert_eq!(app.workspace_file(&done, "one.txt").await, "y");
     assert_eq!(app.workspace_file(&done, "two.txt").await, "y");
+}
+
+#[tokio::test]
+async fn a_parent_handed_over_at_shutdown_waits_for_the_same_child_after_the_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = "[runs]\nshutdown_grace_ms = 200\n";
+    let (mut server, remote) = start_binary_in(&dir, config);
+    let run = remote
+        .post_json(
+            "/v1/runs",
+            &delegating(
+                json!({"slow": answering("slowly", 2500)}),
+                json!([
+                    {"content": "", "tool_calls": [delegate("c1", "slow", "take your time")]},
+                    {"content": "waited"}
+                ]),
+            ),
+        )
+        .await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    eventually("the child running", async || {
+        let listed = listed_children(&remote, &id).await;
+        (listed.len() == 1 && listed[0]["status"] == "running").then_some(())
+    })
+    .await;
+    let status = crate::helpers::terminate(&mut server);
+    assert!(status.success(), "a graceful stop exits 0: {status:?}");
+
+    let (_server, remote) = start_binary_in(&dir, config);
+    let done = remote.wait_status(&id, "completed").await;
+    assert_eq!(done["resumes"], 1, "{done}");
+    let listed = listed_children(&remote, &id).await;
+    assert_eq!(listed.len(), 1, "the same child: {listed:?}");
+    assert_eq!(listed[0]["status"], "completed");
+    let messages = remote.get_json(&format!("/v1/runs/{id}/messages")).await;
+    let results: Vec<&Value> = messages["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| &m["content"])
+        .collect();
+    assert_eq!(results, [&json!("\"slowly\"")], "{messages}");
 }

@@ -342,7 +342,15 @@ impl CreateRunRequest {
             );
         }
         let client_tools = client_tools(self.client_tools.unwrap_or_default(), &tools)?;
-        let approval = approval(self.approval, &tools, &client_tools, &mcp_servers)?;
+        // A run with sub-agents may have its `delegate` calls approved.
+        let delegates = self.subagents.as_ref().is_some_and(|s| !s.is_null());
+        let approval = approval(
+            self.approval,
+            &tools,
+            &client_tools,
+            &mcp_servers,
+            delegates,
+        )?;
         if let Some(webhook) = &self.webhook {
             server
                 .webhooks

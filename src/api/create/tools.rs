@@ -183,6 +183,7 @@ pub(super) fn approval(
     tools: &[String],
     client_tools: &[ToolDefinition],
     mcp_servers: &[String],
+    delegates: bool,
 ) -> Result<ApprovalSpec, ApiError> {
     let Some(requested) = requested else {
         return Ok(ApprovalSpec::default());
@@ -190,6 +191,7 @@ pub(super) fn approval(
     check_unique("approval.tools", &requested.tools)?;
     let known = |name: &str| {
         name == "*"
+            || delegates && name == crate::run::subagents::DELEGATE_TOOL
             || tools.iter().any(|t| t == name)
             || client_tools.iter().any(|t| t.name == name)
             || is_mcp_tool(name, mcp_servers) && !narrowed_out(name, tools, mcp_servers)

@@ -141,14 +141,20 @@ impl Run<'_, '_> {
                     token.cancelled().await;
                     tokio::time::sleep(TOOL_CANCEL_GRACE).await;
                 };
-                tokio::select! {
+                let outcome = tokio::select! {
                     outcome = execution => match outcome {
                         Ok(Ok(value)) => (serialize_result(&value), false),
                         Ok(Err(error)) => (error.message().to_owned(), true),
                         Err(panic) => (format!("Tool panicked: {}", panic_message(&*panic)), true),
                     },
                     () = abandoned => ("Tool call cancelled: the run was stopped".to_owned(), true),
+                };
+                // Cut short by the run's stop: made again if it resumes (an
+                // ended run's follow-up closes it as unanswered).
+                if outcome.1 && token.is_cancelled() && tool.resumes_on_stop() {
+                    return;
                 }
+                outcome
             }
         };
         self.ended_call(call, content, is_error, millis(began.elapsed()));

@@ -30,6 +30,10 @@ use crate::runner::observer::RunObserver;
 use crate::runner::{LiveRun, Runner};
 use crate::telemetry::RunTrace;
 
+/// Longest prompt a `delegate` call may give, in bytes (a run's own
+/// instructions' bound).
+const MAX_PROMPT_BYTES: usize = 256 * 1024;
+
 /// Most bytes of a copied workspace's diff a result carries.
 const MAX_DIFF_BYTES: usize = 64 * 1024;
 
@@ -69,6 +73,8 @@ pub(in crate::runner) struct Delegation {
     gone: CancellationToken,
     /// The pending actions of its children that wait for a decision.
     waiting: Waiting,
+    /// Held while its children's usage is summed and stored.
+    counting: Arc<tokio::sync::Mutex<()>>,
     /// Its own workspace, opened for writing before a child works in it or
     /// copies it (its directory made, its starting tree kept, and its
     /// changes counted at its end: a child sharing it writes as its own
@@ -112,10 +118,11 @@ impl Waiting {
             by_child.insert(child.id, actions);
         }
         let all: Vec<PendingAction> = by_child.values().flatten().cloned().collect();
-        drop(by_child);
+        // Sent under the lock: stored in the order they were made.
         if let Err(error) = runner.services.store.writer().delegated(self.parent, &all) {
             tracing::warn!(%error, "a child's pending actions could not be listed on its parent");
         }
+        drop(by_child);
     }
 }
 
@@ -145,6 +152,11 @@ impl Delegation {
         } = parts;
         let (sender, receiver) = mpsc::unbounded_channel();
         let live_id = live.id;
+        // What an earlier execution listed of its children's actions is
+        // listed again as they are found waiting.
+        if let Err(error) = runner.services.store.writer().delegated(live_id, &[]) {
+            tracing::warn!(%error, "the children's pending actions could not be cleared");
+        }
         let parallel = Arc::new(Semaphore::new(
             runner.services.max_parallel_subruns as usize,
         ));
@@ -170,24 +182,33 @@ impl Delegation {
                 by_child: Arc::default(),
             },
             workspace,
+            counting: Arc::default(),
         }
     }
 
     /// The child of `call_id`: its life's task, started now if it was not.
+    /// `share`: how many children of its batch share what the parent has
+    /// left to spend.
     fn child(
         &self,
         call_id: &str,
         arguments: &Value,
+        share: usize,
     ) -> Result<watch::Receiver<Option<Ended>>, ToolError> {
-        let mut children = crate::sync::lock(&self.children);
-        if let Some(child) = children.get(call_id) {
-            return Ok(child.clone());
-        }
         let name = arguments.get("agent").and_then(Value::as_str).unwrap_or("");
         let prompt = arguments
             .get("prompt")
             .and_then(Value::as_str)
             .unwrap_or("");
+        // Some servers give every response's calls the same ids: a child
+        // is the call's id and what it asks, so that a later call reusing
+        // an id starts a child of its own (and one that asks the same gets
+        // the same answer).
+        let key = child_key(call_id, name, prompt);
+        let mut children = crate::sync::lock(&self.children);
+        if let Some(child) = children.get(&key) {
+            return Ok(child.clone());
+        }
         let Some(subagent) = self.subagents.get(name) else {
             return Err(ToolError::new(format!(
                 "No sub-agent {name:?}: give one of {}",
@@ -203,11 +224,16 @@ impl Delegation {
                 "The prompt is empty: say what the sub-agent is to do",
             ));
         }
-        let spec = self.child_spec(call_id, name, subagent, prompt);
+        if prompt.contains('\0') || prompt.len() > MAX_PROMPT_BYTES {
+            return Err(ToolError::new(format!(
+                "The prompt must have no NUL character and at most {MAX_PROMPT_BYTES} bytes"
+            )));
+        }
+        let spec = self.child_spec(&key, name, subagent, prompt, share);
         let copy_from =
             (!subagent.workspace.is_shared()).then(|| self.runner.workspace_dir(self.workspace_of));
         let (sender, receiver) = watch::channel(None);
-        children.insert(call_id.to_owned(), receiver.clone());
+        children.insert(key, receiver.clone());
         let life = ChildLife {
             runner: self.runner.clone(),
             tenant: self.live.tenant.clone(),
@@ -219,6 +245,7 @@ impl Delegation {
             call_id: call_id.to_owned(),
             agent: name.to_owned(),
             waiting: self.waiting.clone(),
+            counting: Arc::clone(&self.counting),
         };
         let opening = Arc::clone(&self.workspace);
         tokio::spawn(async move {
@@ -239,7 +266,14 @@ impl Delegation {
 
     /// The child run a call starts: the sub-agent's definition, its limits
     /// capped by what the parent has left.
-    fn child_spec(&self, call_id: &str, name: &str, subagent: &Subagent, prompt: &str) -> RunSpec {
+    fn child_spec(
+        &self,
+        key: &str,
+        name: &str,
+        subagent: &Subagent,
+        prompt: &str,
+        share: usize,
+    ) -> RunSpec {
         let template = &subagent.definition;
         let (tool_calls, spent) = self
             .runner
@@ -263,10 +297,12 @@ impl Delegation {
                 .saturating_sub(tool_calls.saturating_add(1)),
         );
         if let Some(max) = self.limits.max_cost_usd {
-            let left = (max - spent.cost_usd.unwrap_or(0.0)).max(0.0);
+            // Shared by the children of its batch.
+            let left = (max - spent.cost_usd.unwrap_or(0.0)).max(0.0) / share.max(1) as f64;
             limits.max_cost_usd = Some(limits.max_cost_usd.map_or(left, |own| own.min(left)));
         }
         let workspace_of = subagent.workspace.is_shared().then_some(self.workspace_of);
+        let call_id = key.split('/').next().unwrap_or(key);
         let trace = self
             .observer
             .tool_traceparent(call_id)
@@ -281,7 +317,7 @@ impl Delegation {
             files: Default::default(),
             limits,
             context: template.context.clone(),
-            metadata: Default::default(),
+            metadata: template.metadata.clone(),
             approval: template.approval.clone(),
             client_tools: template.client_tools.clone(),
             instructions: template.instructions.as_deref().map(Arc::from),
@@ -302,7 +338,7 @@ impl Delegation {
                 .then(|| Arc::new(template.subagents.clone())),
             child_of: Some(ChildOf {
                 parent_run_id: self.live.id,
-                call_id: call_id.to_owned(),
+                call_id: key.to_owned(),
                 root_run_id: self.root,
                 agent: name.to_owned(),
                 depth: self.depth + 1,
@@ -385,11 +421,17 @@ impl Tool for Delegation {
         true
     }
 
+    /// A parent handed over (or stopped) while a child runs leaves the call
+    /// unanswered: whoever resumes it waits for the same child.
+    fn resumes_on_stop(&self) -> bool {
+        true
+    }
+
     fn batch(&self, calls: &[(&str, &Value)]) {
         // Started now; their results are taken as each call runs. One that
         // cannot start answers its own call.
         for (call_id, arguments) in calls {
-            let _ = self.child(call_id, arguments);
+            let _ = self.child(call_id, arguments, calls.len());
         }
     }
 
@@ -403,7 +445,7 @@ impl Tool for Delegation {
         arguments: &Value,
         cancel: &CancellationToken,
     ) -> Result<Value, ToolError> {
-        let mut ended = self.child(call_id, arguments)?;
+        let mut ended = self.child(call_id, arguments, 1)?;
         let copied = arguments
             .get("agent")
             .and_then(Value::as_str)
@@ -455,6 +497,7 @@ struct ChildLife {
     call_id: String,
     agent: String,
     waiting: Waiting,
+    counting: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl ChildLife {
@@ -521,6 +564,9 @@ impl ChildLife {
     /// from storage (each child's own total), so that a child is counted
     /// once whoever tells it.
     async fn count_usage(&self) {
+        // One count at a time: a later read is never stored before an
+        // earlier one.
+        let _counting = self.counting.lock().await;
         let store = &self.runner.services.store;
         let Ok(children) = store.attempts_of(self.parent.id).await else {
             return;
@@ -532,5 +578,34 @@ impl ChildLife {
         if let Err(error) = store.writer().children_usage(self.parent.id, usage) {
             tracing::warn!(%error, "the children's usage could not be stored");
         }
+    }
+}
+
+/// What a child is stored under: its call's id, and a digest of what it
+/// asks (FNV-1a: the same in every build, so a parent resumed by another
+/// version finds its children).
+fn child_key(call_id: &str, agent: &str, prompt: &str) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in agent.bytes().chain([0]).chain(prompt.bytes()) {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{call_id}/{hash:016x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::child_key;
+
+    #[test]
+    fn a_child_is_keyed_by_its_call_and_what_it_asks() {
+        let key = child_key("call_0", "reader", "read a.txt");
+        assert_eq!(key, child_key("call_0", "reader", "read a.txt"));
+        assert_ne!(key, child_key("call_0", "reader", "read b.txt"));
+        assert_ne!(key, child_key("call_0", "writer", "read a.txt"));
+        assert_ne!(key, child_key("call_1", "reader", "read a.txt"));
+        assert!(key.starts_with("call_0/"));
+        // Stable across builds: a resumed parent finds its children.
+        assert_eq!(child_key("c", "a", "p"), "c/e5d2a71904267e7c");
     }
 }

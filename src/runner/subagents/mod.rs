@@ -107,6 +107,25 @@ impl Runner {
         Ok(run)
     }
 
+    /// Cancels, in a task of its own, every child of the run `id` that has
+    /// not ended (and, through their cancels, theirs): its parent ended
+    /// without its own task to do it (cancelled while paused or queued).
+    pub(super) fn cancel_children(&self, id: Uuid) {
+        let runner = self.clone();
+        tokio::spawn(async move {
+            let children = match runner.services.store.attempts_of(id).await {
+                Ok(children) => children,
+                Err(error) => {
+                    tracing::warn!(%error, run_id = %id, "a cancelled run's children could not be read");
+                    return;
+                }
+            };
+            for child in children.into_iter().filter(|c| !c.status.is_terminal()) {
+                runner.cancel_child(child.id).await;
+            }
+        });
+    }
+
     /// Cancels a child that has not ended: one live here at once; one
     /// paused, queued elsewhere or running on another replica through
     /// storage.
