@@ -144,8 +144,15 @@ pub trait Tool: Send + Sync {
         false
     }
 
+    /// Whether it is told of a batch's calls before they run
+    /// ([`Tool::batch`]). By default not.
+    fn takes_batches(&self) -> bool {
+        false
+    }
+
     /// Told of the valid calls of it in a batch, in order, before the
-    /// batch runs (its calls then run one after another): a tool whose
+    /// batch runs (its calls then run one after another), when it
+    /// [`Tool::takes_batches`] and the batch has several: a tool whose
     /// calls wait on work elsewhere may start it all at once. By default
     /// nothing.
     fn batch(&self, _calls: &[(&str, &Value)]) {}

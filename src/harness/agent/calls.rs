@@ -72,16 +72,19 @@ impl Run<'_, '_> {
         self.ended_call(call, content, is_error, 0.0);
     }
 
-    /// Tells each tool of its valid calls among `calls`, the batch about to
-    /// run (see [`crate::harness::Tool::batch`]).
+    /// Tells each tool that takes batches (see
+    /// [`crate::harness::Tool::batch`]) of its valid calls among `calls`,
+    /// the batch about to run, when it has several. A batch of one call, or
+    /// of tools that take none, costs a lookup per call.
     pub(super) fn announce<'c>(&self, calls: impl IntoIterator<Item = &'c ToolCall>) {
+        let tools = self.harness.tools;
         let mut by_tool: Vec<(&str, Vec<(&str, &serde_json::Value)>)> = Vec::new();
         for call in calls {
             if call.unparsable_arguments.is_some()
-                || !matches!(
-                    self.harness.tools.check(&call.name, &call.arguments),
-                    Ok(Some(_))
-                )
+                || !tools
+                    .get(&call.name)
+                    .is_some_and(|tool| tool.takes_batches())
+                || !matches!(tools.check(&call.name, &call.arguments), Ok(Some(_)))
             {
                 continue;
             }
@@ -93,7 +96,7 @@ impl Run<'_, '_> {
         for (name, list) in by_tool {
             // One call alone gains nothing from being told first.
             if list.len() > 1
-                && let Some(tool) = self.harness.tools.get(name)
+                && let Some(tool) = tools.get(name)
             {
                 tool.batch(&list);
             }

@@ -427,6 +427,10 @@ impl Tool for Delegation {
         true
     }
 
+    fn takes_batches(&self) -> bool {
+        true
+    }
+
     fn batch(&self, calls: &[(&str, &Value)]) {
         // Started now; their results are taken as each call runs. One that
         // cannot start answers its own call.
