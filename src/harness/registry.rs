@@ -213,7 +213,6 @@ impl ToolRegistry {
             .collect()
     }
 
-    /// Whether one of the tools checks work.
     /// The names of the tools that change files, in registration order.
     pub fn file_changers(&self) -> Vec<String> {
         self.entries
@@ -223,6 +222,14 @@ impl ToolRegistry {
             .collect()
     }
 
+    /// Whether one of the tools changes files.
+    pub fn changes_files(&self) -> bool {
+        self.entries
+            .iter()
+            .any(|entry| entry.tool.role().changes_files())
+    }
+
+    /// Whether one of the tools checks work.
     pub fn has_check(&self) -> bool {
         self.entries
             .iter()

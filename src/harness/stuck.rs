@@ -1,7 +1,7 @@
 //! Stuck loops: a model that repeats a step exactly (the same calls with the
 //! same arguments, getting the same results) learns nothing new from it, and
 //! small models do it until their steps run out, notes or not. When the last
-//! step repeats one of the two before it, the next model call is asked for
+//! step repeats one of the three before it, the next model call is asked for
 //! an answer, without tools (see [`super::model::ModelRequest::answer_now`]).
 
 use std::sync::Arc;
@@ -16,8 +16,9 @@ any tool now: answer the task from what you have.";
 
 /// How many steps before the last one a repeat is looked for: 1 catches a
 /// step done again at once, 2 a pair done in turn (write the same file, run
-/// the same failing test).
-const LOOKBACK: usize = 2;
+/// the same failing test), 3 a round of three (three sub-agents asked again
+/// in turn).
+const LOOKBACK: usize = 3;
 
 /// Whether `messages` end in a stuck loop: their last step (an assistant
 /// message with tool calls, then its results) is the same as one of the
@@ -116,20 +117,28 @@ mod tests {
     }
 
     #[test]
-    fn a_pair_of_steps_done_in_turn_is_stuck() {
+    fn a_pair_or_a_round_of_three_steps_done_in_turn_is_stuck() {
         let turn = transcript(&[
             step("1", "a", "x"),
             step("2", "b", "y"),
             step("3", "a", "x"),
         ]);
         assert!(is_stuck(&turn));
-        let far = transcript(&[
+        let round = transcript(&[
             step("1", "a", "x"),
             step("2", "b", "y"),
             step("3", "c", "z"),
             step("4", "a", "x"),
         ]);
-        assert!(!is_stuck(&far), "three steps back is not looked at");
+        assert!(is_stuck(&round), "three sub-agents asked again in turn");
+        let far = transcript(&[
+            step("1", "a", "x"),
+            step("2", "b", "y"),
+            step("3", "c", "z"),
+            step("4", "d", "w"),
+            step("5", "a", "x"),
+        ]);
+        assert!(!is_stuck(&far), "four steps back is not looked at");
     }
 
     #[test]

@@ -33,15 +33,17 @@ changed nothing. Now do the task with your tools, then answer.";
 impl Run<'_, '_> {
     /// Whether the model call about to be made is a draft: `draft_first`,
     /// a conversation's start (a follow-up's history may hold tool calls,
-    /// which some providers refuse without tools), a run with tools, and a
-    /// step left after it to use them; and either the run's first call, or
+    /// which some providers refuse without tools), a run with a tool that
+    /// changes files (a draft is code; a run that only reads or delegates
+    /// would draft an answer from nothing), and a step left after it to
+    /// use them; and either the run's first call, or
     /// a redraft: the last step was a draft's code written as files whose
     /// check failed, and the run has drafted fewer than [`MAX_DRAFTS`]
     /// times.
     pub(super) fn drafting(&self) -> bool {
         self.config.draft_first
             && self.config.history.is_empty()
-            && !self.harness.tools.definitions().is_empty()
+            && self.harness.tools.changes_files()
             && self.steps + 1 < self.config.limits.max_steps.get()
             && (self.steps == 0 || self.failed_draft().is_some())
     }
