@@ -17,6 +17,7 @@ mod pauses;
 mod registry;
 mod retention;
 mod seed;
+mod storage_watch;
 mod subagents;
 mod submit;
 mod task;
@@ -259,7 +260,7 @@ impl Runner {
             tenants: Arc::new(TenantPolicy::new(&config.tenants, &config.runs)),
             waiting: Arc::default(),
         };
-        tokio::spawn(watch_storage(
+        tokio::spawn(storage_watch::watch_storage(
             runner.services.store.clone(),
             Arc::downgrade(&runner.runs),
             Duration::from_millis(config.storage.write_retry_ms),
@@ -535,38 +536,6 @@ impl Host for Runner {
 
     fn hold(&self) -> Option<TaskTrackerToken> {
         (!self.is_closing()).then(|| self.lifecycle.tasks.token())
-    }
-}
-
-/// How often the storage watch looks.
-const STORAGE_WATCH: Duration = Duration::from_millis(100);
-
-/// Stops the executing runs once storage has refused writes for
-/// `write_retry`: their records cannot be stored, so they must not go on as
-/// if they were. Each ends `failed` (see [`observer::STORAGE_REFUSED`]), and
-/// that end is stored once storage takes writes again. Ends with the runner.
-async fn watch_storage(store: Store, runs: std::sync::Weak<LiveRuns>, write_retry: Duration) {
-    loop {
-        tokio::time::sleep(STORAGE_WATCH).await;
-        let Some(runs) = runs.upgrade() else {
-            return;
-        };
-        if store
-            .writer()
-            .failing_for()
-            .is_none_or(|failing| failing < write_retry)
-        {
-            continue;
-        }
-        for run in runs.all() {
-            if run.executing.load(Ordering::Acquire)
-                && run
-                    .stop
-                    .stop(StopReason::Failed(observer::STORAGE_REFUSED.to_owned()))
-            {
-                tracing::error!(run_id = %run.id, "storage refuses the run's records; stopping it");
-            }
-        }
     }
 }
 

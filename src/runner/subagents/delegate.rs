@@ -22,9 +22,8 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::SlotCell;
-use crate::harness::{
-    EventKind, Outcome, PendingAction, StopReason, Tool, ToolDefinition, ToolError, UsageTotals,
-};
+use super::life::{ChildLife, Waiting};
+use crate::harness::{EventKind, Outcome, Tool, ToolDefinition, ToolError};
 use crate::run::{ChildOf, Multitask, Run, RunLimits, RunSpec, RunStatus, Subagent, Subagents};
 use crate::runner::observer::RunObserver;
 use crate::runner::{LiveRun, Runner};
@@ -39,7 +38,7 @@ const MAX_DIFF_BYTES: usize = 64 * 1024;
 
 /// What a child's life comes to: its run as it ended, or why there is
 /// none to tell (it could not be started; the parent stopped first).
-type Ended = Result<Run, String>;
+pub(super) type Ended = Result<Run, String>;
 
 /// The `delegate` tool of one run.
 pub(in crate::runner) struct Delegation {
@@ -80,50 +79,6 @@ pub(in crate::runner) struct Delegation {
     /// changes counted at its end: a child sharing it writes as its own
     /// tools would).
     workspace: Arc<crate::tools::RunWorkspace>,
-}
-
-/// The pending actions of a run's children that wait for a decision, by
-/// child, which the run lists as its own while they wait.
-#[derive(Clone)]
-struct Waiting {
-    parent: Uuid,
-    by_child: Arc<Mutex<std::collections::BTreeMap<Uuid, Vec<PendingAction>>>>,
-}
-
-impl Waiting {
-    /// `child` as it is now: its actions listed while it waits for a
-    /// decision, and no longer once it does not. Stored when that changes.
-    fn update(&self, runner: &Runner, child: &Run) {
-        let actions: Vec<PendingAction> = if child.status == RunStatus::RequiresAction {
-            child
-                .pending_actions
-                .iter()
-                .map(|action| PendingAction {
-                    // A grandchild's keeps its own run.
-                    run_id: Some(action.run_id.unwrap_or(child.id)),
-                    ..action.clone()
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let mut by_child = crate::sync::lock(&self.by_child);
-        let before = by_child.get(&child.id).cloned().unwrap_or_default();
-        if before == actions {
-            return;
-        }
-        if actions.is_empty() {
-            by_child.remove(&child.id);
-        } else {
-            by_child.insert(child.id, actions);
-        }
-        let all: Vec<PendingAction> = by_child.values().flatten().cloned().collect();
-        // Sent under the lock: stored in the order they were made.
-        if let Err(error) = runner.services.store.writer().delegated(self.parent, &all) {
-            tracing::warn!(%error, "a child's pending actions could not be listed on its parent");
-        }
-        drop(by_child);
-    }
 }
 
 /// What a [`Delegation`] is made of.
@@ -177,10 +132,7 @@ impl Delegation {
             children: Mutex::default(),
             news: (sender, tokio::sync::Mutex::new(receiver)),
             gone: CancellationToken::new(),
-            waiting: Waiting {
-                parent: live_id,
-                by_child: Arc::default(),
-            },
+            waiting: Waiting::new(live_id),
             workspace,
             counting: Arc::default(),
         }
@@ -484,103 +436,6 @@ impl Tool for Delegation {
             Err(why) => Err(ToolError::new(format!(
                 "The sub-agent could not run: {why}"
             ))),
-        }
-    }
-}
-
-/// One child's life, in a task of its own: its start (in its turn among
-/// the batch's), its end, and what the parent's stream is told of both.
-struct ChildLife {
-    runner: Runner,
-    tenant: crate::run::Tenant,
-    parent: Arc<LiveRun>,
-    parallel: Arc<Semaphore>,
-    news: mpsc::UnboundedSender<EventKind>,
-    cancel: CancellationToken,
-    gone: CancellationToken,
-    call_id: String,
-    agent: String,
-    waiting: Waiting,
-    counting: Arc<tokio::sync::Mutex<()>>,
-}
-
-impl ChildLife {
-    async fn live(self, spec: RunSpec, copy_from: Option<std::path::PathBuf>) -> Ended {
-        let stopped = CancellationToken::new();
-        let _permit = tokio::select! {
-            permit = Arc::clone(&self.parallel).acquire_owned() => permit.map_err(|e| e.to_string())?,
-            () = self.cancel.cancelled() => return Err("the run was stopped".into()),
-            () = self.gone.cancelled() => return Err("the run went on without it".into()),
-        };
-        let run = self
-            .runner
-            .start_child(&self.tenant, spec, copy_from.as_deref())
-            .await
-            .map_err(|error| error.to_string())?;
-        tracing::info!(call_id = %self.call_id, child_run_id = %run.id, agent = %self.agent, "sub-agent started");
-        let _ = self.news.send(EventKind::SubrunStart {
-            call_id: self.call_id.clone(),
-            run_id: run.id,
-            agent: self.agent.clone(),
-        });
-        let runner = self.runner.clone();
-        let waiting = self.waiting.clone();
-        let meanwhile = |child: &Run| waiting.update(&runner, child);
-        let ended = tokio::select! {
-            ended = self.runner.ended_run(run.id, &stopped, meanwhile) => ended,
-            () = self.cancel.cancelled() => self.stop_child(run.id).await,
-            () = self.gone.cancelled() => self.stop_child(run.id).await,
-        };
-        if let Some(ended) = &ended {
-            self.waiting.update(&self.runner, ended);
-        }
-        let Some(ended) = ended else {
-            return Err("the run was stopped".into());
-        };
-        tracing::info!(call_id = %self.call_id, child_run_id = %ended.id, status = %ended.status, "sub-agent ended");
-        let _ = self.news.send(EventKind::SubrunEnd {
-            call_id: self.call_id.clone(),
-            run_id: ended.id,
-            status: ended.status.as_str().to_owned(),
-        });
-        self.count_usage().await;
-        Ok(ended)
-    }
-
-    /// The parent stopped (its stop, or its drive ended: see
-    /// `Delegation::gone`) before its child ended: a client's cancel, its
-    /// deadline, or its end cancels the child, and the child's end is
-    /// waited for; a parent handed over (the server stopping) leaves its
-    /// children to go on, and whoever resumes it waits for them again.
-    async fn stop_child(&self, id: Uuid) -> Option<Run> {
-        if matches!(
-            self.parent.stop.reason(),
-            Some(StopReason::HandOver | StopReason::Interrupted(_))
-        ) {
-            return None;
-        }
-        self.runner.cancel_child(id).await;
-        let never = CancellationToken::new();
-        self.runner.ended_run(id, &never, |_| {}).await
-    }
-
-    /// The parent's `usage_total`: what its children used, summed again
-    /// from storage (each child's own total), so that a child is counted
-    /// once whoever tells it.
-    async fn count_usage(&self) {
-        // One count at a time: a later read is never stored before an
-        // earlier one.
-        let _counting = self.counting.lock().await;
-        let store = &self.runner.services.store;
-        let Ok(children) = store.attempts_of(self.parent.id).await else {
-            return;
-        };
-        let mut usage = UsageTotals::starting(true);
-        for child in children.iter().filter(|c| c.status.is_terminal()) {
-            usage = usage.plus(&child.usage_total.unwrap_or(child.usage));
-        }
-        if let Err(error) = store.writer().children_usage(self.parent.id, usage) {
-            tracing::warn!(%error, "the children's usage could not be stored");
         }
     }
 }

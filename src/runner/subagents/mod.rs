@@ -10,6 +10,7 @@
 //! - `delegate`: the tool itself.
 
 mod delegate;
+mod life;
 
 use std::time::Duration;
 
