@@ -330,10 +330,17 @@ impl AgentBody {
     }
 
     /// Its sub-agents, resolved as a run's are (each stored agent named
-    /// must exist): a run naming the agent is accepted as it is now.
+    /// must exist): a run naming the agent is accepted as it is now. A
+    /// stored agent it names that does not exist is a fault of the body
+    /// (422), not of the path (whose agent a `PUT`'s 404 is about).
     async fn resolve_subagents(&self, state: &AppState, tenant: &Tenant) -> Result<(), ApiError> {
         let raw = self.definition.get("subagents").cloned();
-        super::subagents::resolve(state, tenant, raw, 1).await?;
+        super::subagents::resolve(state, tenant, raw, 1)
+            .await
+            .map_err(|error| match error {
+                ApiError::AgentNotFound(message) => ApiError::Validation(message),
+                error => error,
+            })?;
         Ok(())
     }
 

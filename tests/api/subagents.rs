@@ -353,8 +353,12 @@ async fn a_stored_agent_is_a_subagent_by_name_and_version() {
                 })),
         )
         .await;
-    assert_eq!(refused.status, 404, "{}", refused.text);
-    assert_eq!(refused.error_code(), "agent_not_found");
+    assert_eq!(refused.status, 422, "{}", refused.text);
+    assert!(
+        refused.text.contains("subagents.x: agent \\\"nobody\\\""),
+        "{}",
+        refused.text
+    );
 }
 
 #[tokio::test]
