@@ -260,10 +260,6 @@ impl Runner {
         parent_dir: &std::path::Path,
         of: crate::run::AttemptOf,
     ) -> Result<Run, SubmitError> {
-        if self.is_closing() {
-            return Err(SubmitError::ShuttingDown);
-        }
-        let _accepting = self.lifecycle.tasks.token();
         let mut spec = parent.clone();
         // A cost bound is the attempts' sum: each may spend an equal share.
         if let (Some(max), Some(policy)) = (spec.limits.max_cost_usd, &spec.attempts) {
@@ -275,12 +271,35 @@ impl Runner {
         spec.files.clear();
         spec.seed = crate::repo::Seed::default();
         spec.webhook = None;
+        self.insert_child(tenant, spec, Some((parent_dir, "attempts")))
+            .await
+    }
+
+    /// Inserts a child run of `spec` (an attempt, or a `delegate` call's
+    /// run) and starts it, admitted with its parent: no rate or quota
+    /// refuses it, it waits for no quota, and it waits for a slot of its
+    /// tenant's as any run. Its workspace is a copy of `copy`'s directory,
+    /// kept as its starting tree (`copy`'s field names it in a refusal),
+    /// or none of its own. Nothing is left behind when this fails.
+    pub(super) async fn insert_child(
+        &self,
+        tenant: &Tenant,
+        spec: RunSpec,
+        copy: Option<(&std::path::Path, &'static str)>,
+    ) -> Result<Run, SubmitError> {
+        if self.is_closing() {
+            return Err(SubmitError::ShuttingDown);
+        }
+        let _accepting = self.lifecycle.tasks.token();
         let place = self.scheduler.readmit(tenant);
         let id = Uuid::now_v7();
         let run = Run::queued(id, &spec, Utc::now());
         let directory = self.workspace_dir(id);
         let base = crate::repo::places::base(self.workspaces_root(), id);
-        let copied = copy_starting_tree(parent_dir, &directory, &base, "attempts").await;
+        let copied = match copy {
+            Some((from, field)) => copy_starting_tree(from, &directory, &base, field).await,
+            None => Ok(()),
+        };
         let row = copied.and_then(|()| {
             RunRow::new(NewRun {
                 run: &run,

@@ -14,16 +14,13 @@ mod life;
 
 use std::time::Duration;
 
-use chrono::Utc;
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::{Entry, Origin, Runner, SubmitError};
+use super::{Runner, SubmitError};
 use crate::run::{Run, RunSpec, Tenant};
-use crate::scheduler::{Hold, Queued, Slot};
-use crate::store::NewRun;
-use crate::store::writer::RunRow;
+use crate::scheduler::{Hold, Slot};
 pub(super) use delegate::{Delegation, DelegationParts};
 
 /// How often a child is read again from storage without news of it (news
@@ -51,61 +48,16 @@ impl Runner {
         if let Some(run) = store.child_of_call(of.parent_run_id, &of.call_id).await? {
             return Ok(run);
         }
-        if self.is_closing() {
-            return Err(SubmitError::ShuttingDown);
-        }
-        let _accepting = self.lifecycle.tasks.token();
-        let place = self.scheduler.readmit(tenant);
-        let id = Uuid::now_v7();
-        let run = Run::queued(id, &spec, Utc::now());
-        let directory = self.workspace_dir(id);
-        let base = crate::repo::places::base(self.workspaces_root(), id);
-        let copied = match copy_from {
-            Some(from) => {
-                super::submit::copy_starting_tree(from, &directory, &base, "delegate").await
-            }
-            None => Ok(()),
-        };
-        let row = copied.and_then(|()| {
-            RunRow::new(NewRun {
-                run: &run,
-                tenant,
-                spec: &spec,
-                idempotency: None,
-                owner: None,
-            })
-            .map_err(SubmitError::from)
-        });
-        let inserted = match row {
-            Ok(row) => store
-                .writer()
-                .insert_run(row)
-                .await
-                .map_err(SubmitError::from),
-            Err(error) => Err(error),
-        };
-        if let Err(error) = inserted {
-            let _ = tokio::fs::remove_dir_all(&directory).await;
-            let _ = crate::repo::places::remove_tree(&base);
+        let copy = copy_from.map(|from| (from, "delegate"));
+        match self.insert_child(tenant, spec, copy).await {
+            Ok(run) => Ok(run),
             // Another process resuming the parent may have started it
             // meanwhile: that one is the call's child.
-            if let Ok(Some(run)) = store.child_of_call(of.parent_run_id, &of.call_id).await {
-                return Ok(run);
-            }
-            return Err(error);
+            Err(error) => match store.child_of_call(of.parent_run_id, &of.call_id).await {
+                Ok(Some(run)) => Ok(run),
+                _ => Err(error),
+            },
         }
-        self.services.metrics.run_created(&tenant.0);
-        if let Queued::Here(turn) = self.scheduler.enqueue(place, false) {
-            self.start(
-                run.clone(),
-                tenant.clone(),
-                spec,
-                Entry::Turn(turn),
-                Origin::Start,
-                false,
-            );
-        }
-        Ok(run)
     }
 
     /// Cancels, in a task of its own, every child of the run `id` that has
