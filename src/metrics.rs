@@ -45,6 +45,13 @@ struct ProfileLabel {
     profile: String,
 }
 
+/// Two profiles of the configuration: a fallback's.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FallbackLabels {
+    from: String,
+    to: String,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ToolLabel {
     tool: String,
@@ -136,6 +143,7 @@ pub struct Metrics {
     finished: Family<StatusLabel, Counter>,
     model_calls: Family<ProfileLabel, Counter>,
     model_errors: Family<ProfileLabel, Counter>,
+    model_fallbacks: Family<FallbackLabels, Counter>,
     tool_calls: Family<ToolLabel, Counter>,
     tool_errors: Family<ToolLabel, Counter>,
     tokens: Family<DirectionLabel, Counter>,
@@ -194,6 +202,7 @@ impl Metrics {
             finished,
             model_calls: Family::default(),
             model_errors: Family::default(),
+            model_fallbacks: Family::default(),
             tenant_runs_created: Family::default(),
             tenant_runs_rejected: Family::default(),
             schedule_ticks: Family::default(),
@@ -242,6 +251,12 @@ impl Metrics {
             "model_errors",
             "Model calls that failed, by model profile",
             &metrics.model_errors,
+        );
+        add(
+            r,
+            "model_fallbacks",
+            "Model calls that went on to a fallback profile, by the profile they left and the one they went to",
+            &metrics.model_fallbacks,
         );
         add(
             r,
@@ -403,6 +418,16 @@ impl Metrics {
         self.model_errors
             .get_or_create(&ProfileLabel {
                 profile: profile.to_owned(),
+            })
+            .inc();
+    }
+
+    /// A model call that went from profile `from` to its fallback `to`.
+    pub fn model_fallback(&self, from: &str, to: &str) {
+        self.model_fallbacks
+            .get_or_create(&FallbackLabels {
+                from: from.to_owned(),
+                to: to.to_owned(),
             })
             .inc();
     }

@@ -20,6 +20,8 @@ use crate::runner::{Answered, SubmitError};
 pub const MAX_ANSWERS: usize = 1000;
 /// Longest denial reason or client error kept.
 pub const MAX_ANSWER_TEXT_BYTES: usize = 64 * 1024;
+/// Largest edited arguments of an approval, as JSON.
+pub const MAX_EDITED_ARGUMENTS_BYTES: usize = 256 * 1024;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -41,6 +43,10 @@ struct ActionRequest {
     output: Option<Value>,
     #[serde(default)]
     error: Option<String>,
+    /// Present (even `null`) when given: an approval's arguments in place
+    /// of the model's.
+    #[serde(default, deserialize_with = "present")]
+    arguments: Option<Value>,
     /// The run whose action it is, when answered through a parent that
     /// lists its child's (needed only where two children wait on calls of
     /// one id).
@@ -76,6 +82,28 @@ impl ActionRequest {
                 "actions[{i}].reason is only for a denial (decision: deny)"
             ));
         }
+        if self.arguments.is_some() && self.decision.as_deref() != Some("approve") {
+            return invalid(format!(
+                "actions[{i}].arguments are only for an approval (decision: approve)"
+            ));
+        }
+        let arguments = match self.arguments {
+            None => None,
+            Some(Value::Object(arguments)) => {
+                let size = serde_json::to_string(&arguments).map_or(usize::MAX, |text| text.len());
+                if size > MAX_EDITED_ARGUMENTS_BYTES {
+                    return invalid(format!(
+                        "actions[{i}].arguments: at most {MAX_EDITED_ARGUMENTS_BYTES} bytes of JSON"
+                    ));
+                }
+                Some(Value::Object(arguments))
+            }
+            Some(_) => {
+                return invalid(format!(
+                    "actions[{i}].arguments must be an object (the tool's arguments)"
+                ));
+            }
+        };
         let reason = match self.reason {
             None => None,
             Some(Value::String(reason)) => Some(reason),
@@ -95,10 +123,12 @@ impl ActionRequest {
             (Some("approve"), _, _) => ActionAnswer::Decision {
                 decision: Decision::Approve,
                 reason: None,
+                arguments,
             },
             (Some("deny"), _, _) => ActionAnswer::Decision {
                 decision: Decision::Deny,
                 reason,
+                arguments: None,
             },
             (Some(other), _, _) => {
                 return invalid(format!(
@@ -119,6 +149,17 @@ pub async fn answer(
     TenantRun { tenant, run }: TenantRun,
     ApiJson(body): ApiJson<Value>,
 ) -> Result<Json<Run>, ApiError> {
+    answer_run(&state, &tenant, run, body).await.map(Json)
+}
+
+/// Answers `run`'s pending actions with `body` (`{"actions": [...]}`): all
+/// of them stored, or none. The run as it is then.
+pub(super) async fn answer_run(
+    state: &AppState,
+    tenant: &crate::run::Tenant,
+    run: Run,
+    body: Value,
+) -> Result<Run, ApiError> {
     let request: ActionsRequest = super::json::from_value(body)?;
     if request.actions.is_empty() {
         return Err(ApiError::Validation(
@@ -143,11 +184,11 @@ pub async fn answer(
         .iter()
         .any(|action| action.run_id.is_some())
     {
-        return answer_children(&state, &tenant, &run, answers, &runs).await;
+        return answer_children(state, tenant, &run, answers, &runs).await;
     }
     let answered = state
         .runner
-        .answer(&tenant, run.id, answers)
+        .answer(tenant, run.id, answers)
         .await
         .map_err(|error| match error {
             SubmitError::StorageRefused(why) => {
@@ -162,9 +203,9 @@ pub async fn answer(
 }
 
 /// The answer to the request, from what the runner made of it.
-fn answered_json(answered: Answered) -> Result<Json<Run>, ApiError> {
+fn answered_json(answered: Answered) -> Result<Run, ApiError> {
     match answered {
-        Answered::Run(run) => Ok(Json(*run)),
+        Answered::Run(run) => Ok(*run),
         Answered::NotFound => Err(ApiError::NotFound("run")),
         Answered::NotPaused(status) => Err(ApiError::Conflict {
             code: ErrorCode::RunNotPaused,
@@ -185,7 +226,7 @@ async fn answer_children(
     parent: &Run,
     answers: Vec<(String, ActionAnswer)>,
     runs: &[Option<Uuid>],
-) -> Result<Json<Run>, ApiError> {
+) -> Result<Run, ApiError> {
     let mut by_child: Vec<(Uuid, Vec<(String, ActionAnswer)>)> = Vec::new();
     for (i, ((call_id, answer), named)) in answers.into_iter().zip(runs).enumerate() {
         let candidates: Vec<_> = parent
@@ -237,7 +278,5 @@ async fn answer_children(
             .map_err(ApiError::from)?;
         answered_json(answered).map(drop)?;
     }
-    Ok(Json(
-        super::tenant_run::read(state, tenant, parent.id).await?,
-    ))
+    super::tenant_run::read(state, tenant, parent.id).await
 }

@@ -97,13 +97,29 @@ pub enum EventKind {
         /// Why the model stopped, where its provider says.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         finish_reason: Option<String>,
+        /// The profile that answered, when a fallback did (the call's
+        /// usage and cost are its).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        profile: Option<String>,
     },
     ModelError {
         error: String,
     },
+    /// A model call's retries were spent on a failure that may pass: the
+    /// same request goes to the profile `to` (SPEC section 25).
+    ModelFallback {
+        from: String,
+        to: String,
+        reason: String,
+    },
     ToolStart {
         call_id: String,
         name: String,
+        /// A reviewer approved the call with other arguments: these ran.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        edited: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        arguments: Option<serde_json::Value>,
     },
     ToolEnd {
         call_id: String,
@@ -195,6 +211,7 @@ impl EventKind {
             Self::ModelStart => "model_start",
             Self::ModelEnd { .. } => "model_end",
             Self::ModelError { .. } => "model_error",
+            Self::ModelFallback { .. } => "model_fallback",
             Self::ToolStart { .. } => "tool_start",
             Self::ToolEnd { .. } => "tool_end",
             Self::ActionsRequired { .. } => "actions_required",

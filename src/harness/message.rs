@@ -20,6 +20,13 @@ pub enum Message {
         call_id: String,
         content: String,
         is_error: bool,
+        /// A reviewer changed the call's arguments when approving it (SPEC
+        /// section 25): the result is of `arguments`, not of the proposal.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        edited: bool,
+        /// The arguments that ran, when edited.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        arguments: Option<Value>,
     },
     /// A summary of the transcript's first `replaces` messages, which it
     /// stands in for in what the model is sent from here on (context
@@ -49,6 +56,8 @@ impl Message {
             call_id: call_id.into(),
             content: content.into(),
             is_error,
+            edited: false,
+            arguments: None,
         }
     }
 

@@ -139,9 +139,14 @@ pub struct ModelResponse {
 /// loop asks again for once (and a draft's, which it goes on from).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ModelError {
-    /// The provider failed: unreachable, refused, out of retries.
+    /// The provider failed: refused the request, or was cut short.
     #[error("{0}")]
     Provider(String),
+    /// The provider could not answer for a reason that may pass (429, 5xx,
+    /// 529, a timeout, a refused connection), and the call's retries are
+    /// spent: a profile's `fallback` may answer instead.
+    #[error("{0}")]
+    Unavailable(String),
     /// The provider answered, but not with a valid response envelope.
     #[error("Invalid model response: {0}")]
     InvalidResponse(String),

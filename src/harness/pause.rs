@@ -69,12 +69,30 @@ pub struct PendingAction {
     /// on its parent while the child waits (SPEC section 24).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<uuid::Uuid>,
+    /// The schema an approval's edited arguments are checked against (its
+    /// tool's); kept with the pause in storage, never shown to clients
+    /// (see [`PendingAction::shown`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_schema: Option<Value>,
+}
+
+impl PendingAction {
+    /// The action as clients see it: without its tool's schema.
+    pub fn shown(mut self) -> Self {
+        self.input_schema = None;
+        self
+    }
 }
 
 /// A client's answer to a pending action.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Answer {
     Approve,
+    /// Approved with these arguments in place of the model's (SPEC section
+    /// 25): checked against the tool's schema when given.
+    ApproveEdited {
+        arguments: Value,
+    },
     Deny {
         reason: Option<String>,
     },
@@ -88,7 +106,9 @@ impl Answer {
     /// Whether this answer fits a pending action of `kind`.
     pub fn fits(&self, kind: ActionKind) -> bool {
         match self {
-            Self::Approve | Self::Deny { .. } => kind == ActionKind::Approval,
+            Self::Approve | Self::ApproveEdited { .. } | Self::Deny { .. } => {
+                kind == ActionKind::Approval
+            }
             Self::Output(_) | Self::Error(_) => kind == ActionKind::ClientTool,
         }
     }
@@ -105,7 +125,8 @@ pub fn denied(reason: Option<&str>) -> String {
 /// Checks a client's answers (in the order given) against a paused run's
 /// pending actions, some of which may be answered already: every call id
 /// must be pending, unanswered and answered once, each with an answer of its
-/// kind. The error names the first answer that is wrong.
+/// kind, edited arguments valid under the tool's schema. The error names
+/// the first answer that is wrong.
 pub fn check_answers<'a>(
     pending: &[PendingAction],
     answered: impl Fn(&str) -> bool,
@@ -142,8 +163,36 @@ pub fn check_answers<'a>(
                 ),
             });
         }
+        if let Answer::ApproveEdited { arguments } = answer {
+            check_edited(action, arguments)
+                .map_err(|why| format!("actions[{i}].arguments: {why}"))?;
+        }
     }
     Ok(())
+}
+
+/// Edited arguments for `action`'s call: valid under its tool's schema, as
+/// a model's are before they run.
+fn check_edited(action: &PendingAction, arguments: &Value) -> Result<(), String> {
+    let Some(schema) = &action.input_schema else {
+        return Err(format!(
+            "call {:?} of {} was paused without its tool's schema (by an earlier version): \
+             approve or deny it as proposed",
+            action.call_id, action.name
+        ));
+    };
+    let validator = super::registry::schema_options()
+        .build(schema)
+        .map_err(|error| format!("the schema of {} does not compile: {error}", action.name))?;
+    let errors = super::registry::describe_errors(validator.iter_errors(arguments));
+    if errors.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "not valid for {}: {}",
+        action.name,
+        errors.join("; ")
+    ))
 }
 
 /// Where a paused run stands: enough to continue it. The transcript ends
@@ -196,6 +245,7 @@ mod tests {
                 name: "write_file".into(),
                 arguments: Value::Null,
                 run_id: None,
+                input_schema: None,
             },
             PendingAction {
                 call_id: "2".into(),
@@ -203,6 +253,7 @@ mod tests {
                 name: "lookup".into(),
                 arguments: Value::Null,
                 run_id: None,
+                input_schema: None,
             },
         ];
         let none = |_: &str| false;
@@ -222,5 +273,28 @@ mod tests {
         assert!(error.contains("client's tool lookup"), "{error}");
         let error = check_answers(&pending, none, [("1", &output)]).unwrap_err();
         assert!(error.contains("waits for approval"), "{error}");
+
+        // Edited arguments are checked against the schema kept with the
+        // pause; without one (an older pause) they are refused.
+        let edit = |arguments: Value| Answer::ApproveEdited { arguments };
+        let error =
+            check_answers(&pending, none, [("1", &edit(serde_json::json!({})))]).unwrap_err();
+        assert!(error.contains("without its tool's schema"), "{error}");
+        let mut with_schema = pending.clone();
+        with_schema[0].input_schema = Some(serde_json::json!({
+            "type": "object", "properties": {"path": {"type": "string"}},
+            "required": ["path"], "additionalProperties": false
+        }));
+        let valid = edit(serde_json::json!({"path": "a"}));
+        assert!(check_answers(&with_schema, none, [("1", &valid)]).is_ok());
+        let invalid = edit(serde_json::json!({"path": 1}));
+        let error = check_answers(&with_schema, none, [("1", &invalid)]).unwrap_err();
+        assert!(
+            error.starts_with("actions[0].arguments: not valid for write_file: $.path"),
+            "{error}"
+        );
+        assert!(edit(Value::Null).fits(ActionKind::Approval));
+        assert!(!edit(Value::Null).fits(ActionKind::ClientTool));
+        assert_eq!(with_schema[0].clone().shown(), pending[0]);
     }
 }

@@ -160,6 +160,14 @@ impl ToolRegistry {
         self.entry(name).map(|entry| &entry.tool)
     }
 
+    /// The schema the arguments of the tool `name` are checked against
+    /// (an MCP server's as it declared it, dialect and all).
+    pub fn schema(&self, name: &str) -> Option<&Value> {
+        let index = *self.by_name.get(name)?;
+        let tool = &self.entries[index].tool;
+        Some(tool.schema().unwrap_or(&self.definitions[index].parameters))
+    }
+
     /// What the tool `name` does to the work ([`ToolRole::Other`] for a
     /// tool the registry lacks).
     pub fn role(&self, name: &str) -> ToolRole {

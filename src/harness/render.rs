@@ -49,6 +49,7 @@ pub fn tool_texts<'a>(
                 call_id,
                 content,
                 is_error,
+                ..
             } => {
                 let mut text = tool_result_for_model(content, *is_error);
                 if let Some(&(name, arguments)) = calls.get(call_id.as_str()) {

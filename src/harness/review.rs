@@ -130,6 +130,7 @@ impl Scan {
                     call_id,
                     content,
                     is_error,
+                    ..
                 } => {
                     scan.last_passed_on_change = false;
                     match calls.get(call_id.as_str()) {

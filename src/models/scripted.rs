@@ -14,10 +14,12 @@ use crate::sync::lock;
 /// Answers each call with the next element of its script.
 ///
 /// Each element is the raw JSON a provider adapter would return
-/// (`{content, tool_calls?, usage?, finish_reason?}`), validated exactly like one. Two test knobs
-/// are taken out of it first: `delay_ms` (wait that long, honouring
-/// cancellation) and `error` (fail with that message). A script used up is a
-/// model error, so an unexpected extra turn never passes silently.
+/// (`{content, tool_calls?, usage?, finish_reason?}`), validated exactly
+/// like one. Test knobs are taken out of it first: `delay_ms` (wait that
+/// long, honouring cancellation), `error` (fail with that message) and
+/// `unavailable` (fail as a provider out of retries does, so a profile's
+/// `fallback` answers). A script used up is a model error, so an unexpected
+/// extra turn never passes silently.
 pub struct ScriptedModel {
     script: Mutex<VecDeque<Value>>,
 }
@@ -66,6 +68,12 @@ impl Model for ScriptedModel {
                         return Err(ModelError::Provider("Scripted model call cancelled".into()));
                     }
                 }
+            }
+            if let Some(error) = object.remove("unavailable") {
+                return Err(ModelError::Unavailable(match error {
+                    Value::String(message) => message,
+                    other => other.to_string(),
+                }));
             }
             if let Some(error) = object.remove("error") {
                 return Err(ModelError::Provider(match error {

@@ -221,6 +221,10 @@ pub enum ActionAnswer {
         decision: Decision,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
+        /// An approval's arguments in place of the model's (SPEC section
+        /// 25).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        arguments: Option<Value>,
     },
     Output {
         output: Value,
@@ -243,11 +247,20 @@ impl ActionAnswer {
         match self {
             Self::Decision {
                 decision: Decision::Approve,
+                arguments: None,
                 ..
             } => Answer::Approve,
             Self::Decision {
+                decision: Decision::Approve,
+                arguments: Some(arguments),
+                ..
+            } => Answer::ApproveEdited {
+                arguments: arguments.clone(),
+            },
+            Self::Decision {
                 decision: Decision::Deny,
                 reason,
+                ..
             } => Answer::Deny {
                 reason: reason.clone(),
             },

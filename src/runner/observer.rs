@@ -267,14 +267,20 @@ impl RunObserver {
         let metrics = &self.metrics;
         match kind {
             EventKind::ModelEnd {
-                duration_ms, usage, ..
+                duration_ms,
+                usage,
+                profile,
+                ..
             } => {
-                metrics.model_call(&self.profile, *duration_ms);
+                // A fallback's call counts under the profile that answered.
+                let profile = profile.as_deref().unwrap_or(&self.profile);
+                metrics.model_call(profile, *duration_ms);
                 if let Some(usage) = usage {
-                    metrics.usage(&self.live.tenant.0, &self.profile, usage);
+                    metrics.usage(&self.live.tenant.0, profile, usage);
                 }
             }
             EventKind::ModelError { .. } => metrics.model_error(&self.profile),
+            EventKind::ModelFallback { from, to, .. } => metrics.model_fallback(from, to),
             EventKind::ToolEnd {
                 name,
                 duration_ms,

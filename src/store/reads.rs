@@ -345,7 +345,7 @@ impl Store {
                 sqlx::query(
                     "SELECT steps, tool_calls, input_tokens, output_tokens, \
                      model_calls_with_usage, cached_input_tokens, cache_write_tokens, \
-                     cost_usd, running_ms, \
+                     cost_usd, running_ms, answers, \
                      (SELECT COALESCE(MAX(sequence), 0) FROM events WHERE run_id = runs.id) \
                      AS last, \
                      (SELECT COUNT(*) FROM events AS model_end \
@@ -404,7 +404,16 @@ impl Store {
             tool_calls: narrow("tool_calls")?,
             usage: rows::usage_totals(&row)?,
             running: Duration::from_millis(count("running_ms")?),
-            batch: crate::harness::StoppedBatch { started, counted },
+            batch: crate::harness::StoppedBatch {
+                started,
+                counted,
+                // What the batch's pending calls were answered (kept from
+                // the answered pause until the run pauses or ends again).
+                answers: rows::json::<rows::Answers>(&row, "answers")?
+                    .into_iter()
+                    .map(|(call_id, answer)| (call_id, answer.to_answer()))
+                    .collect(),
+            },
         })
     }
 

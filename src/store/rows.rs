@@ -250,7 +250,7 @@ pub(super) fn unfinished_from_row(row: &AnyRow) -> Result<Unfinished, StoreError
     })
 }
 
-/// The pending actions still waiting for an answer.
+/// The pending actions still waiting for an answer, as clients see them.
 fn unanswered(row: &AnyRow) -> Result<Vec<PendingAction>, StoreError> {
     let pending: Vec<PendingAction> = json(row, "pending_actions")?;
     if pending.is_empty() {
@@ -260,6 +260,7 @@ fn unanswered(row: &AnyRow) -> Result<Vec<PendingAction>, StoreError> {
     Ok(pending
         .into_iter()
         .filter(|action| !answers.contains_key(&action.call_id))
+        .map(PendingAction::shown)
         .collect())
 }
 

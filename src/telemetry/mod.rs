@@ -320,7 +320,19 @@ impl RunSpans {
                     span.end();
                 }
             }
-            EventKind::ToolStart { call_id, name } => {
+            EventKind::ModelFallback { from, to, reason } => {
+                if let Some(span) = &mut open.model {
+                    span.add_event(
+                        "model_fallback",
+                        vec![
+                            KeyValue::new("agent_runner.fallback.from", from.clone()),
+                            KeyValue::new("agent_runner.fallback.to", to.clone()),
+                            KeyValue::new("agent_runner.fallback.reason", reason.clone()),
+                        ],
+                    );
+                }
+            }
+            EventKind::ToolStart { call_id, name, .. } => {
                 let span = self
                     .tracer
                     .span_builder(format!("execute_tool {name}"))

@@ -111,7 +111,7 @@ type Settings<'a> = &'a [(&'a str, &'a str)];
 #[test]
 fn config_refuses_what_serve_refuses_and_neither_creates_anything() {
     let missing_key = "AGENT_RUNNER_TEST_UNSET_KEY";
-    let refused: [(&str, Settings, &str); 3] = [
+    let refused: [(&str, Settings, &str); 4] = [
         (
             "an unknown default model",
             &[("AGENT_RUNNER_RUNS__DEFAULT_MODEL", "\"nope\"")],
@@ -138,6 +138,20 @@ fn config_refuses_what_serve_refuses_and_neither_creates_anything() {
                 ),
             ],
             "overlaps the sandbox read path /etc",
+        ),
+        (
+            "profiles that fall back to each other",
+            &[
+                (
+                    "AGENT_RUNNER_MODELS__ONE",
+                    "{kind = \"scripted\", script = [{content = \"hi\"}], fallback = [\"two\"]}",
+                ),
+                (
+                    "AGENT_RUNNER_MODELS__TWO",
+                    "{kind = \"scripted\", script = [{content = \"hi\"}], fallback = [\"one\"]}",
+                ),
+            ],
+            "`fallback` makes a cycle: one -> two -> one",
         ),
     ];
     for (what, settings, reason) in refused {

@@ -68,7 +68,7 @@ async fn events_come_in_order_with_a_gap_free_sequence() {
     // Correlation and durations.
     match (&events[5].kind, &events[6].kind) {
         (
-            EventKind::ToolStart { call_id, name },
+            EventKind::ToolStart { call_id, name, .. },
             EventKind::ToolEnd {
                 call_id: end_id,
                 name: end_name,
@@ -85,7 +85,7 @@ async fn events_come_in_order_with_a_gap_free_sequence() {
     }
     assert!(matches!(
         events[3].kind,
-        EventKind::ModelEnd { usage: Some(Usage { input_tokens: Some(10), output_tokens: Some(2), .. }), duration_ms, finish_reason: None } if duration_ms >= 0.0
+        EventKind::ModelEnd { usage: Some(Usage { input_tokens: Some(10), output_tokens: Some(2), .. }), duration_ms, finish_reason: None, profile: None } if duration_ms >= 0.0
     ));
     assert_eq!(
         events[11].kind,

@@ -155,6 +155,7 @@ pub(super) fn checks_passed(assistant: &Message, results: &[&Message]) -> bool {
                 call_id,
                 content,
                 is_error,
+                ..
             } => !call_id.starts_with(CHECK_ID) || (!is_error && review::passed(content)),
             _ => false,
         })

@@ -2,14 +2,13 @@
 //! old results masked, a draft's view), the request (tools, instructions,
 //! the notes' asks), and what came back, counted as a step.
 
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures_util::FutureExt;
 use tokio_util::sync::CancellationToken;
 
-use super::{End, Run, draft, millis, panic_message};
+use super::fallback::{self, Chain};
+use super::{End, Run, draft, millis};
 use crate::harness::context;
 use crate::harness::events::{Emitter, EventKind};
 use crate::harness::message::Message;
@@ -65,44 +64,46 @@ impl Run<'_, '_> {
         }
         self.emitter.emit(|| EventKind::ModelStart);
         let began = Instant::now();
-        let deltas = Deltas(&self.emitter);
-        let request = ModelRequest {
-            instructions: self.instructions(draft),
-            messages: if shown.is_empty() {
-                context::view(self.sent(), &selection, &masks)
-            } else {
-                ContextView::new(&shown, &[])
-            },
-            tools: if draft { &[] } else { tools.definitions() },
-            answer_now: stuck::is_stuck(&self.messages),
-            must_use_tool: !draft && unread::was_noted(&self.messages),
-            // Not with a draft, which is no final answer.
-            output_schema: self
-                .config
-                .output
-                .as_ref()
-                .filter(|_| !draft)
-                .map(|output| &**output.schema()),
-            cancel: token,
-            deadline,
-            traceparent: self.emitter.traceparent(),
-            deltas: &deltas,
-            temperature: self.config.temperature,
-            cache_key: self.config.cache_key.as_deref(),
+        // The same request goes to each profile of the chain in turn.
+        let mut chain = Chain::new(self.config.fallback.as_ref());
+        let response = loop {
+            let deltas = Deltas(&self.emitter);
+            let request = ModelRequest {
+                instructions: self.instructions(draft),
+                messages: if shown.is_empty() {
+                    context::view(self.sent(), &selection, &masks)
+                } else {
+                    ContextView::new(&shown, &[])
+                },
+                tools: if draft { &[] } else { tools.definitions() },
+                answer_now: stuck::is_stuck(&self.messages),
+                must_use_tool: !draft && unread::was_noted(&self.messages),
+                // Not with a draft, which is no final answer.
+                output_schema: self
+                    .config
+                    .output
+                    .as_ref()
+                    .filter(|_| !draft)
+                    .map(|output| &**output.schema()),
+                cancel: token,
+                deadline,
+                traceparent: self.emitter.traceparent(),
+                deltas: &deltas,
+                temperature: self.config.temperature,
+                cache_key: self.config.cache_key.as_deref(),
+            };
+            let model = chain.model(self.harness.model);
+            let Some(response) = fallback::generate(model, request, token).await else {
+                return Asked::End(End::Stopped);
+            };
+            match response {
+                Err(error) if !token.is_cancelled() => match chain.next(error) {
+                    Ok(fallback) => self.emitter.emit(|| fallback),
+                    Err(error) => break Err(error),
+                },
+                response => break response,
+            }
         };
-        let outcome = tokio::select! {
-            biased;
-            () = token.cancelled() => return Asked::End(End::Stopped),
-            outcome = AssertUnwindSafe(self.harness.model.generate(request)).catch_unwind() => outcome,
-        };
-        let response = outcome
-            .unwrap_or_else(|panic| {
-                Err(ModelError::Provider(format!(
-                    "Model panicked: {}",
-                    panic_message(&*panic)
-                )))
-            })
-            .and_then(|response| response.validate().map(|()| response));
         let mut response = match response {
             Ok(response) => response,
             Err(_) if token.is_cancelled() => return Asked::End(End::Stopped),
@@ -116,7 +117,8 @@ impl Run<'_, '_> {
             }
             Err(error) => return Asked::End(self.model_failed(error.to_string())),
         };
-        if let Err(error) = self.count_usage(response.usage.as_mut(), self.config.price) {
+        let price = chain.price(self.config.price);
+        if let Err(error) = self.count_usage(response.usage.as_mut(), price) {
             return Asked::End(self.model_failed(format!("Invalid model usage: {error}")));
         }
         let duration_ms = millis(began.elapsed());
@@ -130,10 +132,12 @@ impl Run<'_, '_> {
         // that makes them.
         self.steps += 1;
         self.tell_totals();
+        let profile = chain.profile();
         self.emitter.emit(|| EventKind::ModelEnd {
             duration_ms,
             usage,
             finish_reason,
+            profile,
         });
 
         Asked::Response(response, draft)

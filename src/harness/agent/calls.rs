@@ -5,11 +5,12 @@ use std::panic::AssertUnwindSafe;
 use std::time::Instant;
 
 use futures_util::FutureExt;
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::{Run, TOOL_CANCEL_GRACE, millis, panic_message, serialize_result};
 use crate::harness::events::EventKind;
-use crate::harness::message::ToolCall;
+use crate::harness::message::{Message, ToolCall};
 use crate::harness::pause::{ActionKind, Answer, PendingAction, denied};
 
 impl Run<'_, '_> {
@@ -33,12 +34,18 @@ impl Run<'_, '_> {
                 };
                 // Invalid arguments are answered as usual, never paused.
                 tools.check(&call.name, &call.arguments).ok()??;
+                // An approval may be answered with other arguments, checked
+                // against this.
+                let input_schema = (kind == ActionKind::Approval)
+                    .then(|| tools.schema(&call.name).cloned())
+                    .flatten();
                 Some(PendingAction {
                     call_id: call.id.clone(),
                     kind,
                     name: call.name.clone(),
                     arguments: call.arguments.clone(),
                     run_id: None,
+                    input_schema,
                 })
             })
             .collect()
@@ -59,6 +66,9 @@ impl Run<'_, '_> {
             (ActionKind::Approval, Some(Answer::Approve)) => {
                 return self.call_tool(call, token).await;
             }
+            (ActionKind::Approval, Some(Answer::ApproveEdited { arguments })) => {
+                return self.call_edited(call, arguments.clone(), token).await;
+            }
             (_, Some(Answer::Deny { reason })) => (denied(reason.as_deref()), true),
             (_, Some(Answer::Output(value))) => (serialize_result(value), false),
             (_, Some(Answer::Error(error))) => (error.clone(), true),
@@ -68,8 +78,22 @@ impl Run<'_, '_> {
         self.emitter.emit(|| EventKind::ToolStart {
             call_id: call.id.clone(),
             name: call.name.clone(),
+            edited: false,
+            arguments: None,
         });
         self.ended_call(call, content, is_error, 0.0);
+    }
+
+    /// Runs a call a reviewer approved with `arguments` in place of the
+    /// model's (SPEC section 25): its `tool_start` and its result say so,
+    /// and the result tells the model what ran. The assistant message keeps
+    /// the proposal.
+    async fn call_edited(&mut self, call: &ToolCall, arguments: Value, token: &CancellationToken) {
+        let edited = ToolCall {
+            arguments,
+            ..call.clone()
+        };
+        self.dispatch(&edited, true, token).await;
     }
 
     /// Tells each tool that takes batches (see
@@ -106,9 +130,16 @@ impl Run<'_, '_> {
     /// Dispatches one admitted call and records its result. Every failure here
     /// is the model's to handle: it becomes an error result, never an end.
     pub(super) async fn call_tool(&mut self, call: &ToolCall, token: &CancellationToken) {
+        self.dispatch(call, false, token).await;
+    }
+
+    /// Dispatches `call`, whose arguments a reviewer gave when `edited`.
+    async fn dispatch(&mut self, call: &ToolCall, edited: bool, token: &CancellationToken) {
         self.emitter.emit(|| EventKind::ToolStart {
             call_id: call.id.clone(),
             name: call.name.clone(),
+            edited,
+            arguments: edited.then(|| call.arguments.clone()),
         });
         let began = Instant::now();
         let (content, is_error) = match self.harness.tools.check(&call.name, &call.arguments) {
@@ -160,7 +191,12 @@ impl Run<'_, '_> {
                 outcome
             }
         };
-        self.ended_call(call, content, is_error, millis(began.elapsed()));
+        let duration_ms = millis(began.elapsed());
+        let content = match edited {
+            true => format!("{}\n\n{content}", edited_note(&call.arguments)),
+            false => content,
+        };
+        self.ended(call, content, is_error, duration_ms, edited);
     }
 
     /// Emits a call's `tool_end` and records its result, bounded.
@@ -171,14 +207,45 @@ impl Run<'_, '_> {
         is_error: bool,
         duration_ms: f64,
     ) {
+        self.ended(call, content, is_error, duration_ms, false);
+    }
+
+    /// [`Run::ended_call`], for a call whose arguments (`call`'s) a
+    /// reviewer gave when `edited`: its result message says so.
+    fn ended(
+        &mut self,
+        call: &ToolCall,
+        content: String,
+        is_error: bool,
+        duration_ms: f64,
+        edited: bool,
+    ) {
         self.emitter.emit(|| EventKind::ToolEnd {
             call_id: call.id.clone(),
             name: call.name.clone(),
             duration_ms,
             is_error,
         });
-        let (message, json) = self.bounded_result(call, &content, is_error);
+        let (mut message, mut json) = self.bounded_result(call, &content, is_error);
+        if edited
+            && let Message::Tool {
+                edited, arguments, ..
+            } = &mut message
+        {
+            *edited = true;
+            *arguments = Some(call.arguments.clone());
+            json = message.to_json();
+        }
         self.tell_totals();
         self.append_json(message, json);
     }
+}
+
+/// What the model is told before the result of a call a reviewer approved
+/// with other arguments.
+fn edited_note(arguments: &serde_json::Value) -> String {
+    format!(
+        "[A reviewer changed the arguments of this call before approving it. It ran with \
+         {arguments}, not with the arguments you proposed; this is its result.]"
+    )
 }

@@ -107,6 +107,8 @@ impl Run<'_, '_> {
     pub(super) fn not_run(&mut self, call: &ToolCall) {
         self.emitter
             .emit(|| crate::harness::events::EventKind::ToolStart {
+                edited: false,
+                arguments: None,
                 call_id: call.id.clone(),
                 name: call.name.clone(),
             });

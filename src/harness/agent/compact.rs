@@ -15,11 +15,12 @@ use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{End, Run, millis, panic_message};
+use super::fallback::{self, Chain};
+use super::{End, Run, millis};
 use crate::harness::context::{ContextIndex, bound_tool_result};
 use crate::harness::events::EventKind;
 use crate::harness::message::{Message, json_string_chars};
-use crate::harness::model::{ContextView, ModelError, ModelRequest, NoDeltas};
+use crate::harness::model::{ContextView, ModelRequest, NoDeltas};
 
 /// What the summary request asks, after the messages it summarises.
 pub const SUMMARY_ASK: &str = "[agent-runner] The conversation above is too long to continue \
@@ -172,42 +173,43 @@ impl Run<'_, '_> {
         token: &CancellationToken,
         deadline: Option<tokio::time::Instant>,
     ) -> Result<(String, Option<crate::harness::Usage>), String> {
-        use futures_util::FutureExt;
         let compaction = self.config.compaction.as_ref().ok_or("no compaction")?;
         let messages = [
             Arc::new(Message::user(text)),
             Arc::new(Message::user(SUMMARY_ASK)),
         ];
-        let request = ModelRequest {
-            instructions: None,
-            messages: ContextView::new(&messages[..1], &messages[1..]),
-            tools: &[],
-            answer_now: false,
-            must_use_tool: false,
-            output_schema: None,
-            cancel: token,
-            deadline,
-            traceparent: self.emitter.traceparent(),
-            deltas: &NoDeltas,
-            temperature: None,
-            cache_key: None,
+        let (own, price) = (compaction.model.clone(), compaction.price);
+        // The run's own model falls back as its other calls do.
+        let mut chain = Chain::new(self.config.fallback.as_ref().filter(|_| own.is_none()));
+        let mut response = loop {
+            let request = ModelRequest {
+                instructions: None,
+                messages: ContextView::new(&messages[..1], &messages[1..]),
+                tools: &[],
+                answer_now: false,
+                must_use_tool: false,
+                output_schema: None,
+                cancel: token,
+                deadline,
+                traceparent: self.emitter.traceparent(),
+                deltas: &NoDeltas,
+                temperature: None,
+                cache_key: None,
+            };
+            let model = chain.model(own.as_deref().unwrap_or(self.harness.model));
+            let Some(response) = fallback::generate(model, request, token).await else {
+                return Err("stopped".into());
+            };
+            match response {
+                Ok(response) => break response,
+                Err(error) => match chain.next(error) {
+                    Ok(fallback) if !token.is_cancelled() => self.emitter.emit(|| fallback),
+                    Ok(_) => return Err("stopped".into()),
+                    Err(error) => return Err(format!("the summary call failed: {error}")),
+                },
+            }
         };
-        let model = compaction.model.as_deref().unwrap_or(self.harness.model);
-        let outcome = tokio::select! {
-            biased;
-            () = token.cancelled() => return Err("stopped".into()),
-            outcome = std::panic::AssertUnwindSafe(model.generate(request)).catch_unwind() => outcome,
-        };
-        let mut response = outcome
-            .unwrap_or_else(|panic| {
-                Err(ModelError::Provider(format!(
-                    "Model panicked: {}",
-                    panic_message(&*panic)
-                )))
-            })
-            .and_then(|response| response.validate().map(|()| response))
-            .map_err(|error| format!("the summary call failed: {error}"))?;
-        let price = compaction.price;
+        let price = chain.price(price);
         self.count_usage(response.usage.as_mut(), price)
             .map_err(|error| format!("the summary call's usage: {error}"))?;
         let summary = response.content.trim();

@@ -123,6 +123,37 @@ pub struct RunConfig {
     /// When and by which model what is sent is summarised, if it is (see
     /// `compact`).
     pub compaction: Option<Compaction>,
+    /// Where its model calls go when its model is unavailable, if anywhere
+    /// (see `fallback`).
+    pub fallback: Option<Arc<Fallbacks>>,
+}
+
+/// The profiles a run's model calls go to, in turn, when the one before
+/// failed in a way that may pass (SPEC section 25).
+#[derive(Clone)]
+pub struct Fallbacks {
+    /// The name of the run's own profile.
+    pub from: String,
+    pub chain: Vec<FallbackModel>,
+}
+
+/// One profile of a run's fallback chain.
+#[derive(Clone)]
+pub struct FallbackModel {
+    pub profile: String,
+    pub model: Arc<dyn Model>,
+    /// What its tokens cost, if priced.
+    pub price: Option<Price>,
+}
+
+impl std::fmt::Debug for Fallbacks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let chain: Vec<&str> = self.chain.iter().map(|m| m.profile.as_str()).collect();
+        f.debug_struct("Fallbacks")
+            .field("from", &self.from)
+            .field("chain", &chain)
+            .finish()
+    }
 }
 
 /// A run's context compaction (SPEC section 22).
@@ -167,6 +198,7 @@ impl RunConfig {
             price: None,
             cache_key: None,
             compaction: None,
+            fallback: None,
         }
     }
 }

@@ -43,6 +43,7 @@ impl Run<'_, '_> {
             duration_ms,
             usage: None,
             finish_reason: None,
+            profile: None,
         });
         if note {
             debug_assert!(CUT_OFF_NOTE.starts_with(NOTE_PREFIX));

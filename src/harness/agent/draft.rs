@@ -151,6 +151,7 @@ impl Run<'_, '_> {
                     call_id,
                     content,
                     is_error,
+                    ..
                 } if call_id.starts_with(added::CHECK_ID) => {
                     Some(tool_result_for_model(content, *is_error).into_owned())
                 }

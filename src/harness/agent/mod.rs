@@ -20,6 +20,7 @@ mod config;
 mod cut_off;
 mod draft;
 mod end;
+mod fallback;
 mod notes;
 mod output;
 mod recover;
@@ -28,7 +29,8 @@ mod transcript;
 pub use compact::SUMMARY_ASK;
 pub use config::{
     Compaction, ContextLimits, DEFAULT_MAX_CONTEXT_CHARS, DEFAULT_MAX_RUN_BYTES, DEFAULT_MAX_STEPS,
-    DEFAULT_MAX_TOOL_CALLS, DEFAULT_MAX_TOOL_RESULT_CHARS, DEFAULT_TIMEOUT_MS, Limits, RunConfig,
+    DEFAULT_MAX_TOOL_CALLS, DEFAULT_MAX_TOOL_RESULT_CHARS, DEFAULT_TIMEOUT_MS, FallbackModel,
+    Fallbacks, Limits, RunConfig,
 };
 pub use recover::StoppedBatch;
 
@@ -428,6 +430,7 @@ impl Run<'_, '_> {
                 answers
                     .iter()
                     .find(|(pending, _)| pending.call_id == call.id)
+                    // Not an edited one: a batch is told of what runs.
                     .is_none_or(|(_, answer)| matches!(answer, Some(Answer::Approve)))
             }));
             for call in &calls {
@@ -509,7 +512,7 @@ impl Run<'_, '_> {
                 // counts it now.
                 self.tool_calls += batch as u32;
                 self.emitter.emit(|| EventKind::ActionsRequired {
-                    actions: pending.clone(),
+                    actions: pending.iter().cloned().map(PendingAction::shown).collect(),
                 });
                 return End::Paused(pending);
             }

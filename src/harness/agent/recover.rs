@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 use super::{End, OUTCOME_UNKNOWN, Run};
 use crate::harness::events::EventKind;
 use crate::harness::message::{Message, ToolCall};
+use crate::harness::pause::{ActionKind, Answer, Answers};
 
 /// What is stored of the last batch of a run whose process stopped.
 #[derive(Debug, Clone, Default)]
@@ -18,6 +19,9 @@ pub struct StoppedBatch {
     /// It was counted whole when the run paused for it (its calls were
     /// being run as answered): its calls are not counted again.
     pub counted: bool,
+    /// The answers its paused calls were given, by call id: a denied call
+    /// stays denied, an edited one runs with its reviewer's arguments.
+    pub answers: Answers,
 }
 
 impl Run<'_, '_> {
@@ -56,33 +60,63 @@ impl Run<'_, '_> {
             .cloned()
             .collect();
         drop(answered);
-        self.announce(unanswered.iter().filter(|call| {
+        // A call whose answer is its result (a denial, a client's output
+        // or error) is recorded so; one approved runs with the arguments it
+        // was approved with.
+        let answer_of = |call: &ToolCall| stopped.answers.get(&call.id);
+        let runs = |call: &ToolCall| {
+            answer_of(call).is_none_or(|answer| {
+                matches!(answer, Answer::Approve | Answer::ApproveEdited { .. })
+            })
+        };
+        let rerun = |call: &ToolCall| {
+            let arguments = match answer_of(call) {
+                Some(Answer::ApproveEdited { arguments }) => arguments,
+                _ => &call.arguments,
+            };
             !started.contains(&call.id)
                 || self
                     .harness
                     .tools
                     .get(&call.name)
-                    .is_some_and(|tool| tool.idempotent(&call.arguments))
-        }));
-        for call in &unanswered {
+                    .is_some_and(|tool| tool.idempotent(arguments))
+        };
+        let rerun: Vec<bool> = unanswered
+            .iter()
+            .map(|call| runs(call) && rerun(call))
+            .collect();
+        self.announce(
+            unanswered
+                .iter()
+                .zip(&rerun)
+                // Not an edited one: a batch is told of what runs.
+                .filter(|(call, rerun)| {
+                    **rerun && matches!(answer_of(call), None | Some(Answer::Approve))
+                })
+                .map(|(call, _)| call),
+        );
+        for (call, rerun) in unanswered.iter().zip(rerun) {
             if token.is_cancelled() {
                 return Some(End::Stopped);
             }
             if !stopped.counted {
                 self.tool_calls += 1;
             }
-            let rerun = !started.contains(&call.id)
-                || self
-                    .harness
-                    .tools
-                    .get(&call.name)
-                    .is_some_and(|tool| tool.idempotent(&call.arguments));
-            if rerun {
+            let answer = answer_of(call);
+            if let Some(answer) = answer.filter(|_| rerun || !runs(call)) {
+                let kind = match answer {
+                    Answer::Output(_) | Answer::Error(_) => ActionKind::ClientTool,
+                    _ => ActionKind::Approval,
+                };
+                self.answered(call, kind, Some(answer), token).await;
+            } else if rerun {
                 self.call_tool(call, token).await;
             } else {
                 self.emitter.emit(|| EventKind::ToolStart {
                     call_id: call.id.clone(),
                     name: call.name.clone(),
+                    edited: false,
+                    arguments: None,
                 });
                 self.ended_call(call, OUTCOME_UNKNOWN.to_owned(), true, 0.0);
             }

@@ -91,6 +91,7 @@ pub fn mask(message: &Message) -> Message {
             call_id,
             content,
             is_error,
+            ..
         } => Message::tool(
             call_id.clone(),
             masked_result(content.chars().count()),

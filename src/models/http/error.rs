@@ -67,7 +67,16 @@ impl ProviderError {
         }
     }
 
-    pub(super) fn into_model_error(self, provider: &str, attempts: u32, note: &str) -> ModelError {
+    /// The error a call ends with after `attempts`; `may_pass`: the call
+    /// gave up on a failure that may pass (its retries spent, or a wait
+    /// longer than allowed asked for), which another profile may answer.
+    pub(super) fn into_model_error(
+        self,
+        provider: &str,
+        attempts: u32,
+        note: &str,
+        may_pass: bool,
+    ) -> ModelError {
         let tried = if attempts > 1 {
             format!(" (after {attempts} attempts)")
         } else {
@@ -79,7 +88,14 @@ impl ProviderError {
             }
             Self::Incomplete(why) => ModelError::Incomplete(format!("{provider} provider: {why}")),
             Self::TokenLimit(why) => ModelError::TokenLimit(format!("{provider} provider: {why}")),
-            other => ModelError::Provider(format!("{provider} provider: {other}{tried}{note}")),
+            other => {
+                let text = format!("{provider} provider: {other}{tried}{note}");
+                if may_pass && other.is_retryable() {
+                    ModelError::Unavailable(text)
+                } else {
+                    ModelError::Provider(text)
+                }
+            }
         }
     }
 }

@@ -261,7 +261,7 @@ impl HttpClient {
             let status = error.status().map(|status| status.as_u16());
             if !error.is_retryable() || attempt >= max_attempts {
                 tracing::warn!(provider, attempt, status, error = %error, "model request failed");
-                return Err(error.into_model_error(provider, attempt, ""));
+                return Err(error.into_model_error(provider, attempt, "", true));
             }
             let delay = match error.retry_after() {
                 Some(asked) if asked > self.retry.max_retry_after => {
@@ -276,7 +276,7 @@ impl HttpClient {
                         "; not retried: the provider asked to wait {} s",
                         asked.as_secs()
                     );
-                    return Err(error.into_model_error(provider, attempt, &note));
+                    return Err(error.into_model_error(provider, attempt, &note, true));
                 }
                 Some(asked) => asked,
                 None => self.retry.backoff(attempt),
@@ -292,7 +292,7 @@ impl HttpClient {
                     "model request failed; no time left to retry before the deadline"
                 );
                 let note = "; not retried: the run's deadline comes first";
-                return Err(error.into_model_error(provider, attempt, note));
+                return Err(error.into_model_error(provider, attempt, note, false));
             }
             tracing::warn!(provider, attempt, max_attempts, status, delay_ms = delay.as_millis() as u64, error = %error, "model request failed; retrying");
             tokio::select! {

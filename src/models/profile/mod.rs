@@ -109,6 +109,8 @@ struct RawProfile {
     cache: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     compaction_at: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fallback: Option<Vec<String>>,
 }
 
 impl ModelProfile {
@@ -148,6 +150,7 @@ impl From<ModelProfile> for RawProfile {
             price: profile.price(),
             cache: None,
             compaction_at: profile.compaction_at(),
+            fallback: (!profile.fallback().is_empty()).then(|| profile.fallback().to_vec()),
         };
         let settings = profile.loop_settings();
         raw.draft_first = settings.draft_first;
@@ -235,6 +238,7 @@ impl TryFrom<RawProfile> for ModelProfile {
                 loop_settings,
                 price: raw.price,
                 compaction_at: raw.compaction_at,
+                fallback: raw.fallback.unwrap_or_default(),
             }));
         }
         if raw.script.is_some() {
@@ -265,6 +269,7 @@ impl TryFrom<RawProfile> for ModelProfile {
             cache: raw.cache.unwrap_or(true),
             price: raw.price,
             compaction_at: raw.compaction_at,
+            fallback: raw.fallback.unwrap_or_default(),
         };
         Ok(match kind {
             ProfileKind::Anthropic => Self::Anthropic(profile),
@@ -319,6 +324,9 @@ pub struct HttpProfile {
     /// Its runs compact at this share of their context unless they say
     /// otherwise (see `context.compaction`).
     pub compaction_at: Option<f64>,
+    /// The profiles a model call goes to, in turn, when its retries are
+    /// spent on a failure that may pass.
+    pub fallback: Vec<String>,
 }
 
 impl Default for HttpProfile {
@@ -341,6 +349,7 @@ impl Default for HttpProfile {
             cache: true,
             price: None,
             compaction_at: None,
+            fallback: Vec::new(),
         }
     }
 }
@@ -367,6 +376,7 @@ impl fmt::Debug for HttpProfile {
             .field("cache", &self.cache)
             .field("price", &self.price)
             .field("compaction_at", &self.compaction_at)
+            .field("fallback", &self.fallback)
             .finish()
     }
 }
@@ -386,6 +396,9 @@ pub struct ScriptedProfile {
     /// Its runs compact at this share of their context unless they say
     /// otherwise.
     pub compaction_at: Option<f64>,
+    /// The profiles a model call goes to, in turn, when it fails as a
+    /// provider out of retries does.
+    pub fallback: Vec<String>,
 }
 
 /// The kind of a profile, as `GET /v1/models` shows it.
@@ -456,6 +469,14 @@ impl ModelProfile {
         }
     }
 
+    /// The profiles its model calls fall back to, as written.
+    pub fn fallback(&self) -> &[String] {
+        match self {
+            Self::OpenAi(http) | Self::Anthropic(http) => &http.fallback,
+            Self::Scripted(scripted) => &scripted.fallback,
+        }
+    }
+
     /// How the loop treats this profile's model (what it leaves unset is
     /// the server's).
     pub fn loop_settings(&self) -> LoopSettings {
@@ -482,6 +503,7 @@ impl ModelProfile {
             loop_settings: LoopSettings::default(),
             price: None,
             compaction_at: None,
+            fallback: Vec::new(),
             script: vec![
                 json!({
                     "content": "",

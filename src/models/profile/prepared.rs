@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::harness::Model;
+use crate::harness::agent::{FallbackModel, Fallbacks};
 use crate::models::anthropic::AnthropicModel;
 use crate::models::openai::OpenAiModel;
 use crate::models::scripted::ScriptedModel;
@@ -44,6 +45,7 @@ impl ModelProfile {
             loop_settings: self.loop_settings(),
             price: self.price(),
             compaction_at: self.compaction_at(),
+            fallback: Vec::new(),
             source,
         })
     }
@@ -74,6 +76,9 @@ pub struct PreparedProfile {
     loop_settings: super::LoopSettings,
     price: Option<crate::harness::Price>,
     compaction_at: Option<f64>,
+    /// The profiles its model calls fall back to, in turn: its `fallback`,
+    /// each followed by that profile's own chain, each profile once.
+    fallback: Vec<String>,
     source: Source,
 }
 
@@ -111,6 +116,12 @@ impl PreparedProfile {
     /// The share of their context at which its runs compact by default.
     pub fn compaction_at(&self) -> Option<f64> {
         self.compaction_at
+    }
+
+    /// The profiles its model calls fall back to, in turn (its `fallback`,
+    /// each followed by that profile's own chain).
+    pub fn fallback(&self) -> &[String] {
+        &self.fallback
     }
 
     /// The model for one run.
@@ -186,19 +197,27 @@ pub struct ModelProfiles {
 impl ModelProfiles {
     /// Validates and prepares every profile (the `[models]` table), adding
     /// the built-in `demo` unless the configuration defines its own. Fails on
-    /// the first profile that is not usable, naming it.
+    /// the first profile that is not usable, naming it, and on a `fallback`
+    /// that names no profile or makes a cycle.
     pub fn new(
         profiles: impl IntoIterator<Item = (String, ModelProfile)>,
         env: EnvLookup<'_>,
     ) -> Result<Self, ProfileError> {
         let mut prepared = BTreeMap::new();
+        let mut written = BTreeMap::new();
         for (name, profile) in profiles {
             let ready = profile.prepare(&name, env)?;
-            prepared.insert(name, ready);
+            prepared.insert(name.clone(), ready);
+            written.insert(name, profile.fallback().to_vec());
         }
         if !prepared.contains_key(DEMO_PROFILE) {
             let demo = ModelProfile::demo().prepare(DEMO_PROFILE, env)?;
             prepared.insert(DEMO_PROFILE.to_owned(), demo);
+            written.insert(DEMO_PROFILE.to_owned(), Vec::new());
+        }
+        for (name, profile) in &mut prepared {
+            let mut path = vec![name.as_str()];
+            profile.fallback = fallback_chain(&written, &mut path)?;
         }
         Ok(Self { profiles: prepared })
     }
@@ -216,6 +235,31 @@ impl ModelProfiles {
         self.get(name).map(PreparedProfile::instantiate)
     }
 
+    /// Where the model calls of a run of the profile `name` go when its
+    /// provider is unavailable: a model for each profile of its chain (a
+    /// scripted one from the top), or `None` without a chain.
+    pub fn fallbacks(&self, name: &str) -> Option<Arc<Fallbacks>> {
+        let chain = self.get(name)?.fallback();
+        if chain.is_empty() {
+            return None;
+        }
+        let chain = chain
+            .iter()
+            .filter_map(|profile| {
+                let prepared = self.get(profile)?;
+                Some(FallbackModel {
+                    profile: profile.clone(),
+                    model: prepared.instantiate(),
+                    price: prepared.price(),
+                })
+            })
+            .collect();
+        Some(Arc::new(Fallbacks {
+            from: name.to_owned(),
+            chain,
+        }))
+    }
+
     /// Names and kinds, sorted by name.
     pub fn list(&self) -> Vec<ProfileInfo> {
         self.profiles
@@ -226,4 +270,42 @@ impl ModelProfiles {
             })
             .collect()
     }
+}
+
+/// The chain of the profile last in `path` (the profiles that led to it,
+/// first the one whose chain this is): each profile its `fallback` names,
+/// followed by that profile's chain, each profile once (the first time).
+/// A name that is no profile, or one already on `path`, refuses the
+/// configuration.
+fn fallback_chain<'a>(
+    written: &'a BTreeMap<String, Vec<String>>,
+    path: &mut Vec<&'a str>,
+) -> Result<Vec<String>, ProfileError> {
+    let name = *path.last().expect("a profile");
+    let root = path[0];
+    let mut chain: Vec<String> = Vec::new();
+    for next in &written[name] {
+        let Some((next, _)) = written.get_key_value(next) else {
+            return Err(ProfileError::new(
+                root,
+                format!("`fallback` of `{name}` names `{next}`, which is not a model profile"),
+            ));
+        };
+        if path.contains(&next.as_str()) {
+            let cycle: Vec<&str> = path.iter().copied().chain([next.as_str()]).collect();
+            return Err(ProfileError::new(
+                root,
+                format!("`fallback` makes a cycle: {}", cycle.join(" -> ")),
+            ));
+        }
+        path.push(next);
+        let further = fallback_chain(written, path)?;
+        path.pop();
+        for profile in std::iter::once(next.clone()).chain(further) {
+            if !chain.contains(&profile) {
+                chain.push(profile);
+            }
+        }
+    }
+    Ok(chain)
 }

@@ -223,7 +223,8 @@ fn resolve_script(name: &str, profile: &ScriptedProfile) -> Result<Vec<Value>, P
             {
                 return Err(error("`delay_ms` must be a nonnegative integer".into()));
             }
-            if object.remove("error").is_none() {
+            let fails = object.remove("error").is_some();
+            if !(fails | object.remove("unavailable").is_some()) {
                 ModelResponse::from_json(Value::Object(object))
                     .map_err(|e| error(e.to_string()))?;
             }

@@ -41,6 +41,7 @@ fn scripts_are_checked_element_by_element() {
             loop_settings: LoopSettings::default(),
             price: None,
             compaction_at: None,
+            fallback: Vec::new(),
         })
     };
     let error = |script: Vec<Value>| {
@@ -98,4 +99,57 @@ fn the_loops_switches_are_read_for_every_kind_and_written_back() {
     assert_eq!(scripted.loop_settings().write_code_blocks, Some(true));
     let wrong = toml::from_str::<ModelProfile>("kind = \"openai\"\ndraft_first = \"yes\"\n");
     assert!(wrong.is_err());
+}
+
+#[test]
+fn fallback_chains_are_followed_each_profile_once_and_checked() {
+    let profile = |fallback: &[&str]| {
+        let text = format!(
+            "kind = \"scripted\"\nscript = [{{content = \"hi\"}}, {{unavailable = \"529\"}}]\nfallback = {fallback:?}"
+        );
+        toml::from_str::<ModelProfile>(&text).unwrap()
+    };
+    let profiles = |pairs: &[(&str, &[&str])]| {
+        ModelProfiles::new(
+            pairs
+                .iter()
+                .map(|(name, fallback)| ((*name).to_owned(), profile(fallback))),
+            &no_env,
+        )
+    };
+    let ready = profiles(&[
+        ("a", &["b", "c"]),
+        ("b", &["d", "c"]),
+        ("c", &[]),
+        ("d", &["demo"]),
+    ])
+    .unwrap();
+    let chain = |name: &str| ready.get(name).unwrap().fallback().to_vec();
+    assert_eq!(chain("a"), ["b", "d", "demo", "c"]);
+    assert_eq!(chain("c"), Vec::<String>::new());
+    let fallbacks = ready.fallbacks("a").unwrap();
+    assert_eq!(fallbacks.from, "a");
+    assert_eq!(fallbacks.chain.len(), 4);
+    assert!(ready.fallbacks("c").is_none());
+    // Written back as written.
+    assert!(
+        toml::to_string(&profile(&["x"]))
+            .unwrap()
+            .contains("fallback = [\"x\"]")
+    );
+
+    let error = profiles(&[("a", &["b"]), ("b", &["nope"])]).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("`fallback` of `b` names `nope`, which is not a model profile"),
+        "{error}"
+    );
+    let error = profiles(&[("a", &["a"])]).unwrap_err();
+    assert!(error.to_string().contains("cycle: a -> a"), "{error}");
+    let error = profiles(&[("a", &["b"]), ("b", &["c"]), ("c", &["b"])]).unwrap_err();
+    assert!(
+        error.to_string().contains("cycle: a -> b -> c -> b"),
+        "{error}"
+    );
 }

@@ -169,6 +169,10 @@ impl RunTask {
                     },
                 }
             }),
+            fallback: match &spec.model {
+                ModelSpec::Profile(name) => shared.profiles.fallbacks(name),
+                ModelSpec::Scripted(_) => None,
+            },
             // Attempts share their parent's prefix, and so its cache.
             cache_key: Some(
                 spec.attempt_of

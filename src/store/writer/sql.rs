@@ -295,9 +295,11 @@ async fn apply(connection: &mut AnyConnection, ops: &[Op]) -> Result<(), StoreEr
         let sql = values_statement(
             placeholders,
             // A resumed run keeps its first start, and no longer waits on
-            // anything.
+            // anything. Its answers are kept until it pauses or ends again:
+            // should its process stop meanwhile, they say how the calls of
+            // the answered batch that have no result yet are to go.
             "UPDATE runs SET status = 'running', started_at = COALESCE(runs.started_at, v.column2), \
-             pending_actions = '[]', answers = '{}', action_deadline = NULL FROM (",
+             pending_actions = '[]', action_deadline = NULL FROM (",
             chunk.len(),
             2,
             ") AS v WHERE runs.id = v.column1",

@@ -421,6 +421,7 @@ mod tests {
             name: "list_dir".into(),
             arguments: json!({}),
             run_id: None,
+            input_schema: None,
         }];
         store.writer().append(NewEvent {
             run_id: run.id,
@@ -455,6 +456,7 @@ mod tests {
                 ActionAnswer::Decision {
                     decision: Decision::Approve,
                     reason: None,
+                    arguments: None,
                 },
             )],
             at: Utc::now(),
