@@ -186,19 +186,21 @@ pub(super) async fn answer_run(
     {
         return answer_children(state, tenant, &run, answers, &runs).await;
     }
-    let answered = state
-        .runner
-        .answer(tenant, run.id, answers)
-        .await
-        .map_err(|error| match error {
-            SubmitError::StorageRefused(why) => {
-                tracing::error!(%why, run_id = %run.id, "answers could not be stored");
-                ApiError::Unavailable(
-                    "the server's storage refuses writes; nothing was answered, retry later".into(),
-                )
-            }
-            error => error.into(),
-        })?;
+    let answered =
+        state
+            .runner
+            .answer(tenant, run.id, answers)
+            .await
+            .map_err(|error| match error {
+                SubmitError::StorageRefused(why) => {
+                    tracing::error!(%why, run_id = %run.id, "answers could not be stored");
+                    ApiError::Unavailable(
+                        "the server's storage refuses writes; nothing was answered, retry later"
+                            .into(),
+                    )
+                }
+                error => error.into(),
+            })?;
     answered_json(answered)
 }
 

@@ -2,6 +2,7 @@
 //! error is JSON. The API knows the runner and the store's read side, never
 //! SQL.
 
+pub mod a2a;
 pub mod access;
 pub mod actions;
 pub mod agents;

@@ -11,8 +11,8 @@ use axum::routing::{MethodRouter, delete, get, patch, post, put};
 
 use super::state::AppState;
 use super::{
-    actions, agents, console, events, runs, schedules, statuses, stream_tokens, system, transcript,
-    uploads, workspace,
+    a2a, actions, agents, console, events, runs, schedules, statuses, stream_tokens, system,
+    transcript, uploads, workspace,
 };
 
 /// One path and what it answers.
@@ -205,6 +205,16 @@ pub fn table() -> Vec<Route> {
             "/v1/agents/{name}/versions/{version}",
             false,
             [(M::GET, NONE, get(agents::version))],
+        ),
+        route(
+            "/a2a/{agent}/.well-known/agent-card.json",
+            false,
+            [(M::GET, NONE, get(a2a::card))],
+        ),
+        route(
+            "/a2a/{agent}",
+            false,
+            [(M::POST, NONE, post(a2a::endpoint))],
         ),
         route("/v1/models", false, [(M::GET, NONE, get(system::models))]),
         route("/v1/mcp", false, [(M::GET, NONE, get(system::mcp))]),

@@ -404,7 +404,7 @@ pub async fn purge(
 }
 
 /// What a cancel did.
-enum Cancel {
+pub(super) enum Cancel {
     /// The run was live: it is told to stop (or ended at once, paused or
     /// queued), as it stands now.
     Asked(Run),
@@ -412,7 +412,11 @@ enum Cancel {
     Ended(Run),
 }
 
-async fn cancel_run(state: &AppState, tenant: &Tenant, run: Run) -> Result<Cancel, ApiError> {
+pub(super) async fn cancel_run(
+    state: &AppState,
+    tenant: &Tenant,
+    run: Run,
+) -> Result<Cancel, ApiError> {
     let id = run.id;
     if !run.status.is_terminal() {
         // Live here, or in storage alone: paused, or on PostgreSQL queued

@@ -1149,9 +1149,30 @@ async fn every_event_of_a_stream_matches_the_event_schema() {
         config
             .commands
             .insert("check".into(), toml::from_str(check).unwrap());
+        // A profile out of retries, and the one it falls back to.
+        let flaky = "kind = \"scripted\"\nscript = [{unavailable = \"HTTP 529\"}]\n\
+                     fallback = [\"steady\"]";
+        let steady = "kind = \"scripted\"\nscript = [{content = \"steady\"}]";
+        config
+            .models
+            .insert("flaky".into(), toml::from_str(flaky).unwrap());
+        config
+            .models
+            .insert("steady".into(), toml::from_str(steady).unwrap());
     })
     .await;
     let mut seen = BTreeSet::new();
+
+    // A model call that falls back: model_fallback, and the answering
+    // profile on its model_end.
+    let fell_back = app
+        .run_to_end(json!({"prompt": "answer", "model": "flaky"}))
+        .await;
+    assert_eq!(fell_back["answer"], "steady", "{fell_back}");
+    check_events(
+        &app.events(fell_back["id"].as_str().unwrap()).await,
+        &mut seen,
+    );
 
     // Tool calls that succeed and fail, usage, then a model failure.
     let failing = app
@@ -1267,10 +1288,12 @@ async fn every_event_of_a_stream_matches_the_event_schema() {
         &app.get(&format!("/v1/runs/{paused_id}")).await,
     );
     assert_eq!(waiting["pending_actions"][0]["kind"], "approval");
+    // Approved with other arguments: tool_start and the result say so.
     let answered = app
         .send(
             app.request(Method::POST, &format!("/v1/runs/{paused_id}/actions"))
-                .json(&json!({"actions": [{"call_id": "w1", "decision": "approve"}]})),
+                .json(&json!({"actions": [{"call_id": "w1", "decision": "approve",
+                                           "arguments": {"path": "b.txt", "content": "z"}}]})),
         )
         .await;
     check("post", "/v1/runs/{id}/actions", &answered);

@@ -130,3 +130,21 @@ def test_deny_and_submit_error_one_at_a_time(client: Client) -> None:
     assert client.wait(run.id).status == "completed"
     results = {m["call_id"]: m["content"] for m in client.messages(run.id) if m["role"] == "tool"}
     assert "no such order" in results["1"] and "Denied" in results["2"]
+
+
+def test_an_approval_with_other_arguments_runs_them(client: Client) -> None:
+    run = client.create_run(
+        "Note the order status",
+        tools=["write_file"],
+        approval=["write_file"],
+        model=scripted({"content": "", "tool_calls": [write_status("w")]}, {"content": "Noted."}),
+    )
+    edited = {"path": "status.txt", "content": "delayed"}
+    for event in client.events(run.id):
+        if event.type == "actions_required":
+            assert client.approve(run.id, "w", arguments=edited).status == "queued"
+    done = client.wait(run.id)
+    assert done.status == "completed"
+    assert "+delayed" in client.diff(run.id)
+    result = [m for m in client.messages(run.id) if m["role"] == "tool"][0]
+    assert result["edited"] is True and result["arguments"] == edited

@@ -225,6 +225,20 @@ export class AgentRunner {
     return this.answerActions(id, [{ call_id: callId, decision: "approve" }], options);
   }
 
+  /**
+   * Approves the pending call `callId` with `args` in place of the model's
+   * arguments (checked against the tool's schema; a 422 when not valid):
+   * they run, and the model is told a reviewer changed them.
+   */
+  async approveWith(
+    id: string,
+    callId: string,
+    args: Record<string, unknown>,
+    options: RequestOptions = {},
+  ): Promise<Run> {
+    return this.answerActions(id, [{ call_id: callId, decision: "approve", arguments: args }], options);
+  }
+
   /** Denies the pending call `callId`: the model is told `Denied: REASON` (or that the client denied it). */
   async deny(id: string, callId: string, reason?: string, options: RequestOptions = {}): Promise<Run> {
     const answer: ActionAnswer =

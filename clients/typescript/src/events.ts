@@ -41,6 +41,16 @@ export interface ModelEndEvent extends StoredEvent {
   usage?: ModelUsage;
   /** Why the model stopped, in its provider's words (`stop`, `tool_calls`, `end_turn`, ...), where it says. */
   finish_reason?: string;
+  /** The profile that answered, when a fallback did (the call's usage and cost are its). */
+  profile?: string;
+}
+
+/** A model call's retries were spent on a failure that may pass: the same request goes to profile `to`. */
+export interface ModelFallbackEvent extends StoredEvent {
+  type: "model_fallback";
+  from: string;
+  to: string;
+  reason: string;
 }
 
 /** A model call failed. */
@@ -54,6 +64,9 @@ export interface ToolStartEvent extends StoredEvent {
   type: "tool_start";
   call_id: string;
   name: string;
+  /** Present when a reviewer approved the call with other arguments (`arguments`, which run). */
+  edited?: true;
+  arguments?: Record<string, unknown>;
 }
 
 /** A tool call ended. */
@@ -158,6 +171,7 @@ export type RunEvent =
   | ModelStartEvent
   | ModelEndEvent
   | ModelErrorEvent
+  | ModelFallbackEvent
   | ToolStartEvent
   | ToolEndEvent
   | MessageEvent

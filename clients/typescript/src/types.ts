@@ -522,6 +522,8 @@ export interface ApproveAnswer {
   /** The child whose action it is, answered through its parent (needed where two children wait on calls of one id). */
   run_id?: string;
   decision: "approve";
+  /** Arguments that run in place of the model's (an edited approval), checked against the tool's schema. */
+  arguments?: Record<string, unknown>;
 }
 
 /** Denies an approval's call: the model is told `Denied: REASON`. */
@@ -586,6 +588,9 @@ export interface ToolMessage {
   call_id: string;
   content: string;
   is_error: boolean;
+  /** Present when a reviewer approved the call with other arguments (`arguments`, which ran). */
+  edited?: true;
+  arguments?: Record<string, unknown>;
 }
 
 /**

@@ -224,9 +224,13 @@ class AsyncClient(AsyncSchedulesMixin):
             await self._request("POST", run_path(run_id, "/actions"), json=actions_body(answers))
         )
 
-    async def approve(self, run_id: str, call_id: str) -> Run:
-        """Approve the pending call ``call_id``: it runs."""
-        return await self.answer_actions(run_id, [approve_answer(call_id)])
+    async def approve(
+        self, run_id: str, call_id: str, arguments: Optional[Mapping[str, Any]] = None
+    ) -> Run:
+        """Approve the pending call ``call_id``: it runs, with ``arguments`` in
+        place of the model's when given (an edited approval, checked against
+        the tool's schema)."""
+        return await self.answer_actions(run_id, [approve_answer(call_id, arguments)])
 
     async def deny(self, run_id: str, call_id: str, reason: Optional[str] = None) -> Run:
         """Deny the pending call ``call_id``: the model is told it was denied."""

@@ -210,9 +210,13 @@ def agent_list_params(
     return params
 
 
-def approve_answer(call_id: str) -> dict[str, Any]:
-    """The answer that approves call ``call_id``."""
-    return {"call_id": call_id, "decision": "approve"}
+def approve_answer(call_id: str, arguments: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+    """The answer that approves call ``call_id`` (with ``arguments`` in place
+    of the model's, when given)."""
+    answer: dict[str, Any] = {"call_id": call_id, "decision": "approve"}
+    if arguments is not None:
+        answer["arguments"] = dict(arguments)
+    return answer
 
 
 def deny_answer(call_id: str, reason: Optional[str]) -> dict[str, Any]:
