@@ -13,6 +13,7 @@
 
 import { renderChanges, renderDiff, saveBlob } from "./diff.js";
 import { loadSchedules } from "./schedules.js";
+import { pendingItem } from "./pending.js";
 import { loadSubruns } from "./subruns.js";
 
 const TOKEN_KEY = "agent-runner-token";
@@ -665,68 +666,18 @@ async function downloadArchive() {
 function renderPending(run) {
   const pending = run.status === "requires_action" ? run.pending_actions : [];
   $("pending").hidden = pending.length === 0;
-  $("pending-list").replaceChildren(...pending.map((action) => pendingItem(run, action)));
+  const answered = (made) => showAnswered(run.id, made);
+  $("pending-list").replaceChildren(...pending.map((action) => pendingItem({ api, h, run, action, answered })));
 }
 
-function pendingItem(run, action) {
-  const problem = h("p", { class: "error", hidden: true });
-  const send = async (answer, buttons) => {
-    for (const button of buttons) button.disabled = true;
-    problem.hidden = true;
-    try {
-      // A child's action, listed on its parent, names its run.
-      const own = action.run_id ? { run_id: action.run_id } : {};
-      const answered = await api("POST", `/v1/runs/${run.id}/actions`, { actions: [{ call_id: action.call_id, ...own, ...answer }] });
-      const kept = remember(answered);
-      if (state.open && state.open.id === run.id) {
-        // Newer than any read still on its way.
-        state.open.refreshes += 1;
-        renderRun(kept);
-      }
-      renderList();
-    } catch (error) {
-      problem.textContent = error.message;
-      problem.hidden = false;
-      for (const button of buttons) button.disabled = false;
-    }
-  };
-  const head = h(
-    "div",
-    { class: "pending-head" },
-    h("strong", {}, action.name),
-    h("span", { class: "kind" }, action.kind === "approval" ? "asks for approval" : "runs on your side"),
-    action.run_id && h("a", { class: "pending-run", href: `#/runs/${action.run_id}` }, "a sub-agent's call"),
-  );
-  const args = h("pre", { class: "arguments" }, JSON.stringify(action.arguments, null, 2));
-  let controls;
-  if (action.kind === "approval") {
-    const reason = h("input", { type: "text", placeholder: "reason (for a denial)", "aria-label": "Reason" });
-    const approve = h("button", { type: "button", class: "approve" }, "Approve");
-    const deny = h("button", { type: "button", class: "danger" }, "Deny");
-    approve.addEventListener("click", () => send({ decision: "approve" }, [approve, deny]));
-    deny.addEventListener("click", () => {
-      const answer = { decision: "deny" };
-      if (reason.value.trim()) answer.reason = reason.value.trim();
-      send(answer, [approve, deny]);
-    });
-    controls = h("div", { class: "controls" }, approve, deny, reason);
-  } else {
-    const output = h("textarea", { rows: 3, placeholder: "output: JSON, or plain text", "aria-label": "Output" });
-    const give = h("button", { type: "button", class: "approve" }, "Send output");
-    const fail = h("button", { type: "button", class: "danger" }, "Send as error");
-    give.addEventListener("click", () => {
-      let value = output.value;
-      try {
-        value = JSON.parse(output.value);
-      } catch {
-        // Plain text is sent as a string.
-      }
-      send({ output: value }, [give, fail]);
-    });
-    fail.addEventListener("click", () => send({ error: output.value || "failed" }, [give, fail]));
-    controls = h("div", { class: "controls" }, output, give, fail);
+/** Shows the run an answer made, newer than any read still on its way. */
+function showAnswered(id, answered) {
+  const kept = remember(answered);
+  if (state.open && state.open.id === id) {
+    state.open.refreshes += 1;
+    renderRun(kept);
   }
-  return h("li", { class: "pending-item", dataset: { callId: action.call_id } }, head, args, controls, problem);
+  renderList();
 }
 
 function showEvent(event) {
@@ -759,13 +710,18 @@ function eventItem(event) {
   let detail = "";
   switch (event.type) {
     case "tool_start":
-      detail = event.name;
+      detail = event.edited ? `${event.name} · arguments edited: ${JSON.stringify(event.arguments)}` : event.name;
       break;
     case "tool_end":
       detail = `${event.name}${event.is_error ? " (error)" : ""} · ${event.duration_ms} ms`;
       break;
     case "model_end":
-      detail = event.usage ? [tokens(event.usage), cost(event.usage.cost_usd)].filter(Boolean).join(" · ") : "";
+      detail = [event.profile && `answered by ${event.profile}`, event.usage && tokens(event.usage), event.usage && cost(event.usage.cost_usd)]
+        .filter(Boolean)
+        .join(" · ");
+      break;
+    case "model_fallback":
+      detail = `${event.from} → ${event.to} · ${event.reason}`;
       break;
     case "model_error":
       detail = event.error || "";
@@ -812,6 +768,9 @@ function messageItem(message) {
   const role = message.role === "tool" ? `tool ${message.call_id}`
     : message.role === "summary" ? `summary of the first ${message.replaces} messages` : message.role;
   const parts = [h("span", { class: "role" }, role)];
+  if (message.edited) {
+    parts.push(h("div", { class: "edited" }, `arguments edited by a reviewer: ${JSON.stringify(message.arguments)}`));
+  }
   if (message.content) parts.push(h("div", { class: "content" }, message.content));
   for (const call of message.tool_calls || []) {
     parts.push(h("div", { class: "call" }, `→ ${call.name}(${JSON.stringify(call.arguments)})`));

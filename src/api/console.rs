@@ -19,6 +19,7 @@ const SCRIPT: &str = include_str!("../../console/app.js");
 const DIFF_SCRIPT: &str = include_str!("../../console/diff.js");
 const SCHEDULES_SCRIPT: &str = include_str!("../../console/schedules.js");
 const SUBRUNS_SCRIPT: &str = include_str!("../../console/subruns.js");
+const PENDING_SCRIPT: &str = include_str!("../../console/pending.js");
 const STYLE: &str = include_str!("../../console/app.css");
 
 /// What the page may load and connect to: itself only.
@@ -46,6 +47,10 @@ pub async fn asset(Path(file): Path<String>) -> Result<Response, ApiError> {
         "subruns.js" => Ok(asset_response(
             "text/javascript; charset=utf-8",
             SUBRUNS_SCRIPT,
+        )),
+        "pending.js" => Ok(asset_response(
+            "text/javascript; charset=utf-8",
+            PENDING_SCRIPT,
         )),
         "app.css" => Ok(asset_response("text/css; charset=utf-8", STYLE)),
         _ => Err(ApiError::NotFound("console file")),

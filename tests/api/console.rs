@@ -71,6 +71,33 @@ async fn the_console_shows_a_runs_sub_agents_as_a_tree_and_answers_a_childs_paus
 }
 
 #[tokio::test]
+async fn the_console_shows_a_fallback_and_approves_edited_arguments() {
+    let app = spawn_with(|config| {
+        let flaky = "kind = \"scripted\"\nfallback = [\"steady\"]\n\
+                     script = [{unavailable = \"HTTP 529 Overloaded\"}, {content = \"noted\"}]";
+        let steady = "kind = \"scripted\"\nscript = ['{\"content\": \"\", \"tool_calls\": \
+                      [{\"id\": \"w1\", \"name\": \"write_file\", \"arguments\": \
+                      {\"path\": \"notes.txt\", \"content\": \"proposed\"}}]}']";
+        config
+            .models
+            .insert("flaky".into(), toml::from_str(flaky).unwrap());
+        config
+            .models
+            .insert("steady".into(), toml::from_str(steady).unwrap());
+    })
+    .await;
+    let seen = browse(&app, "edited").await;
+    assert!(
+        seen["edited"].as_str().unwrap().contains("edited\\n"),
+        "{seen}"
+    );
+    let runs = app.get("/v1/runs").await;
+    let id = runs.body["runs"][0]["id"].as_str().unwrap().to_owned();
+    let file = app.get(&format!("/v1/runs/{id}/workspace/notes.txt")).await;
+    assert_eq!(file.text, "edited\n");
+}
+
+#[tokio::test]
 async fn the_console_shows_what_a_run_cost_and_its_cache() {
     // Two calls, each of 1,000 input tokens (600 read from the cache, 200
     // written to it) and 10 output: at the price below $0.0006 + $0.00018

@@ -144,6 +144,34 @@ const scenarios = {
     return { subruns: await page.locator("#subruns .subrun").count(), nested };
   },
 
+  // A call that fell back to another profile shows the fallback; an
+  // approval edited in the console runs the edited arguments, and the
+  // transcript and events say so. (The server's profile `flaky` is out of
+  // retries once, then answers; `steady` asks to write a file.)
+  async edited() {
+    const run = await api("POST", "/v1/runs", {
+      prompt: "write the notes",
+      model: "flaky",
+      tools: ["write_file"],
+      approval: { tools: ["write_file"] },
+    });
+    await page.goto(`${base}/#/runs/${run.id}`);
+    await expectText(page.locator("#run-status"), "requires_action", "the pause");
+    const item = page.locator("#pending .pending-item");
+    const args = item.locator("textarea.arguments");
+    await args.waitFor({ timeout: WAIT });
+    await args.fill(JSON.stringify({ path: "notes.txt", content: "edited\n" }));
+    await expectText(item.locator("button.approve"), "Approve edited", "the button of an edit");
+    await item.locator("button.approve").click();
+    await expectText(page.locator("#run-status"), "completed", "the run's end");
+    await expectText(page.locator("#transcript .message .edited"), "arguments edited by a reviewer", "the edited result");
+    await expectText(page.locator("#events .type-model_fallback .summary"), "flaky → steady", "the fallback");
+    await expectText(page.locator("#events .type-tool_start .summary"), "arguments edited", "the edited call");
+    await expectText(page.locator("#events .type-model_end .summary"), "answered by steady", "the answering profile");
+    await shot("console-edited");
+    return { edited: await page.locator("#transcript .message .edited").first().textContent() };
+  },
+
   // A priced run shows what it cost, against its bound, and its cache's
   // tokens; each call's on its model_end.
   async cost() {
@@ -260,7 +288,9 @@ const scenarios = {
     await page.goto(`${base}/#/runs/${run.id}`);
     const pending = page.locator('.pending-item[data-call-id="w1"]');
     await pending.waitFor({ timeout: WAIT });
-    await expectText(pending.locator(".arguments"), "approved in the browser", "the call's arguments");
+    // The proposal, editable.
+    const proposal = await pending.locator("textarea.arguments").inputValue();
+    assert.ok(proposal.includes("approved in the browser"), `the call's arguments: ${proposal}`);
     await shot("console-approval");
     await pending.locator("button.approve").click();
     await expectText(page.locator("#run-status"), "completed", "the run after the approval");
