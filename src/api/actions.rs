@@ -12,6 +12,7 @@ use super::error::{ApiError, ErrorCode};
 use super::json::ApiJson;
 use super::state::AppState;
 use super::tenant_run::TenantRun;
+use crate::harness::{EditRefused, check_edited};
 use crate::run::{ActionAnswer, Decision, Run};
 use crate::runner::{Answered, SubmitError};
 
@@ -186,6 +187,8 @@ pub(super) async fn answer_run(
     {
         return answer_children(state, tenant, &run, answers, &runs).await;
     }
+    let edits: Vec<_> = answers.iter().enumerate().collect();
+    check_edits(state, run.id, &edits).await?;
     let answered =
         state
             .runner
@@ -204,6 +207,55 @@ pub(super) async fn answer_run(
     answered_json(answered)
 }
 
+/// Checks the edited arguments among `answers` (each with its place in the
+/// request) against the schemas kept with run `id`'s pause, before
+/// anything is stored. Answers to calls that are not pending are left to
+/// the store's check, which refuses them.
+async fn check_edits(
+    state: &AppState,
+    id: Uuid,
+    answers: &[(usize, &(String, ActionAnswer))],
+) -> Result<(), ApiError> {
+    let edited = |answer: &ActionAnswer| {
+        matches!(
+            answer,
+            ActionAnswer::Decision {
+                arguments: Some(_),
+                ..
+            }
+        )
+    };
+    if !answers.iter().any(|(_, (_, answer))| edited(answer)) {
+        return Ok(());
+    }
+    let pending = state.runner.store().stored_pending(id).await?;
+    for (i, (call_id, answer)) in answers {
+        let ActionAnswer::Decision {
+            arguments: Some(arguments),
+            ..
+        } = answer
+        else {
+            continue;
+        };
+        let Some(action) = pending.iter().find(|action| &action.call_id == call_id) else {
+            continue;
+        };
+        match check_edited(action, arguments) {
+            Ok(()) => {}
+            Err(EditRefused::Invalid(why)) => {
+                return Err(ApiError::Validation(format!(
+                    "actions[{i}].arguments: {why}; nothing was answered"
+                )));
+            }
+            Err(EditRefused::Schema(why)) => {
+                tracing::error!(run_id = %id, %why, "a paused call's schema does not compile");
+                return Err(ApiError::Internal(why));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The answer to the request, from what the runner made of it.
 fn answered_json(answered: Answered) -> Result<Run, ApiError> {
     match answered {
@@ -219,6 +271,9 @@ fn answered_json(answered: Answered) -> Result<Run, ApiError> {
     }
 }
 
+/// An answer, with its place in the request.
+type Placed = (usize, (String, ActionAnswer));
+
 /// Answers given through a parent whose children wait for decisions (SPEC
 /// section 24): each is its child's, found by its call (and `run_id`, when
 /// given); all are checked before any is given. The parent as it is then.
@@ -229,7 +284,7 @@ async fn answer_children(
     answers: Vec<(String, ActionAnswer)>,
     runs: &[Option<Uuid>],
 ) -> Result<Run, ApiError> {
-    let mut by_child: Vec<(Uuid, Vec<(String, ActionAnswer)>)> = Vec::new();
+    let mut by_child: Vec<(Uuid, Vec<Placed>)> = Vec::new();
     for (i, ((call_id, answer), named)) in answers.into_iter().zip(runs).enumerate() {
         let candidates: Vec<_> = parent
             .pending_actions
@@ -268,11 +323,17 @@ async fn answer_children(
         }
         let child = action.run_id.unwrap_or(parent.id);
         match by_child.iter_mut().find(|(id, _)| *id == child) {
-            Some((_, list)) => list.push((call_id, answer)),
-            None => by_child.push((child, vec![(call_id, answer)])),
+            Some((_, list)) => list.push((i, (call_id, answer))),
+            None => by_child.push((child, vec![(i, (call_id, answer))])),
         }
     }
+    // Every child's edits are checked before any child is answered.
+    for (child, answers) in &by_child {
+        let edits: Vec<_> = answers.iter().map(|(i, answer)| (*i, answer)).collect();
+        check_edits(state, *child, &edits).await?;
+    }
     for (child, answers) in by_child {
+        let answers = answers.into_iter().map(|(_, answer)| answer).collect();
         let answered = state
             .runner
             .answer(tenant, child, answers)

@@ -28,7 +28,10 @@ pub use context::{ContextError, ContextIndex, Selection, bound_tool_result, sele
 pub use events::{Event, EventKind, Observer, ObserverError, Outcome, Totals};
 pub use message::{Message, ToolCall};
 pub use model::{ContextView, DeltaSink, Model, ModelError, ModelRequest, ModelResponse, NoDeltas};
-pub use pause::{ActionKind, Answer, Answers, Approval, Checkpoint, PendingAction, check_answers};
+pub use pause::{
+    ActionKind, Answer, Answers, Approval, Checkpoint, EditRefused, PendingAction, check_answers,
+    check_edited,
+};
 pub use registry::{RegistryError, SchemaCache, ToolRegistry, compile_schema, is_valid_tool_name};
 pub use render::tool_result_for_model;
 pub use stop::{Stop, StopReason};

@@ -125,8 +125,8 @@ pub fn denied(reason: Option<&str>) -> String {
 /// Checks a client's answers (in the order given) against a paused run's
 /// pending actions, some of which may be answered already: every call id
 /// must be pending, unanswered and answered once, each with an answer of its
-/// kind, edited arguments valid under the tool's schema. The error names
-/// the first answer that is wrong.
+/// kind. The error names the first answer that is wrong. (Edited arguments
+/// are checked against their tool's schema before: [`check_edited`].)
 pub fn check_answers<'a>(
     pending: &[PendingAction],
     answered: impl Fn(&str) -> bool,
@@ -163,36 +163,42 @@ pub fn check_answers<'a>(
                 ),
             });
         }
-        if let Answer::ApproveEdited { arguments } = answer {
-            check_edited(action, arguments)
-                .map_err(|why| format!("actions[{i}].arguments: {why}"))?;
-        }
     }
     Ok(())
 }
 
-/// Edited arguments for `action`'s call: valid under its tool's schema, as
-/// a model's are before they run.
-fn check_edited(action: &PendingAction, arguments: &Value) -> Result<(), String> {
+/// Why edited arguments were refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EditRefused {
+    /// They are not valid for the call (the client's to fix): why.
+    Invalid(String),
+    /// The tool's schema kept with the pause does not compile (the
+    /// server's fault): why.
+    Schema(String),
+}
+
+/// Edited arguments for `action`'s call: valid under its tool's schema,
+/// kept with the pause, as a model's are before they run.
+pub fn check_edited(action: &PendingAction, arguments: &Value) -> Result<(), EditRefused> {
     let Some(schema) = &action.input_schema else {
-        return Err(format!(
+        return Err(EditRefused::Invalid(format!(
             "call {:?} of {} was paused without its tool's schema (by an earlier version): \
              approve or deny it as proposed",
             action.call_id, action.name
-        ));
+        )));
     };
     let validator = super::registry::schema_options()
         .build(schema)
-        .map_err(|error| format!("the schema of {} does not compile: {error}", action.name))?;
+        .map_err(|error| EditRefused::Schema(format!("the schema of {}: {error}", action.name)))?;
     let errors = super::registry::describe_errors(validator.iter_errors(arguments));
     if errors.is_empty() {
         return Ok(());
     }
-    Err(format!(
+    Err(EditRefused::Invalid(format!(
         "not valid for {}: {}",
         action.name,
         errors.join("; ")
-    ))
+    )))
 }
 
 /// Where a paused run stands: enough to continue it. The transcript ends
@@ -277,22 +283,28 @@ mod tests {
         // Edited arguments are checked against the schema kept with the
         // pause; without one (an older pause) they are refused.
         let edit = |arguments: Value| Answer::ApproveEdited { arguments };
-        let error =
-            check_answers(&pending, none, [("1", &edit(serde_json::json!({})))]).unwrap_err();
-        assert!(error.contains("without its tool's schema"), "{error}");
+        let refused = check_edited(&pending[0], &serde_json::json!({})).unwrap_err();
+        assert!(
+            matches!(&refused, EditRefused::Invalid(why) if why.contains("without its tool's schema")),
+            "{refused:?}"
+        );
         let mut with_schema = pending.clone();
         with_schema[0].input_schema = Some(serde_json::json!({
             "type": "object", "properties": {"path": {"type": "string"}},
             "required": ["path"], "additionalProperties": false
         }));
-        let valid = edit(serde_json::json!({"path": "a"}));
-        assert!(check_answers(&with_schema, none, [("1", &valid)]).is_ok());
-        let invalid = edit(serde_json::json!({"path": 1}));
-        let error = check_answers(&with_schema, none, [("1", &invalid)]).unwrap_err();
-        assert!(
-            error.starts_with("actions[0].arguments: not valid for write_file: $.path"),
-            "{error}"
+        assert_eq!(
+            check_edited(&with_schema[0], &serde_json::json!({"path": "a"})),
+            Ok(())
         );
+        let refused = check_edited(&with_schema[0], &serde_json::json!({"path": 1})).unwrap_err();
+        assert_eq!(
+            refused,
+            EditRefused::Invalid("not valid for write_file: $.path: expected string".into())
+        );
+        with_schema[0].input_schema = Some(serde_json::json!({"type": "object", "pattern": "("}));
+        let refused = check_edited(&with_schema[0], &serde_json::json!({})).unwrap_err();
+        assert!(matches!(refused, EditRefused::Schema(_)), "{refused:?}");
         assert!(edit(Value::Null).fits(ActionKind::Approval));
         assert!(!edit(Value::Null).fits(ActionKind::ClientTool));
         assert_eq!(with_schema[0].clone().shown(), pending[0]);

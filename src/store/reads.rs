@@ -295,6 +295,27 @@ impl Store {
             .transpose()
     }
 
+    /// The pending actions of a paused run as stored (each approval with
+    /// its tool's schema), answered or not; none for a run not paused.
+    pub async fn stored_pending(
+        &self,
+        id: Uuid,
+    ) -> Result<Vec<crate::harness::PendingAction>, StoreError> {
+        let text: Option<String> = self
+            .read(async |connection| {
+                sqlx::query_scalar("SELECT pending_actions FROM runs WHERE id = $1")
+                    .bind(id.to_string())
+                    .fetch_optional(connection)
+                    .await
+            })
+            .await?;
+        match text {
+            None => Ok(Vec::new()),
+            Some(text) => serde_json::from_str(&text)
+                .map_err(|e| StoreError::Corrupt(format!("pending actions of run {id}: {e}"))),
+        }
+    }
+
     /// The transcript's messages, read back, in order.
     pub async fn transcript(&self, run_id: Uuid) -> Result<Vec<Arc<Message>>, StoreError> {
         self.messages(run_id)
@@ -408,11 +429,16 @@ impl Store {
                 started,
                 counted,
                 // What the batch's pending calls were answered (kept from
-                // the answered pause until the run pauses or ends again).
-                answers: rows::json::<rows::Answers>(&row, "answers")?
-                    .into_iter()
-                    .map(|(call_id, answer)| (call_id, answer.to_answer()))
-                    .collect(),
+                // the answered pause until the run pauses or ends again):
+                // only for the batch that paused, whose call ids they name.
+                answers: if counted {
+                    rows::json::<rows::Answers>(&row, "answers")?
+                        .into_iter()
+                        .map(|(call_id, answer)| (call_id, answer.to_answer()))
+                        .collect()
+                } else {
+                    Default::default()
+                },
             },
         })
     }

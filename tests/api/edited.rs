@@ -148,3 +148,73 @@ async fn an_invalid_edit_is_refused_whole_and_nothing_is_answered() {
         .collect();
     assert_eq!(names, ["a.txt", "c.txt"], "{}", files.text);
 }
+
+#[tokio::test]
+async fn an_invalid_edit_through_a_parent_answers_none_of_its_children() {
+    let app = spawn_app().await;
+    let writer = |id: &str, path: &str| {
+        json!({"tools": ["write_file"], "approval": {"tools": ["write_file"]},
+               "model": {"scripted": [
+                   {"content": "", "tool_calls": [call(id, "write_file", json!({"path": path, "content": "x"}))]},
+                   {"content": "written"}]}})
+    };
+    let run = app
+        .create_run(json!({
+            "prompt": "delegate the writing",
+            "subagents": {"one": writer("w1", "one.txt"), "two": writer("w2", "two.txt")},
+            "model": {"scripted": [
+                {"content": "", "tool_calls": [
+                    call("d1", "delegate", json!({"agent": "one", "prompt": "write"})),
+                    call("d2", "delegate", json!({"agent": "two", "prompt": "write"}))]},
+                {"content": "done"}]}
+        }))
+        .await;
+    let id = run["id"].as_str().unwrap();
+    let both = eventually("both children's actions on the parent", async || {
+        let run = app.get(&format!("/v1/runs/{id}")).await;
+        (run.body["pending_actions"].as_array().map(Vec::len) == Some(2)).then_some(run)
+    })
+    .await;
+    assert_eq!(both.body["status"], "requires_action");
+    let refused = app
+        .answer(
+            id,
+            json!([{"call_id": "w1", "decision": "approve"},
+                   {"call_id": "w2", "decision": "approve", "arguments": {"path": 2}}]),
+        )
+        .await;
+    assert_eq!(
+        refused.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        refused.text
+    );
+    assert!(
+        refused
+            .text
+            .contains("actions[1].arguments: not valid for write_file"),
+        "{}",
+        refused.text
+    );
+    // The first child was not answered either.
+    let children = app.get(&format!("/v1/runs?parent_run_id={id}")).await;
+    for child in children.body["runs"].as_array().unwrap() {
+        assert_eq!(child["status"], "requires_action", "{child}");
+        assert_eq!(child["pending_actions"].as_array().unwrap().len(), 1);
+    }
+    let answered = app
+        .answer(
+            id,
+            json!([{"call_id": "w1", "decision": "approve"},
+                   {"call_id": "w2", "decision": "approve",
+                    "arguments": {"path": "edited.txt", "content": "y"}}]),
+        )
+        .await;
+    assert_eq!(answered.status, StatusCode::OK, "{}", answered.text);
+    let done = app.wait_status(id, "completed").await;
+    assert_eq!(done["answer"], "done");
+    let file = app
+        .get(&format!("/v1/runs/{id}/workspace/edited.txt"))
+        .await;
+    assert_eq!(file.text, "y");
+}

@@ -5,6 +5,7 @@
 
 mod helpers;
 
+mod a2a;
 mod agents;
 mod attempts;
 mod blocks;

@@ -18,8 +18,8 @@ use axum::Extension;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::HeaderMap;
-use axum::response::Response;
+use axum::http::{HeaderMap, header};
+use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::error::ApiError;
@@ -36,10 +36,12 @@ pub async fn card(
     Extension(tenant): Extension<Tenant>,
     Path(name): Path<String>,
     headers: HeaderMap,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let agent = agent(&state, &tenant, &name).await?;
     let url = format!("{}/a2a/{}", base_url(&headers), agent.name);
-    Ok(Json(agent_card(&agent, &url, state.auth.is_enabled())))
+    let card = Json(agent_card(&agent, &url, state.auth.is_enabled()));
+    // Its endpoint is the request's host's: caches keep one per host.
+    Ok(([(header::VARY, "Host, X-Forwarded-Proto")], card).into_response())
 }
 
 /// `POST /a2a/{agent}`: one JSON-RPC request.

@@ -193,18 +193,30 @@ impl Call {
         };
         let history = history_length(&configuration)?;
         let parts = Parts::of(message)?;
-        let run = match message.get("taskId") {
-            None | Some(Value::Null) => self.start(&parts, message.get("contextId")).await?,
+        let (run, answered) = match message.get("taskId") {
+            None | Some(Value::Null) => (
+                self.start(&parts, message.get("contextId")).await?,
+                Vec::new(),
+            ),
             Some(id) => self.answer(&parts, id).await?,
         };
         let watch = Watch::new(&self.state, &self.tenant, run.id);
         if stream {
             return Ok(Reply::Stream(Box::pin(watch.updates(run))));
         }
+        // Settled, and past the answers just given (a parent lists its
+        // child's actions until the child takes them up).
+        let settled = |run: &Run| {
+            task::settled(run.status)
+                && !run
+                    .pending_actions
+                    .iter()
+                    .any(|action| answered.contains(&action.call_id))
+        };
         let run = if immediately {
             run
         } else {
-            watch.until(|run| task::settled(run.status), None).await?
+            watch.until(settled, None).await?
         };
         Ok(Reply::Result(json!({"task": task::task(&run, history)})))
     }
@@ -243,6 +255,16 @@ impl Call {
                 .await
                 .map_err(ApiError::from)?;
             if let Some(latest) = latest.first() {
+                if latest.status == RunStatus::RequiresAction {
+                    return Err(Failure::Rpc(
+                        UNSUPPORTED_OPERATION,
+                        format!(
+                            "the context's latest task {} waits for input: answer it (a message \
+                             with its taskId) before sending another",
+                            latest.id
+                        ),
+                    ));
+                }
                 body["previous_run_id"] = json!(latest.id);
                 if !latest.status.is_terminal() {
                     body["multitask"] = json!("enqueue");
@@ -261,8 +283,9 @@ impl Call {
             .map_err(ApiError::from)?)
     }
 
-    /// The answers of a message to the task `id` waiting for input.
-    async fn answer(&self, parts: &Parts, id: &Value) -> Result<Run, Failure> {
+    /// The answers of a message to the task `id` waiting for input: the
+    /// task then, and the calls answered.
+    async fn answer(&self, parts: &Parts, id: &Value) -> Result<(Run, Vec<String>), Failure> {
         let run = self.task(Some(id)).await?;
         if run.status != RunStatus::RequiresAction {
             return Err(if run.status.is_terminal() {
@@ -288,7 +311,17 @@ impl Call {
                 ));
             }
         };
-        Ok(crate::api::actions::answer_run(&self.state, &self.tenant, run, answers).await?)
+        let calls = answers["actions"]
+            .as_array()
+            .map(|actions| {
+                actions
+                    .iter()
+                    .filter_map(|action| action.get("call_id")?.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let run = crate::api::actions::answer_run(&self.state, &self.tenant, run, answers).await?;
+        Ok((run, calls))
     }
 
     /// `CancelTask`: the run cancelled (as `DELETE /v1/runs/{id}`), and the
@@ -324,7 +357,10 @@ impl Call {
         let id = self.task_id(id)?;
         let run = crate::api::tenant_run::read(&self.state, &self.tenant, id)
             .await
-            .map_err(|_| Failure::Rpc(TASK_NOT_FOUND, format!("no task {id}")))?;
+            .map_err(|error| match error {
+                ApiError::NotFound(_) => Failure::Rpc(TASK_NOT_FOUND, format!("no task {id}")),
+                error => Failure::from(error),
+            })?;
         self.owned(run)
     }
 

@@ -55,11 +55,15 @@ impl Watch {
     /// told, some may have gone by unheard, or a while passed. `false` once
     /// the server is stopping.
     async fn changed(&mut self) -> bool {
+        // One timer for the whole wait: other runs' changes do not put it
+        // off.
+        let look_again = tokio::time::sleep(LOOK_AGAIN);
+        tokio::pin!(look_again);
         loop {
             let change = tokio::select! {
                 change = self.changes.recv() => change,
                 () = self.closing.cancelled() => return false,
-                () = tokio::time::sleep(LOOK_AGAIN) => return true,
+                () = &mut look_again => return true,
             };
             match change {
                 Ok(change) if change.run_id == self.id => return true,
@@ -76,8 +80,8 @@ impl Watch {
         }
     }
 
-    /// The run once `done` holds for its status (or the server stops, or
-    /// `within` passes: the run as it is then).
+    /// The run once `done` holds for it (or the server stops, or `within`
+    /// passes: the run as it is then).
     pub async fn until(
         mut self,
         done: impl Fn(&Run) -> bool,
@@ -100,16 +104,20 @@ impl Watch {
         Ok(run)
     }
 
-    /// The task's stream from `run` on, as `StreamResponse` results: its
-    /// snapshot, a `statusUpdate` at each change of its state (an
-    /// `artifactUpdate` for each artifact before the last), until it ends
-    /// or waits for input. A failure to read it ends the stream.
+    /// The task's stream from `run` (as read before this watch began, or
+    /// since) on, as `StreamResponse` results: its snapshot, a
+    /// `statusUpdate` at each change of its state (an `artifactUpdate` for
+    /// each artifact before the last), until it ends or waits for input.
+    /// A failure to read it ends the stream.
     pub fn updates(mut self, run: Run) -> impl Stream<Item = Value> + Send + 'static {
         async_stream::stream! {
             let mut state = task::state(run.status);
             yield json!({"task": task::task(&run, None)});
             let mut settled = task::settled(run.status);
-            while !settled && self.changed().await {
+            // Read at once: what changed before this watch subscribed is
+            // told by no change to come.
+            let mut look = true;
+            while !settled && (std::mem::take(&mut look) || self.changed().await) {
                 let run = match self.read().await {
                     Ok(run) => run,
                     Err(error) => {

@@ -108,11 +108,11 @@ impl Run<'_, '_> {
             Ok(response) => response,
             Err(_) if token.is_cancelled() => return Asked::End(End::Stopped),
             Err(ModelError::Incomplete(why) | ModelError::TokenLimit(why)) if draft => {
-                self.cut_off(&why, began, false);
+                self.cut_off(&why, began, false, chain.profile());
                 return Asked::Again;
             }
             Err(ModelError::TokenLimit(why)) if self.may_note_cut_off() => {
-                self.cut_off(&why, began, true);
+                self.cut_off(&why, began, true, chain.profile());
                 return Asked::Again;
             }
             Err(error) => return Asked::End(self.model_failed(error.to_string())),

@@ -8,7 +8,7 @@ use futures_util::FutureExt;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::{Run, TOOL_CANCEL_GRACE, millis, panic_message, serialize_result};
+use super::{OUTCOME_UNKNOWN, Run, TOOL_CANCEL_GRACE, millis, panic_message, serialize_result};
 use crate::harness::events::EventKind;
 use crate::harness::message::{Message, ToolCall};
 use crate::harness::pause::{ActionKind, Answer, PendingAction, denied};
@@ -197,6 +197,31 @@ impl Run<'_, '_> {
             false => content,
         };
         self.ended(call, content, is_error, duration_ms, edited);
+    }
+
+    /// Records a call that was running when its process stopped, and is
+    /// not safe to run again, as [`OUTCOME_UNKNOWN`]; `edited`: the
+    /// arguments a reviewer approved it with, if any.
+    pub(super) fn outcome_unknown(&mut self, call: &ToolCall, edited: Option<Value>) {
+        let is_edited = edited.is_some();
+        let call = match edited {
+            Some(arguments) => ToolCall {
+                arguments,
+                ..call.clone()
+            },
+            None => call.clone(),
+        };
+        self.emitter.emit(|| EventKind::ToolStart {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            edited: is_edited,
+            arguments: is_edited.then(|| call.arguments.clone()),
+        });
+        let content = match is_edited {
+            true => format!("{}\n\n{OUTCOME_UNKNOWN}", edited_note(&call.arguments)),
+            false => OUTCOME_UNKNOWN.to_owned(),
+        };
+        self.ended(&call, content, true, 0.0, is_edited);
     }
 
     /// Emits a call's `tool_end` and records its result, bounded.

@@ -33,8 +33,15 @@ impl Run<'_, '_> {
 
     /// A response cut off, counted as a step that changed nothing; with
     /// `note`, followed by [`CUT_OFF_NOTE`] (a draft's is not: the run goes
-    /// on as if it had not drafted).
-    pub(super) fn cut_off(&mut self, why: &str, began: Instant, note: bool) {
+    /// on as if it had not drafted). `profile`: the fallback that answered,
+    /// if one did.
+    pub(super) fn cut_off(
+        &mut self,
+        why: &str,
+        began: Instant,
+        note: bool,
+        profile: Option<String>,
+    ) {
         tracing::debug!(%why, "a response was cut off");
         self.steps += 1;
         self.tell_totals();
@@ -43,7 +50,7 @@ impl Run<'_, '_> {
             duration_ms,
             usage: None,
             finish_reason: None,
-            profile: None,
+            profile,
         });
         if note {
             debug_assert!(CUT_OFF_NOTE.starts_with(NOTE_PREFIX));

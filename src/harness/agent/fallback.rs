@@ -87,6 +87,16 @@ impl Chain {
         }
     }
 
+    /// The error of a call every profile of its chain failed, naming each
+    /// and why (`why`: the last one's).
+    fn each_failed(&self, why: &str) -> String {
+        format!(
+            "every model profile failed: {}; `{}`: {why}",
+            self.failures.join("; "),
+            self.name()
+        )
+    }
+
     /// After a failed call: `Ok` with the `model_fallback` event to tell
     /// when the call goes on to the next profile (its retries were spent on
     /// a failure that may pass, and the chain has one more), else the error
@@ -109,16 +119,16 @@ impl Chain {
                     reason: why,
                 })
             }
-            (ModelError::Unavailable(why) | ModelError::Provider(why), _)
-                if !self.failures.is_empty() =>
-            {
-                let last = format!("`{}`: {why}", self.name());
-                Err(ModelError::Provider(format!(
-                    "every model profile failed: {}; {last}",
-                    self.failures.join("; ")
-                )))
+            // A cut-off answer is asked for again (from the run's own
+            // profile): it names no chain.
+            (error @ (ModelError::TokenLimit(_) | ModelError::Incomplete(_)), _) => Err(error),
+            (error, _) if self.failures.is_empty() => Err(error),
+            (ModelError::InvalidResponse(why), _) => {
+                Err(ModelError::InvalidResponse(self.each_failed(&why)))
             }
-            (error, _) => Err(error),
+            (ModelError::Unavailable(why) | ModelError::Provider(why), _) => {
+                Err(ModelError::Provider(self.each_failed(&why)))
+            }
         }
     }
 }

@@ -6,8 +6,7 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{End, OUTCOME_UNKNOWN, Run};
-use crate::harness::events::EventKind;
+use super::{End, Run};
 use crate::harness::message::{Message, ToolCall};
 use crate::harness::pause::{ActionKind, Answer, Answers};
 
@@ -112,13 +111,11 @@ impl Run<'_, '_> {
             } else if rerun {
                 self.call_tool(call, token).await;
             } else {
-                self.emitter.emit(|| EventKind::ToolStart {
-                    call_id: call.id.clone(),
-                    name: call.name.clone(),
-                    edited: false,
-                    arguments: None,
-                });
-                self.ended_call(call, OUTCOME_UNKNOWN.to_owned(), true, 0.0);
+                let edited = match answer {
+                    Some(Answer::ApproveEdited { arguments }) => Some(arguments.clone()),
+                    _ => None,
+                };
+                self.outcome_unknown(call, edited);
             }
         }
         None
