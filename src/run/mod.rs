@@ -10,14 +10,16 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use crate::harness::{Answer, PendingAction, ToolDefinition, UsageTotals};
+use crate::harness::{PendingAction, ToolDefinition, UsageTotals};
 use crate::telemetry::RunTrace;
 
+mod answer;
 pub mod attempts;
 mod bounds;
 mod status;
 pub mod subagents;
 mod thread;
+pub use answer::{ActionAnswer, Decision};
 pub use attempts::{AttemptOf, AttemptPolicy, AttemptSummary, Until};
 pub use bounds::{
     CompactionSpec, DEFAULT_ACTION_TIMEOUT_MS, DEFAULT_COMPACTION_AT, DEFAULT_CONTEXT,
@@ -210,64 +212,6 @@ impl RunSpec {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ApprovalSpec {
     pub tools: Vec<String>,
-}
-
-/// A client's answer to one pending action, as `POST /v1/runs/{id}/actions`
-/// takes it (and storage keeps it until the run resumes).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum ActionAnswer {
-    Decision {
-        decision: Decision,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        reason: Option<String>,
-        /// An approval's arguments in place of the model's (SPEC section
-        /// 25).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        arguments: Option<Value>,
-    },
-    Output {
-        output: Value,
-    },
-    Error {
-        error: String,
-    },
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Decision {
-    Approve,
-    Deny,
-}
-
-impl ActionAnswer {
-    /// The harness's form of this answer.
-    pub fn to_answer(&self) -> Answer {
-        match self {
-            Self::Decision {
-                decision: Decision::Approve,
-                arguments: None,
-                ..
-            } => Answer::Approve,
-            Self::Decision {
-                decision: Decision::Approve,
-                arguments: Some(arguments),
-                ..
-            } => Answer::ApproveEdited {
-                arguments: arguments.clone(),
-            },
-            Self::Decision {
-                decision: Decision::Deny,
-                reason,
-                ..
-            } => Answer::Deny {
-                reason: reason.clone(),
-            },
-            Self::Output { output } => Answer::Output(output.clone()),
-            Self::Error { error } => Answer::Error(error.clone()),
-        }
-    }
 }
 
 /// The run object of the API.
@@ -638,21 +582,6 @@ mod status_tests {
         assert_eq!(
             serde_json::to_value(&run).unwrap()["instructions"],
             Value::Null
-        );
-    }
-
-    #[test]
-    fn statuses_round_trip_through_text() {
-        for status in RunStatus::ALL {
-            assert_eq!(RunStatus::parse(status.as_str()), Some(status));
-            let json = serde_json::to_value(status).unwrap();
-            assert_eq!(json, Value::from(status.as_str()));
-            assert_eq!(serde_json::from_value::<RunStatus>(json).unwrap(), status);
-        }
-        assert_eq!(RunStatus::parse("done"), None);
-        assert_eq!(
-            RunStatus::ALL.iter().filter(|s| !s.is_terminal()).count(),
-            3
         );
     }
 }

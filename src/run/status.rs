@@ -83,3 +83,25 @@ impl<'de> Deserialize<'de> for RunStatus {
             .ok_or_else(|| serde::de::Error::custom(format!("unknown run status {text:?}")))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::*;
+
+    #[test]
+    fn statuses_round_trip_through_text() {
+        for status in RunStatus::ALL {
+            assert_eq!(RunStatus::parse(status.as_str()), Some(status));
+            let json = serde_json::to_value(status).unwrap();
+            assert_eq!(json, Value::from(status.as_str()));
+            assert_eq!(serde_json::from_value::<RunStatus>(json).unwrap(), status);
+        }
+        assert_eq!(RunStatus::parse("done"), None);
+        assert_eq!(
+            RunStatus::ALL.iter().filter(|s| !s.is_terminal()).count(),
+            3
+        );
+    }
+}

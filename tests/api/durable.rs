@@ -14,7 +14,7 @@ use crate::helpers::{
 };
 
 /// The real binary on SQLite in `dir`, with `config` as its config file.
-fn start(dir: &tempfile::TempDir, config: &str) -> (ServerProcess, Remote) {
+pub(crate) fn start(dir: &tempfile::TempDir, config: &str) -> (ServerProcess, Remote) {
     start_with(dir, config, &[])
 }
 
@@ -36,7 +36,7 @@ fn start_with(
     (child, Remote::new(address))
 }
 
-fn kill(child: &mut std::process::Child) {
+pub(crate) fn kill(child: &mut std::process::Child) {
     child.kill().unwrap();
     child.wait().unwrap();
 }
@@ -55,7 +55,7 @@ async fn events(server: &Remote, id: &str) -> Vec<SseEvent> {
         .0
 }
 
-async fn messages(server: &Remote, id: &str) -> Vec<Value> {
+pub(crate) async fn messages(server: &Remote, id: &str) -> Vec<Value> {
     server.get_json(&format!("/v1/runs/{id}/messages")).await["messages"]
         .as_array()
         .unwrap()
@@ -63,7 +63,7 @@ async fn messages(server: &Remote, id: &str) -> Vec<Value> {
 }
 
 /// Every call of the transcript has exactly one result.
-fn assert_whole(messages: &[Value]) {
+pub(crate) fn assert_whole(messages: &[Value]) {
     for message in messages {
         for call in message["tool_calls"].as_array().into_iter().flatten() {
             let id = &call["id"];
@@ -190,7 +190,7 @@ async fn a_crash_after_a_responses_model_end_was_stored_but_not_its_message_give
 }
 
 /// A preset that appends a line to `log.txt`, then takes a while.
-fn appending(idempotent: bool) -> String {
+pub(crate) fn appending(idempotent: bool) -> String {
     format!(
         "[commands.append]\nprogram = \"/bin/sh\"\n\
          args = [\"-c\", \"echo line >> log.txt; sleep 2\"]\nidempotent = {idempotent}\n"
@@ -319,132 +319,6 @@ async fn a_command_that_was_running_is_never_run_twice_unless_idempotent() {
     assert_eq!(written, "line\nline\n", "an idempotent preset runs again");
     let result = transcript.iter().find(|m| m["role"] == "tool").unwrap();
     assert_eq!(result["is_error"], false, "{result}");
-}
-
-/// A batch counted whole when the run paused for it is not counted again
-/// when the process dies while the answered batch runs.
-#[tokio::test]
-async fn a_crash_in_an_answered_batch_counts_its_calls_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = appending(false);
-    let (mut child, server) = start(&dir, &config);
-    let run = server
-        .post_json(
-            "/v1/runs",
-            &json!({
-                "prompt": "append twice",
-                "tools": ["run_command", "list_dir"],
-                "commands": ["append"],
-                "approval": {"tools": ["run_command"]},
-                "model": {"scripted": [
-                    {"content": "", "tool_calls": [
-                        call("l", "list_dir", json!({})),
-                        call("a", "run_command", json!({"command": "append"}))
-                    ]},
-                    {"content": "done"}
-                ]}
-            }),
-        )
-        .await;
-    let id = run["id"].as_str().unwrap().to_owned();
-    let paused = server.wait_status(&id, "requires_action").await;
-    assert_eq!(paused["tool_calls"], 2, "counted at the pause");
-    let answered = server
-        .client
-        .post(format!("{}/v1/runs/{id}/actions", server.address))
-        .json(&json!({"actions": [{"call_id": "a", "decision": "approve"}]}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(answered.status(), 200);
-    let log = dir.path().join("workspaces").join(&id).join("log.txt");
-    eventually("the command to run", async || {
-        Path::exists(&log).then_some(())
-    })
-    .await;
-    kill(&mut child);
-
-    let (mut child, server) = start(&dir, &config);
-    let done = server.wait_status(&id, "completed").await;
-    assert_eq!(done["resumes"], 1);
-    assert_eq!(done["tool_calls"], 2, "{done}");
-    assert_eq!(done["steps"], 2, "{done}");
-    let transcript = messages(&server, &id).await;
-    assert_whole(&transcript);
-    assert_eq!(std::fs::read_to_string(&log).unwrap(), "line\n");
-    kill(&mut child);
-}
-
-/// The answers of a batch outlive a crash while it runs: a call denied
-/// stays denied, and one approved with other arguments runs with those,
-/// never with the model's proposal (SPEC sections 14 and 25).
-#[tokio::test]
-async fn a_crash_in_an_answered_batch_keeps_its_denials_and_edits() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = appending(false);
-    let (mut child, server) = start(&dir, &config);
-    let run = server
-        .post_json(
-            "/v1/runs",
-            &json!({
-                "prompt": "append, then write two files",
-                "tools": ["run_command", "write_file"],
-                "commands": ["append"],
-                "approval": {"tools": ["*"]},
-                "model": {"scripted": [
-                    {"content": "", "tool_calls": [
-                        call("a", "run_command", json!({"command": "append"})),
-                        call("w", "write_file", json!({"path": "b.txt", "content": "proposed"})),
-                        call("d", "write_file", json!({"path": "c.txt", "content": "denied"}))
-                    ]},
-                    {"content": "done"}
-                ]}
-            }),
-        )
-        .await;
-    let id = run["id"].as_str().unwrap().to_owned();
-    server.wait_status(&id, "requires_action").await;
-    let answered = server
-        .client
-        .post(format!("{}/v1/runs/{id}/actions", server.address))
-        .json(&json!({"actions": [
-            {"call_id": "a", "decision": "approve"},
-            {"call_id": "w", "decision": "approve",
-             "arguments": {"path": "b.txt", "content": "edited"}},
-            {"call_id": "d", "decision": "deny", "reason": "not that one"}
-        ]}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(answered.status(), 200);
-    let workspace = dir.path().join("workspaces").join(&id);
-    eventually("the command to run", async || {
-        Path::exists(&workspace.join("log.txt")).then_some(())
-    })
-    .await;
-    kill(&mut child);
-
-    let (mut child, server) = start(&dir, &config);
-    let done = server.wait_status(&id, "completed").await;
-    assert_eq!(done["resumes"], 1, "{done}");
-    assert_eq!(
-        std::fs::read_to_string(workspace.join("b.txt")).unwrap(),
-        "edited"
-    );
-    assert!(!workspace.join("c.txt").exists(), "a denied call ran");
-    let transcript = messages(&server, &id).await;
-    assert_whole(&transcript);
-    let result = |id: &str| {
-        transcript
-            .iter()
-            .find(|m| m["role"] == "tool" && m["call_id"] == id)
-            .unwrap()
-            .clone()
-    };
-    assert_eq!(result("w")["edited"], true, "{transcript:?}");
-    assert_eq!(result("w")["arguments"]["content"], "edited");
-    assert_eq!(result("d")["content"], "Denied: not that one");
-    kill(&mut child);
 }
 
 #[tokio::test]

@@ -22,6 +22,7 @@ mod deploy;
 mod downloads;
 mod drafts;
 mod durable;
+mod durable_batches;
 mod edited;
 mod errors;
 mod eval;

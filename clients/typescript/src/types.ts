@@ -413,28 +413,6 @@ export interface CreateRunRequest extends RunDefinition {
   agent?: string | null;
 }
 
-// --------------------------------------------------------------- uploads
-
-/** An archive kept for runs to seed their workspaces with (`workspace.archive`). */
-export interface Upload {
-  /** What a run names as its `workspace.archive`. */
-  id: string;
-  /** Bytes of the archive, as uploaded. */
-  size: number;
-  /** The regular files it holds. */
-  files: number;
-  created_at: string;
-  /** When retention removes it; `null` when it is kept until removed. */
-  expires_at: string | null;
-}
-
-/** The kinds of archive `POST /v1/uploads` takes, by `Content-Type`. */
-export type UploadContentType =
-  | "application/gzip"
-  | "application/x-gzip"
-  | "application/zip"
-  | "application/x-zip-compressed";
-
 // ---------------------------------------------------------------- agents
 
 /**
@@ -514,51 +492,6 @@ export interface ListAgentVersionsQuery {
   cursor?: string;
 }
 
-// ------------------------------------------------ answering a paused run
-
-/** Approves an approval's call: it executes. */
-export interface ApproveAnswer {
-  call_id: string;
-  /** The child whose action it is, answered through its parent (needed where two children wait on calls of one id). */
-  run_id?: string;
-  decision: "approve";
-  /** Arguments that run in place of the model's (an edited approval), checked against the tool's schema. */
-  arguments?: Record<string, unknown>;
-}
-
-/** Denies an approval's call: the model is told `Denied: REASON`. */
-export interface DenyAnswer {
-  call_id: string;
-  /** The child whose action it is, answered through its parent (needed where two children wait on calls of one id). */
-  run_id?: string;
-  decision: "deny";
-  reason?: string;
-}
-
-/** A client tool's output (any JSON), recorded as its successful result. */
-export interface OutputAnswer {
-  call_id: string;
-  /** The child whose action it is, answered through its parent (needed where two children wait on calls of one id). */
-  run_id?: string;
-  output: unknown;
-}
-
-/** A client tool's failure, recorded as an error result. */
-export interface ErrorAnswer {
-  call_id: string;
-  /** The child whose action it is, answered through its parent (needed where two children wait on calls of one id). */
-  run_id?: string;
-  error: string;
-}
-
-/** One answer to a pending action. */
-export type ActionAnswer = ApproveAnswer | DenyAnswer | OutputAnswer | ErrorAnswer;
-
-/** The body of `POST /v1/runs/{id}/actions`. */
-export interface ActionsRequest {
-  actions: ActionAnswer[];
-}
-
 // ------------------------------------------------------------ transcript
 
 /** A tool call a model requested. */
@@ -616,6 +549,8 @@ export interface MessageList {
 import type { SubagentRequest, SubagentSummary } from "./subagents.js";
 export type * from "./subagents.js";
 export type * from "./events.js";
+export type * from "./answers.js";
+export type * from "./uploads.js";
 
 // ---------------------------------------------------------------- errors
 
