@@ -20,6 +20,7 @@ const DIFF_SCRIPT: &str = include_str!("../../console/diff.js");
 const SCHEDULES_SCRIPT: &str = include_str!("../../console/schedules.js");
 const SUBRUNS_SCRIPT: &str = include_str!("../../console/subruns.js");
 const PENDING_SCRIPT: &str = include_str!("../../console/pending.js");
+const EVENTS_SCRIPT: &str = include_str!("../../console/events.js");
 const STYLE: &str = include_str!("../../console/app.css");
 
 /// What the page may load and connect to: itself only.
@@ -47,6 +48,10 @@ pub async fn asset(Path(file): Path<String>) -> Result<Response, ApiError> {
         "subruns.js" => Ok(asset_response(
             "text/javascript; charset=utf-8",
             SUBRUNS_SCRIPT,
+        )),
+        "events.js" => Ok(asset_response(
+            "text/javascript; charset=utf-8",
+            EVENTS_SCRIPT,
         )),
         "pending.js" => Ok(asset_response(
             "text/javascript; charset=utf-8",
