@@ -233,3 +233,43 @@ async fn a_fast_tasks_stream_ends_with_its_end_and_a_waiting_context_takes_no_ne
         2
     );
 }
+
+#[tokio::test]
+async fn an_archived_agent_is_no_a2a_server_and_a_card_needs_a_token() {
+    let mut app = two_tenants().await;
+    let card = app.get("/a2a/greeter/.well-known/agent-card.json").await;
+    assert_eq!(card.status, 200, "{}", card.text);
+    assert_eq!(card.body["name"], "greeter");
+    assert_eq!(
+        card.body["supportedInterfaces"][0]["url"],
+        app.url("/a2a/greeter")
+    );
+    assert_eq!(card.body["capabilities"]["streaming"], true);
+    assert_eq!(
+        card.body["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"],
+        "Bearer"
+    );
+    let archived = app
+        .send(app.request(Method::DELETE, "/v1/agents/greeter"))
+        .await;
+    assert!(archived.status.is_success(), "{}", archived.text);
+    let card = app.get("/a2a/greeter/.well-known/agent-card.json").await;
+    assert_eq!(
+        (card.status.as_u16(), card.error_code()),
+        (404, "agent_not_found")
+    );
+    let call = app
+        .send(
+            app.request(Method::POST, "/a2a/greeter")
+                .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                              "params": {"message": message("hi")}})),
+        )
+        .await;
+    assert_eq!(
+        (call.status.as_u16(), call.error_code()),
+        (404, "agent_not_found")
+    );
+    app.token = None;
+    let anonymous = app.get("/a2a/writer/.well-known/agent-card.json").await;
+    assert_eq!(anonymous.status, 401);
+}
