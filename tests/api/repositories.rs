@@ -442,12 +442,17 @@ async fn uploads_expire_with_retention_and_a_purged_run_takes_its_starting_tree(
         .execute(&mut db)
         .await
         .unwrap();
+    let uploads = app.dir.path().join("workspaces/.uploads");
+    // Its row goes first, then its files (the sweep deletes the expired
+    // rows, then their directories): each waited for, with a deadline.
     eventually("the old upload to expire", async || {
         (app.get(&format!("/v1/uploads/{}", ids[0])).await.status == 404).then_some(())
     })
     .await;
-    let uploads = app.dir.path().join("workspaces/.uploads");
-    assert!(!uploads.join(&ids[0]).exists());
+    eventually("the old upload's files to go", async || {
+        (!uploads.join(&ids[0]).exists()).then_some(())
+    })
+    .await;
     assert!(uploads.join(&ids[1]).is_dir());
     assert_eq!(
         app.get(&format!("/v1/uploads/{}", ids[1])).await.status,

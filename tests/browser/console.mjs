@@ -164,6 +164,10 @@ const scenarios = {
     await expectText(item.locator("button.approve"), "Approve edited", "the button of an edit");
     await item.locator("button.approve").click();
     await expectText(page.locator("#run-status"), "completed", "the run's end");
+    // Read again from the start: what the page shows of a run that ended
+    // (following one live across its pause is the "approve" scenario's).
+    await page.reload();
+    await expectText(page.locator("#run-status"), "completed", "the run's end, read again");
     await expectText(page.locator("#transcript .message .edited"), "arguments edited by a reviewer", "the edited result");
     await expectText(page.locator("#events .type-model_fallback .summary"), "flaky → steady", "the fallback");
     await expectText(page.locator("#events .type-tool_start .summary"), "arguments edited", "the edited call");
