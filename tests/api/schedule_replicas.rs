@@ -46,7 +46,10 @@ async fn across_replicas_killed_and_frozen_each_tick_makes_exactly_one_run() {
         .server
         .post_json(
             "/v1/schedules",
-            &json!({"cron": "*/2 * * * * *", "run": quick()}),
+            // Every four seconds: a replica the suite's load holds up for
+            // a second or two still looks before the next tick falls due
+            // (ticks missed meanwhile are made up once, by the latest).
+            &json!({"cron": "*/4 * * * * *", "run": quick()}),
         )
         .await;
     let schedule = id(&schedule).to_owned();
@@ -91,10 +94,10 @@ async fn across_replicas_killed_and_frozen_each_tick_makes_exactly_one_run() {
     .await;
     let ticks = ticks_on(&b, &schedule).await;
     assert_eq!(ticks.len(), listed.len());
-    // No tick twice, and none lost: one run every two seconds, from the
+    // No tick twice, and none lost: one run every four seconds, from the
     // first to the last.
     for pair in ticks.windows(2) {
-        assert_eq!(pair[1] - pair[0], Duration::seconds(2), "ticks {:?}", ticks);
+        assert_eq!(pair[1] - pair[0], Duration::seconds(4), "ticks {:?}", ticks);
     }
     let read = b
         .server
