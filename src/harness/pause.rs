@@ -103,14 +103,17 @@ pub enum Answer {
 }
 
 impl Answer {
+    /// The kind of pending action this answer answers.
+    pub fn kind(&self) -> ActionKind {
+        match self {
+            Self::Approve | Self::ApproveEdited { .. } | Self::Deny { .. } => ActionKind::Approval,
+            Self::Output(_) | Self::Error(_) => ActionKind::ClientTool,
+        }
+    }
+
     /// Whether this answer fits a pending action of `kind`.
     pub fn fits(&self, kind: ActionKind) -> bool {
-        match self {
-            Self::Approve | Self::ApproveEdited { .. } | Self::Deny { .. } => {
-                kind == ActionKind::Approval
-            }
-            Self::Output(_) | Self::Error(_) => kind == ActionKind::ClientTool,
-        }
+        self.kind() == kind
     }
 }
 

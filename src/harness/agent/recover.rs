@@ -8,7 +8,17 @@ use tokio_util::sync::CancellationToken;
 
 use super::{End, Run};
 use crate::harness::message::{Message, ToolCall};
-use crate::harness::pause::{ActionKind, Answer, Answers};
+use crate::harness::pause::{Answer, Answers};
+
+/// What becomes of a call of a stopped batch that has no result.
+enum Next<'a> {
+    /// Its answer is its result: a denial, a client's output or error.
+    Record(&'a Answer),
+    /// It runs: as proposed, or as answered (approved, maybe edited).
+    Run(Option<&'a Answer>),
+    /// It started and is not safe to run again: its outcome is unknown.
+    Unknown(Option<&'a Answer>),
+}
 
 /// What is stored of the last batch of a run whose process stopped.
 #[derive(Debug, Clone, Default)]
@@ -61,61 +71,56 @@ impl Run<'_, '_> {
         drop(answered);
         // A call whose answer is its result (a denial, a client's output
         // or error) is recorded so; one approved runs with the arguments it
-        // was approved with.
-        let answer_of = |call: &ToolCall| stopped.answers.get(&call.id);
-        let runs = |call: &ToolCall| {
-            answer_of(call).is_none_or(|answer| {
-                matches!(answer, Answer::Approve | Answer::ApproveEdited { .. })
-            })
-        };
-        let rerun = |call: &ToolCall| {
-            let arguments = match answer_of(call) {
-                Some(Answer::ApproveEdited { arguments }) => arguments,
-                _ => &call.arguments,
-            };
-            !started.contains(&call.id)
-                || self
-                    .harness
-                    .tools
-                    .get(&call.name)
-                    .is_some_and(|tool| tool.idempotent(arguments))
-        };
-        let rerun: Vec<bool> = unanswered
+        // was approved with, unless it started and is not safe to run again.
+        let next: Vec<Next> = unanswered
             .iter()
-            .map(|call| runs(call) && rerun(call))
+            .map(|call| {
+                let answer = stopped.answers.get(&call.id);
+                let arguments = match answer {
+                    None | Some(Answer::Approve) => &call.arguments,
+                    Some(Answer::ApproveEdited { arguments }) => arguments,
+                    Some(result) => return Next::Record(result),
+                };
+                let tools = self.harness.tools;
+                if !started.contains(&call.id)
+                    || tools
+                        .get(&call.name)
+                        .is_some_and(|tool| tool.idempotent(arguments))
+                {
+                    Next::Run(answer)
+                } else {
+                    Next::Unknown(answer)
+                }
+            })
             .collect();
+        // Not an edited one: a batch is told of what runs as proposed.
         self.announce(
             unanswered
                 .iter()
-                .zip(&rerun)
-                // Not an edited one: a batch is told of what runs.
-                .filter(|(call, rerun)| {
-                    **rerun && matches!(answer_of(call), None | Some(Answer::Approve))
-                })
+                .zip(&next)
+                .filter(|(_, next)| matches!(next, Next::Run(None | Some(Answer::Approve))))
                 .map(|(call, _)| call),
         );
-        for (call, rerun) in unanswered.iter().zip(rerun) {
+        for (call, next) in unanswered.iter().zip(next) {
             if token.is_cancelled() {
                 return Some(End::Stopped);
             }
             if !stopped.counted {
                 self.tool_calls += 1;
             }
-            let answer = answer_of(call);
-            if let Some(answer) = answer.filter(|_| rerun || !runs(call)) {
-                let kind = match answer {
-                    Answer::Output(_) | Answer::Error(_) => ActionKind::ClientTool,
-                    _ => ActionKind::Approval,
-                };
-                self.answered(call, kind, Some(answer), token).await;
-            } else if rerun {
-                self.call_tool(call, token).await;
-            } else {
-                let edited = match answer {
-                    Some(Answer::ApproveEdited { arguments }) => Some(arguments.clone()),
-                    _ => None,
-                };
-                self.outcome_unknown(call, edited);
+            match next {
+                Next::Record(answer) | Next::Run(Some(answer)) => {
+                    self.answered(call, answer.kind(), Some(answer), token)
+                        .await;
+                }
+                Next::Run(None) => self.call_tool(call, token).await,
+                Next::Unknown(answer) => {
+                    let edited = match answer {
+                        Some(Answer::ApproveEdited { arguments }) => Some(arguments.clone()),
+                        _ => None,
+                    };
+                    self.outcome_unknown(call, edited);
+                }
             }
         }
         None
