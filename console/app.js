@@ -643,11 +643,23 @@ async function downloadArchive() {
   }
 }
 
+/** Shows the open run's pending actions. An action already shown keeps its
+ *  item, so a read of the run while someone edits an answer loses nothing
+ *  they typed; answered actions go, new ones come. */
 function renderPending(run) {
   const pending = run.status === "requires_action" ? run.pending_actions : [];
   $("pending").hidden = pending.length === 0;
   const answered = (made) => showAnswered(run.id, made);
-  $("pending-list").replaceChildren(...pending.map((action) => pendingItem({ api, h, run, action, answered })));
+  const key = (action) => `${run.id}/${action.run_id ?? ""}/${action.call_id}`;
+  const shown = new Map([...$("pending-list").children].map((item) => [item.dataset.key, item]));
+  $("pending-list").replaceChildren(
+    ...pending.map((action) => {
+      const kept = shown.get(key(action));
+      const item = kept && !kept.dataset.answered ? kept : pendingItem({ api, h, run, action, answered });
+      item.dataset.key = key(action);
+      return item;
+    }),
+  );
 }
 
 /** Shows the run an answer made, newer than any read still on its way. */

@@ -11,12 +11,17 @@
  */
 export function pendingItem({ api, h, run, action, answered }) {
   const problem = h("p", { class: "error", hidden: true });
+  let item;
   const send = async (answer, buttons) => {
     for (const button of buttons) button.disabled = true;
     problem.hidden = true;
     try {
       const own = action.run_id ? { run_id: action.run_id } : {};
-      answered(await api("POST", `/v1/runs/${run.id}/actions`, { actions: [{ call_id: action.call_id, ...own, ...answer }] }));
+      const made = await api("POST", `/v1/runs/${run.id}/actions`, { actions: [{ call_id: action.call_id, ...own, ...answer }] });
+      // Answered: a later pause that asks again under the same call id gets
+      // a fresh item, not this one.
+      item.dataset.answered = "true";
+      answered(made);
     } catch (error) {
       showProblem(error.message);
       for (const button of buttons) button.disabled = false;
@@ -35,7 +40,8 @@ export function pendingItem({ api, h, run, action, answered }) {
   );
   const proposed = JSON.stringify(action.arguments, null, 2);
   if (action.kind !== "approval") {
-    return h("li", { class: "pending-item", dataset: { callId: action.call_id } }, head, h("pre", { class: "arguments" }, proposed), clientControls(h, send), problem);
+    item = h("li", { class: "pending-item", dataset: { callId: action.call_id } }, head, h("pre", { class: "arguments" }, proposed), clientControls(h, send), problem);
+    return item;
   }
   // The arguments, editable: approved as they are, or as edited.
   const args = h("textarea", { class: "arguments", rows: Math.min(12, proposed.split("\n").length + 1), "aria-label": "Arguments", spellcheck: "false" });
@@ -66,7 +72,8 @@ export function pendingItem({ api, h, run, action, answered }) {
     send(answer, [approve, deny]);
   });
   const controls = h("div", { class: "controls" }, approve, deny, reason);
-  return h("li", { class: "pending-item", dataset: { callId: action.call_id } }, head, args, controls, problem);
+  item = h("li", { class: "pending-item", dataset: { callId: action.call_id } }, head, args, controls, problem);
+  return item;
 }
 
 /** A client tool's controls: its output (JSON, or plain text), or an error. */

@@ -77,7 +77,9 @@ async fn the_console_shows_a_fallback_and_approves_edited_arguments() {
                      script = [{unavailable = \"HTTP 529 Overloaded\"}, {content = \"noted\"}]";
         let steady = "kind = \"scripted\"\nscript = ['{\"content\": \"\", \"tool_calls\": \
                       [{\"id\": \"w1\", \"name\": \"write_file\", \"arguments\": \
-                      {\"path\": \"notes.txt\", \"content\": \"proposed\"}}]}']";
+                      {\"path\": \"notes.txt\", \"content\": \"proposed\"}}, \
+                      {\"id\": \"w2\", \"name\": \"write_file\", \"arguments\": \
+                      {\"path\": \"other.txt\", \"content\": \"as proposed\"}}]}']";
         config
             .models
             .insert("flaky".into(), toml::from_str(flaky).unwrap());
@@ -91,10 +93,11 @@ async fn the_console_shows_a_fallback_and_approves_edited_arguments() {
         seen["edited"].as_str().unwrap().contains("edited\\n"),
         "{seen}"
     );
-    let runs = app.get("/v1/runs").await;
-    let id = runs.body["runs"][0]["id"].as_str().unwrap().to_owned();
+    let id = seen["run"].as_str().unwrap();
     let file = app.get(&format!("/v1/runs/{id}/workspace/notes.txt")).await;
     assert_eq!(file.text, "edited\n");
+    let other = app.get(&format!("/v1/runs/{id}/workspace/other.txt")).await;
+    assert_eq!(other.text, "as proposed");
 }
 
 #[tokio::test]

@@ -146,8 +146,10 @@ const scenarios = {
 
   // A call that fell back to another profile shows the fallback; an
   // approval edited in the console runs the edited arguments, and the
-  // transcript and events say so. (The server's profile `flaky` is out of
-  // retries once, then answers; `steady` asks to write a file.)
+  // transcript and events say so. An edit in progress outlives the page's
+  // reads of the run (here the one that follows answering the other call of
+  // the batch). (The server's profile `flaky` is out of retries once, then
+  // answers; `steady` asks to write two files.)
   async edited() {
     const run = await api("POST", "/v1/runs", {
       prompt: "write the notes",
@@ -157,12 +159,16 @@ const scenarios = {
     });
     await page.goto(`${base}/#/runs/${run.id}`);
     await expectText(page.locator("#run-status"), "requires_action", "the pause");
-    const item = page.locator("#pending .pending-item");
-    const args = item.locator("textarea.arguments");
+    const pending = (callId) => page.locator(`#pending .pending-item[data-call-id="${callId}"]`);
+    const args = pending("w1").locator("textarea.arguments");
     await args.waitFor({ timeout: WAIT });
     await args.fill(JSON.stringify({ path: "notes.txt", content: "edited\n" }));
-    await expectText(item.locator("button.approve"), "Approve edited", "the button of an edit");
-    await item.locator("button.approve").click();
+    await expectText(pending("w1").locator("button.approve"), "Approve edited", "the button of an edit");
+    await pending("w2").locator("button.approve").click();
+    await pending("w2").waitFor({ state: "detached", timeout: WAIT });
+    assert.equal(await args.inputValue(), JSON.stringify({ path: "notes.txt", content: "edited\n" }), "the edit, after the run was read again");
+    await expectText(pending("w1").locator("button.approve"), "Approve edited", "the button of the edit, after the run was read again");
+    await pending("w1").locator("button.approve").click();
     await expectText(page.locator("#run-status"), "completed", "the run's end");
     // Read again from the start: what the page shows of a run that ended
     // (following one live across its pause is the "approve" scenario's).
@@ -173,7 +179,7 @@ const scenarios = {
     await expectText(page.locator("#events .type-tool_start .summary"), "arguments edited", "the edited call");
     await expectText(page.locator("#events .type-model_end .summary"), "answered by steady", "the answering profile");
     await shot("console-edited");
-    return { edited: await page.locator("#transcript .message .edited").first().textContent() };
+    return { run: run.id, edited: await page.locator("#transcript .message .edited").first().textContent() };
   },
 
   // A priced run shows what it cost, against its bound, and its cache's
