@@ -47,6 +47,7 @@ Standard library only.
 """
 
 import argparse
+import datetime
 import json
 import os
 import re
@@ -391,6 +392,7 @@ def attempt(server, task, model, one_shot, ablate=(), no_schema=False, attempts=
     began = time.monotonic()
     extraction = None
     repo = None
+    tried = None
     if one_shot:
         spec = task["one_shot"]
         request = with_model(
@@ -426,6 +428,8 @@ def attempt(server, task, model, one_shot, ablate=(), no_schema=False, attempts=
                 detail = f"run {run['status']}; " + repo.pop("detail")
         else:
             passed, detail = check_run(server, run, task["check"])
+        if attempts > 1 and "file" in task["check"]:
+            tried = score_attempts(server, run, task["check"])
     result = {
         "task": task["id"],
         "mode": "one_shot" if one_shot else harness_mode(attempts),
@@ -437,11 +441,42 @@ def attempt(server, task, model, one_shot, ablate=(), no_schema=False, attempts=
         "run_id": run["id"],
         "detail": detail,
     }
+    if tried is not None:
+        result["attempts"] = tried
     if extraction is not None:
         result.update(extraction)
     if repo is not None:
         result.update(repo)
     return result
+
+
+def score_attempts(server, run, check):
+    """Each attempt of a run of attempts, scored on its own workspace by the
+    task's check: [{attempt, status, checks_passed, passed, seconds}]. The
+    first attempt keeps the profile's temperature: it is the plain run (SPEC
+    section 27), so it gives the one-attempt figures too."""
+    scored = []
+    for entry in run.get("attempts") or []:
+        _, child = server.call("GET", f"/v1/runs/{entry['run_id']}")
+        passed, _ = check_run(server, child, check)
+        scored.append({
+            "attempt": entry["attempt"],
+            "status": child["status"],
+            "checks_passed": entry.get("checks_passed"),
+            "passed": passed,
+            "seconds": run_seconds(child),
+        })
+    return scored
+
+
+def run_seconds(run):
+    """A run's wall time from its start to its end, or None."""
+    try:
+        start = datetime.datetime.fromisoformat(run["started_at"].replace("Z", "+00:00"))
+        end = datetime.datetime.fromisoformat(run["finished_at"].replace("Z", "+00:00"))
+    except (KeyError, AttributeError, TypeError, ValueError):
+        return None
+    return round((end - start).total_seconds(), 1)
 
 
 def harness_mode(attempts):
@@ -534,6 +569,13 @@ def main():
                 totals[result["mode"]] = (passed[0] + result["passed"], 0)
                 totals[result["mode"] + "_n"] = (count + 1, took + seconds)
                 detail = " ".join(str(result["detail"]).split())[:110]
+                if result.get("attempts"):
+                    # Per attempt: its status, its checks (c) and the task's check (t).
+                    detail = " ".join(
+                        f"#{a['attempt']} {a['status']} c={'y' if a['checks_passed'] else 'n'} "
+                        f"t={'y' if a['passed'] else 'n'} {a['seconds']}s;"
+                        for a in result["attempts"]
+                    ) + " " + detail
                 print(
                     f"{result['task']:<18} {result['mode']:<9} "
                     f"{'pass' if result['passed'] else 'FAIL':<6} "

@@ -25,8 +25,13 @@ fn eval_file(name: &str) -> std::path::PathBuf {
 
 /// The real binary with the task set's preset.
 fn start(dir: &tempfile::TempDir) -> (ServerProcess, Remote) {
+    start_with(dir, CONFIG)
+}
+
+/// The real binary with `config`.
+fn start_with(dir: &tempfile::TempDir, config: &str) -> (ServerProcess, Remote) {
     let file = dir.path().join("eval.toml");
-    std::fs::write(&file, CONFIG).unwrap();
+    std::fs::write(&file, config).unwrap();
     let mut command = binary_command(dir, &[]);
     command.arg("--config").arg(&file);
     let log = server_log(&mut command);
@@ -232,6 +237,60 @@ async fn the_task_set_runner_reads_extractions_from_the_answer_without_a_schema(
             .contains("the answer is not JSON"),
         "{prose}"
     );
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[tokio::test]
+async fn the_task_set_runner_scores_each_attempt_on_its_own_workspace() {
+    let dir = tempfile::tempdir().unwrap();
+    // Attempts need a check preset: the task set's, checked after changes.
+    let (mut child, server) = start_with(&dir, &format!("{CONFIG}check = true\n"));
+    let (stdout, results) = run_sample(
+        &dir,
+        &server,
+        &["--attempts", "2", "--only", "^sample-(solved|wrong)$"],
+    )
+    .await;
+    assert!(stdout.contains("attempts-2: 1/2 passed"), "{stdout}");
+    // Every attempt solves it: the first to pass its checks is chosen, and
+    // whichever ended with its checks passing also passes the task's check.
+    let solved = result(&results, "sample-solved", "attempts-2");
+    assert_eq!(solved["passed"], true, "{solved}");
+    let tried = solved["attempts"].as_array().unwrap();
+    assert_eq!(tried.len(), 2, "{solved}");
+    assert!(
+        tried
+            .iter()
+            .any(|a| a["checks_passed"] == true && a["passed"] == true && a["seconds"].is_f64()),
+        "{solved}"
+    );
+    // No attempt passes: the run fails, and so does each attempt, scored on
+    // its own workspace.
+    let wrong = result(&results, "sample-wrong", "attempts-2");
+    assert_eq!(
+        (&wrong["passed"], &wrong["status"]),
+        (&json!(false), &json!("failed")),
+        "{wrong}"
+    );
+    let tried = wrong["attempts"].as_array().unwrap();
+    assert_eq!(
+        tried.iter().map(|a| &a["attempt"]).collect::<Vec<_>>(),
+        [1, 2],
+        "{wrong}"
+    );
+    for attempt in tried {
+        assert_eq!(
+            (
+                &attempt["status"],
+                &attempt["checks_passed"],
+                &attempt["passed"]
+            ),
+            (&json!("completed"), &json!(false), &json!(false)),
+            "{wrong}"
+        );
+    }
+    assert!(stdout.contains("#1 completed c=n t=n"), "{stdout}");
     child.kill().unwrap();
     child.wait().unwrap();
 }
