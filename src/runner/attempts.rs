@@ -16,7 +16,7 @@
 //! that ended while its parent's process was down has its checks run, and
 //! its `attempt_end` told, by whichever process takes the parent up).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use tokio::sync::broadcast::error::RecvError;
@@ -59,6 +59,22 @@ impl Attempt {
     }
 }
 
+/// Tells of each attempt not yet told of (`announced`): `attempt_start`.
+fn announce(
+    attempts: &BTreeMap<u32, Attempt>,
+    announced: &mut BTreeSet<u32>,
+    observer: &RunObserver,
+) {
+    for (&number, attempt) in attempts {
+        if announced.insert(number) {
+            observer.emit(EventKind::AttemptStart {
+                attempt: number,
+                run_id: attempt.run.id,
+            });
+        }
+    }
+}
+
 /// How a run of attempts comes out.
 enum Verdict {
     /// This attempt is chosen.
@@ -95,6 +111,19 @@ impl RunTask {
             .read(id, |run| run.attempts.clone())
             .flatten()
             .unwrap_or_default();
+        // The attempts whose start the stream has told. Taken up again, a
+        // run may find an attempt its last process made but died before
+        // telling of: it is told now, once.
+        let mut announced: BTreeSet<u32> = if observer.has_begun() {
+            match shared.store.attempts_announced(id).await {
+                Ok(numbers) => numbers.into_iter().collect(),
+                Err(error) => {
+                    return Err(format!("the attempts told of could not be read: {error}"));
+                }
+            }
+        } else {
+            BTreeSet::new()
+        };
         let mut attempts: BTreeMap<u32, Attempt> = BTreeMap::new();
         let mut first_passed: Option<(chrono::DateTime<chrono::Utc>, u32)> = None;
         loop {
@@ -116,6 +145,7 @@ impl RunTask {
                 }
                 Err(error) => tracing::warn!(%error, "the attempts could not be read"),
             }
+            announce(&attempts, &mut announced, observer);
             // Every attempt that ended has its checks run, once.
             let mut changed = false;
             for attempt in attempts.values_mut() {
@@ -181,12 +211,13 @@ impl RunTask {
                 return Ok(Left::Ended);
             }
             if verdict.is_none() && superseded.is_none() {
-                match self
-                    .start_more(&policy, &mut attempts, &parent_dir, observer)
-                    .await
-                {
-                    Ok(started) => changed |= started,
+                match self.start_more(&policy, &mut attempts, &parent_dir).await {
+                    Ok(started) => {
+                        changed |= started;
+                        announce(&attempts, &mut announced, observer);
+                    }
                     Err(error) => {
+                        announce(&attempts, &mut announced, observer);
                         // The run fails: the attempts it made go with it.
                         self.end_attempts(&attempts, &StopReason::Cancelled).await;
                         self.record(&attempts, None, None)?;
@@ -229,7 +260,6 @@ impl RunTask {
         policy: &AttemptPolicy,
         attempts: &mut BTreeMap<u32, Attempt>,
         parent_dir: &std::path::Path,
-        observer: &RunObserver,
     ) -> Result<bool, String> {
         let shared = &self.runner.services;
         let profile_temperature = match &self.spec.model {
@@ -258,10 +288,6 @@ impl RunTask {
                 .await
                 .map_err(|error| format!("attempt {number} could not be started: {error}"))?;
             tracing::info!(attempt = number, attempt_run_id = %run.id, "attempt started");
-            observer.emit(EventKind::AttemptStart {
-                attempt: number,
-                run_id: run.id,
-            });
             attempts.insert(
                 number,
                 Attempt {

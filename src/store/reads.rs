@@ -157,6 +157,29 @@ impl Store {
         rows.iter().map(rows::run_from_row).collect()
     }
 
+    /// The attempts run `parent`'s stored `attempt_start` events announce.
+    pub async fn attempts_announced(&self, parent: Uuid) -> Result<Vec<u32>, StoreError> {
+        let query = sqlx::query(
+            "SELECT body FROM events WHERE run_id = $1 AND type = 'attempt_start' ORDER BY sequence",
+        )
+        .bind(parent.to_string());
+        let rows = self
+            .read(async |connection| query.fetch_all(connection).await)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let body: String = row.try_get(0)?;
+                serde_json::from_str::<serde_json::Value>(&body)
+                    .ok()
+                    .and_then(|event| event["attempt"].as_u64())
+                    .and_then(|number| u32::try_from(number).ok())
+                    .ok_or_else(|| {
+                        StoreError::Corrupt("an attempt_start without its attempt".into())
+                    })
+            })
+            .collect()
+    }
+
     /// The child run a parent's `delegate` call `call_id` started, if any
     /// (the runner's own read).
     pub async fn child_of_call(
