@@ -650,16 +650,23 @@ function renderPending(run) {
   const pending = run.status === "requires_action" ? run.pending_actions : [];
   $("pending").hidden = pending.length === 0;
   const answered = (made) => showAnswered(run.id, made);
-  const key = (action) => `${run.id}/${action.run_id ?? ""}/${action.call_id}`;
-  const shown = new Map([...$("pending-list").children].map((item) => [item.dataset.key, item]));
-  $("pending-list").replaceChildren(
-    ...pending.map((action) => {
-      const kept = shown.get(key(action));
-      const item = kept && !kept.dataset.answered ? kept : pendingItem({ api, h, run, action, answered });
-      item.dataset.key = key(action);
-      return item;
-    }),
-  );
+  // The pause's own: a later pause that asks again under the same call id
+  // (answered elsewhere meanwhile) gets a fresh item.
+  const key = (action) => JSON.stringify([run.id, action.run_id ?? "", action.call_id, action.arguments]);
+  const list = $("pending-list");
+  const shown = new Map([...list.children].map((item) => [item.dataset.key, item]));
+  const items = pending.map((action) => {
+    const kept = shown.get(key(action));
+    const item = kept && !kept.dataset.answered ? kept : pendingItem({ api, h, run, action, answered });
+    item.dataset.key = key(action);
+    return item;
+  });
+  // Changed in place: an item kept where it was keeps the focus and the
+  // caret of someone typing in it.
+  for (const item of [...list.children]) if (!items.includes(item)) item.remove();
+  items.forEach((item, index) => {
+    if (list.children[index] !== item) list.insertBefore(item, list.children[index] ?? null);
+  });
 }
 
 /** Shows the run an answer made, newer than any read still on its way. */

@@ -454,11 +454,16 @@ def score_attempts(server, run, check):
     """Each attempt of a run of attempts, scored on its own workspace by the
     task's check: [{attempt, status, checks_passed, passed, seconds}]. The
     first attempt keeps the profile's temperature: it is the plain run (SPEC
-    section 27), so it gives the one-attempt figures too."""
+    section 27), so it gives the one-attempt figures too, when it ran to its
+    end (attempts one at a time, as with `max_concurrent = 1`). An attempt
+    superseded before its end is not scored (`passed` null)."""
     scored = []
     for entry in run.get("attempts") or []:
-        _, child = server.call("GET", f"/v1/runs/{entry['run_id']}")
-        passed, _ = check_run(server, child, check)
+        status, child = server.call("GET", f"/v1/runs/{entry['run_id']}")
+        if status != 200:
+            raise RuntimeError(f"GET attempt {entry['attempt']} answered {status}: {child}")
+        superseded = child["status"] == "aborted" and "superseded" in str(child.get("error"))
+        passed = None if superseded else check_run(server, child, check)[0]
         scored.append({
             "attempt": entry["attempt"],
             "status": child["status"],
@@ -571,9 +576,10 @@ def main():
                 detail = " ".join(str(result["detail"]).split())[:110]
                 if result.get("attempts"):
                     # Per attempt: its status, its checks (c) and the task's check (t).
+                    mark = {True: "y", False: "n", None: "-"}
                     detail = " ".join(
-                        f"#{a['attempt']} {a['status']} c={'y' if a['checks_passed'] else 'n'} "
-                        f"t={'y' if a['passed'] else 'n'} {a['seconds']}s;"
+                        f"#{a['attempt']} {a['status']} c={mark[a['checks_passed']]} "
+                        f"t={mark[a['passed']]} {a['seconds'] if a['seconds'] is not None else '-'} s;"
                         for a in result["attempts"]
                     ) + " " + detail
                 print(

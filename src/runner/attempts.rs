@@ -14,7 +14,9 @@
 //! Told on the parent's stream: `attempt_start` when an attempt is made,
 //! `attempt_end` once its checks ran; both are written once (an attempt
 //! that ended while its parent's process was down has its checks run, and
-//! its `attempt_end` told, by whichever process takes the parent up).
+//! its `attempt_end` told, by whichever process takes the parent up; one
+//! made by a process that died before its `attempt_start` was stored is
+//! told by it too, from the stored events).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -59,12 +61,14 @@ impl Attempt {
     }
 }
 
-/// Tells of each attempt not yet told of (`announced`): `attempt_start`.
+/// Tells of each attempt not yet told of (`announced`, once it is known):
+/// `attempt_start`.
 fn announce(
     attempts: &BTreeMap<u32, Attempt>,
-    announced: &mut BTreeSet<u32>,
+    announced: &mut Option<BTreeSet<u32>>,
     observer: &RunObserver,
 ) {
+    let Some(announced) = announced else { return };
     for (&number, attempt) in attempts {
         if announced.insert(number) {
             observer.emit(EventKind::AttemptStart {
@@ -91,7 +95,8 @@ impl RunTask {
         let shared = &self.runner.services;
         let id = self.live.id;
         let stop = &self.live.stop;
-        if !observer.has_begun() {
+        let taken_up = observer.has_begun();
+        if !taken_up {
             observer.emit(EventKind::RunStart);
         }
         // Its own tree, cloned or unpacked if it must be, and kept (see
@@ -113,20 +118,17 @@ impl RunTask {
             .unwrap_or_default();
         // The attempts whose start the stream has told. Taken up again, a
         // run may find an attempt its last process made but died before
-        // telling of: it is told now, once.
-        let mut announced: BTreeSet<u32> = if observer.has_begun() {
-            match shared.store.attempts_announced(id).await {
-                Ok(numbers) => numbers.into_iter().collect(),
-                Err(error) => {
-                    return Err(format!("the attempts told of could not be read: {error}"));
-                }
-            }
-        } else {
-            BTreeSet::new()
-        };
+        // telling of: it is told once they are read from storage.
+        let mut announced: Option<BTreeSet<u32>> = (!taken_up).then(BTreeSet::new);
         let mut attempts: BTreeMap<u32, Attempt> = BTreeMap::new();
         let mut first_passed: Option<(chrono::DateTime<chrono::Utc>, u32)> = None;
         loop {
+            if announced.is_none() {
+                match shared.store.attempts_announced(id).await {
+                    Ok(numbers) => announced = Some(numbers.into_iter().collect()),
+                    Err(error) => tracing::warn!(%error, "the attempts told of could not be read"),
+                }
+            }
             match shared.store.attempts_of(id).await {
                 Ok(runs) => {
                     for run in runs {
@@ -211,13 +213,18 @@ impl RunTask {
                 return Ok(Left::Ended);
             }
             if verdict.is_none() && superseded.is_none() {
-                match self.start_more(&policy, &mut attempts, &parent_dir).await {
-                    Ok(started) => {
-                        changed |= started;
-                        announce(&attempts, &mut announced, observer);
-                    }
+                match self
+                    .start_more(
+                        &policy,
+                        &mut attempts,
+                        &mut announced,
+                        &parent_dir,
+                        observer,
+                    )
+                    .await
+                {
+                    Ok(started) => changed |= started,
                     Err(error) => {
-                        announce(&attempts, &mut announced, observer);
                         // The run fails: the attempts it made go with it.
                         self.end_attempts(&attempts, &StopReason::Cancelled).await;
                         self.record(&attempts, None, None)?;
@@ -259,7 +266,9 @@ impl RunTask {
         &self,
         policy: &AttemptPolicy,
         attempts: &mut BTreeMap<u32, Attempt>,
+        announced: &mut Option<BTreeSet<u32>>,
         parent_dir: &std::path::Path,
+        observer: &RunObserver,
     ) -> Result<bool, String> {
         let shared = &self.runner.services;
         let profile_temperature = match &self.spec.model {
@@ -295,6 +304,7 @@ impl RunTask {
                     checks_passed: None,
                 },
             );
+            announce(attempts, announced, observer);
             started = true;
         }
         Ok(started)

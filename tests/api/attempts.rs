@@ -334,14 +334,24 @@ async fn a_server_killed_while_attempts_run_makes_none_twice_and_the_run_complet
         (seen.lock().unwrap().len() == 2).then_some(())
     })
     .await;
-    child.kill().unwrap();
-    child.wait().unwrap();
-    // Storage is made to hold what a kill a moment earlier leaves: the
-    // attempt made, the parent's last `attempt_start` not yet written.
     let database = format!("sqlite://{}/runs.db", dir.path().display());
     let mut connection = <sqlx::SqliteConnection as sqlx::Connection>::connect(&database)
         .await
         .unwrap();
+    let starts = "SELECT COUNT(*) FROM events WHERE run_id = $1 AND type = 'attempt_start'";
+    eventually("both attempt_start events to be stored", async || {
+        let (stored,): (i64,) = sqlx::query_as(starts)
+            .bind(&id)
+            .fetch_one(&mut connection)
+            .await
+            .unwrap();
+        (stored == 2).then_some(())
+    })
+    .await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Storage is made to hold what a kill a moment earlier leaves: the
+    // attempt made, the parent's last `attempt_start` not yet written.
     let lost = sqlx::query(
         "DELETE FROM events WHERE run_id = $1 AND sequence = \
          (SELECT MAX(sequence) FROM events WHERE run_id = $1 AND type = 'attempt_start')",
@@ -395,6 +405,17 @@ async fn a_server_killed_while_attempts_run_makes_none_twice_and_the_run_complet
         .collect();
     assert_eq!(started.len(), 2, "{kinds:?}");
     assert_ne!(started[0], started[1], "{kinds:?}");
+    for attempt in [1, 2] {
+        let at = |kind: &str| {
+            events
+                .iter()
+                .position(|e| e.event == kind && e.data["attempt"] == attempt)
+        };
+        assert!(
+            at("attempt_start").unwrap() < at("attempt_end").unwrap(),
+            "{kinds:?}"
+        );
+    }
     assert_eq!(count("attempt_end"), 2, "{kinds:?}");
     assert_eq!(count("run_end"), 1, "{kinds:?}");
     terminate(&mut child);

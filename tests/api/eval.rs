@@ -290,7 +290,7 @@ async fn the_task_set_runner_scores_each_attempt_on_its_own_workspace() {
             "{wrong}"
         );
     }
-    assert!(stdout.contains("#1 completed c=n t=n"), "{stdout}");
+    assert!(stdout.contains("#1 completed c=n t=n "), "{stdout}");
     child.kill().unwrap();
     child.wait().unwrap();
 }

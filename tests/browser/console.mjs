@@ -164,9 +164,11 @@ const scenarios = {
     await args.waitFor({ timeout: WAIT });
     await args.fill(JSON.stringify({ path: "notes.txt", content: "edited\n" }));
     await expectText(pending("w1").locator("button.approve"), "Approve edited", "the button of an edit");
-    await pending("w2").locator("button.approve").click();
+    // Clicked from a script, so the focus stays where the edit is typed.
+    await pending("w2").locator("button.approve").evaluate((button) => button.click());
     await pending("w2").waitFor({ state: "detached", timeout: WAIT });
     assert.equal(await args.inputValue(), JSON.stringify({ path: "notes.txt", content: "edited\n" }), "the edit, after the run was read again");
+    assert.ok(await args.evaluate((element) => element === document.activeElement), "the edit keeps the focus");
     await expectText(pending("w1").locator("button.approve"), "Approve edited", "the button of the edit, after the run was read again");
     await pending("w1").locator("button.approve").click();
     await expectText(page.locator("#run-status"), "completed", "the run's end");
