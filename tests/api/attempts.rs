@@ -334,10 +334,12 @@ async fn a_server_killed_while_attempts_run_makes_none_twice_and_the_run_complet
         (seen.lock().unwrap().len() == 2).then_some(())
     })
     .await;
-    let database = format!("sqlite://{}/runs.db", dir.path().display());
-    let mut connection = <sqlx::SqliteConnection as sqlx::Connection>::connect(&database)
-        .await
-        .unwrap();
+    // Whichever engine the server runs on.
+    sqlx::any::install_default_drivers();
+    let mut connection =
+        <sqlx::AnyConnection as sqlx::Connection>::connect(&database_url(dir.path()))
+            .await
+            .unwrap();
     let starts = "SELECT COUNT(*) FROM events WHERE run_id = $1 AND type = 'attempt_start'";
     eventually("both attempt_start events to be stored", async || {
         let (stored,): (i64,) = sqlx::query_as(starts)
