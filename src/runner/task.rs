@@ -160,8 +160,10 @@ impl RunTask {
         let attempts = self.spec.attempts.is_some();
         let cell = Arc::new(if attempts {
             // Its attempts execute in slots of their own; it waits for them
-            // in none (keeping its hold).
-            super::subagents::SlotCell::new(Err(slot.hold()))
+            // in none (keeping its hold): its slot is given back now.
+            let hold = slot.hold();
+            drop(slot);
+            super::subagents::SlotCell::new(Err(hold))
         } else {
             // It gives its slot back while it waits on its children.
             super::subagents::SlotCell::new(Ok(slot))

@@ -19,8 +19,20 @@ fn check_preset() -> CommandPreset {
 /// profile `oa` on a provider answering `replies`, and `parallel` attempts
 /// of a run at once.
 async fn spawn_attempts(replies: Vec<Value>, parallel: u32) -> (TestApp, Seen) {
+    spawn_attempts_in(replies, parallel, None).await
+}
+
+/// The same, with at most `max_concurrent` runs executing at once.
+async fn spawn_attempts_in(
+    replies: Vec<Value>,
+    parallel: u32,
+    max_concurrent: Option<usize>,
+) -> (TestApp, Seen) {
     let (address, seen) = scripted_openai(replies).await;
     let app = spawn_with(move |config| {
+        if let Some(max) = max_concurrent {
+            config.runs.max_concurrent = max;
+        }
         config.commands.insert("test".into(), check_preset());
         config.commands.insert(
             "plain".into(),
@@ -55,6 +67,16 @@ async fn attempts_of(app: &TestApp, id: &str) -> Vec<Value> {
     let mut runs = page.body["runs"].as_array().unwrap().clone();
     runs.sort_by_key(|run| run["attempt"].as_u64());
     runs
+}
+
+#[tokio::test]
+async fn a_server_running_one_run_at_a_time_runs_the_attempts_one_after_the_other() {
+    // The parent gives its slot back while its attempts run: on a server of
+    // one slot they take it in turn (the parent holding it, none could).
+    let (app, _) = spawn_attempts_in(vec![writes("no!"), writes("ok")], 2, Some(1)).await;
+    let run = app.run_to_end(request(2, "first_pass")).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["chosen_attempt"], 2, "{run}");
 }
 
 #[tokio::test]
