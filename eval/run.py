@@ -456,13 +456,15 @@ def score_attempts(server, run, check):
     first attempt keeps the profile's temperature: it is the plain run (SPEC
     section 27), so it gives the one-attempt figures too, when it ran to its
     end (attempts one at a time, as with `max_concurrent = 1`). An attempt
-    superseded before its end is not scored (`passed` null)."""
+    superseded before its end (or cancelled before it started) is not
+    scored (`passed` null)."""
     scored = []
     for entry in run.get("attempts") or []:
         status, child = server.call("GET", f"/v1/runs/{entry['run_id']}")
         if status != 200:
             raise RuntimeError(f"GET attempt {entry['attempt']} answered {status}: {child}")
-        superseded = child["status"] == "aborted" and "superseded" in str(child.get("error"))
+        superseded = child["status"] == "aborted" and (
+            "superseded" in str(child.get("error")) or not child.get("started_at"))
         passed = None if superseded else check_run(server, child, check)[0]
         scored.append({
             "attempt": entry["attempt"],

@@ -113,7 +113,7 @@ impl RunTask {
                     _ => {
                         tracing::info!("cancelled while queued");
                         self.unchanged(&observer);
-                        observer.end_without_harness(Outcome::Aborted, None);
+                        observer.end_without_harness(Outcome::Aborted, self.superseded());
                         return self.ended(&observer).await;
                     }
                 }
@@ -146,7 +146,7 @@ impl RunTask {
                 }
                 tracing::info!("cancelled before its start was stored");
                 self.unchanged(&observer);
-                observer.end_without_harness(Outcome::Aborted, None);
+                observer.end_without_harness(Outcome::Aborted, self.superseded());
                 return self.ended(&observer).await;
             }
         }
@@ -386,6 +386,16 @@ impl RunTask {
                 }
             }
             wait = (wait * 2).min(READ_RETRY_MAX);
+        }
+    }
+
+    /// Why a run stopped before it started is ended: an attempt another
+    /// attempt superseded says so, as a running one does; a cancel says
+    /// nothing.
+    fn superseded(&self) -> Option<String> {
+        match self.live.stop.reason() {
+            Some(StopReason::Superseded(why)) => Some(why.clone()),
+            _ => None,
         }
     }
 

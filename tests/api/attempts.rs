@@ -80,6 +80,28 @@ async fn a_server_running_one_run_at_a_time_runs_the_attempts_one_after_the_othe
 }
 
 #[tokio::test]
+async fn an_attempt_superseded_before_it_started_says_so() {
+    // One slot: attempt 1 passes while the others wait for it, and they
+    // end superseded (whether still queued or just started).
+    let replies = vec![writes("ok"), writes("no!"), writes("no!")];
+    let (app, _) = spawn_attempts_in(replies, 3, Some(1)).await;
+    let run = app.run_to_end(request(3, "first_pass")).await;
+    assert_eq!(run["chosen_attempt"], 1, "{run}");
+    let children = attempts_of(&app, run["id"].as_str().unwrap()).await;
+    let aborted: Vec<&Value> = children
+        .iter()
+        .filter(|child| child["status"] == "aborted")
+        .collect();
+    assert!(!aborted.is_empty(), "{children:?}");
+    for child in aborted {
+        assert_eq!(
+            child["error"], "superseded: attempt 1 passed its checks first",
+            "{child}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn the_first_attempt_to_pass_its_checks_is_chosen_and_the_run_takes_its_work() {
     let (app, seen) = spawn_attempts(vec![writes("no!"), writes("nope"), writes("ok")], 1).await;
     let run = app.run_to_end(request(3, "first_pass")).await;
