@@ -426,7 +426,7 @@ pub(super) async fn cancel_run(
             if state.runner.cancel(tenant, id).is_some() {
                 return Ok(Cancel::Asked(run));
             }
-            if let Some(ended) = state.runner.cancel_stored(id).await? {
+            if let Some(ended) = state.runner.cancel_stored(id, None).await? {
                 return Ok(Cancel::Asked(ended));
             }
             if state.runner.is_closing() {

@@ -320,7 +320,11 @@ impl RunTask {
                 live.stop.stop(reason.clone());
                 continue;
             }
-            if let Err(error) = self.runner.cancel_stored(id).await {
+            let why = match reason {
+                StopReason::Superseded(why) => Some(why.clone()),
+                _ => None,
+            };
+            if let Err(error) = self.runner.cancel_stored(id, why).await {
                 tracing::warn!(%error, attempt_run_id = %id, "an attempt's cancel could not be stored");
             }
         }

@@ -454,9 +454,14 @@ impl Runner {
     /// A client's cancel of a run that is not live here: a paused one ends
     /// `aborted`; on PostgreSQL so does a queued one, and a running one's
     /// replica is told to cancel it. The run as it is then; `Ok(None)` when
-    /// it is none of these (any more).
-    pub async fn cancel_stored(&self, id: Uuid) -> Result<Option<Run>, StoreError> {
-        Ok(match self.scheduler.cancel_elsewhere(id).await? {
+    /// it is none of these (any more). `why` is the error a run this ends
+    /// ends with: `None` for a client's cancel.
+    pub async fn cancel_stored(
+        &self,
+        id: Uuid,
+        why: Option<String>,
+    ) -> Result<Option<Run>, StoreError> {
+        Ok(match self.scheduler.cancel_elsewhere(id, why).await? {
             Cancelled::Ended(run) => {
                 // Ended here, not by its own task: its children are
                 // cancelled here too (a live parent cancels its own).

@@ -328,7 +328,11 @@ impl RunTask {
         if self.runner.runs.forget_unless_cancelled(&self.live) {
             // On PostgreSQL, an answer on another replica may have queued it
             // meanwhile: the cancel ends it there too.
-            if let Err(error) = self.runner.cancel_stored(self.live.id).await {
+            if let Err(error) = self
+                .runner
+                .cancel_stored(self.live.id, self.superseded())
+                .await
+            {
                 tracing::error!(%error, "a paused run's cancel could not be stored");
             }
             self.runner.runs.forget(&self.live);
@@ -410,6 +414,7 @@ impl RunTask {
                 let cancel = Transition::Cancel {
                     run_id: self.live.id,
                     at: Utc::now(),
+                    error: self.superseded(),
                 };
                 match self.runner.services.store.writer().transition(cancel).await {
                     Ok(Transitioned::Ended { .. }) => {

@@ -140,7 +140,7 @@ impl Runner {
             if self.cancel(tenant, id).is_some() {
                 return;
             }
-            match self.cancel_stored(id).await {
+            match self.cancel_stored(id, None).await {
                 Ok(Some(_)) => return,
                 Ok(None) => {}
                 Err(error) => {

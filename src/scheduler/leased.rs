@@ -166,8 +166,12 @@ impl Scheduler for Leased {
 
     /// A paused or queued one ends `aborted`; a running one's replica is
     /// told to cancel it.
-    async fn cancel_elsewhere(&self, run_id: Uuid) -> Result<Cancelled, StoreError> {
-        self.shared.cancel_stored(run_id).await
+    async fn cancel_elsewhere(
+        &self,
+        run_id: Uuid,
+        why: Option<String>,
+    ) -> Result<Cancelled, StoreError> {
+        self.shared.cancel_stored(run_id, why).await
     }
 
     /// Starts this replica's share of the work of several: claims, the
@@ -289,10 +293,15 @@ impl Shared {
         }
     }
 
-    async fn cancel_stored(&self, run_id: Uuid) -> Result<Cancelled, StoreError> {
+    async fn cancel_stored(
+        &self,
+        run_id: Uuid,
+        why: Option<String>,
+    ) -> Result<Cancelled, StoreError> {
         let transition = Transition::Cancel {
             run_id,
             at: Utc::now(),
+            error: why,
         };
         Ok(match self.store.writer().transition(transition).await? {
             Transitioned::Ended { run, .. } => {
@@ -571,7 +580,7 @@ async fn sweep(shared: Arc<Shared>, membership: Arc<Membership>) {
         match cluster.cancels_left().await {
             Ok(left) => {
                 for id in left {
-                    if let Err(error) = shared.cancel_stored(id).await {
+                    if let Err(error) = shared.cancel_stored(id, None).await {
                         tracing::warn!(run_id = %id, %error, "a cancel could not be stored");
                     }
                 }

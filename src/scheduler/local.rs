@@ -95,11 +95,15 @@ impl Scheduler for Local {
 
     /// Here a run that is not live is paused (or has ended): a paused one
     /// ends `aborted`.
-    async fn cancel_elsewhere(&self, run_id: Uuid) -> Result<Cancelled, StoreError> {
+    async fn cancel_elsewhere(
+        &self,
+        run_id: Uuid,
+        why: Option<String>,
+    ) -> Result<Cancelled, StoreError> {
         let transition = Transition::End {
             run_id,
             status: Outcome::Aborted,
-            error: None,
+            error: why.clone(),
             at: Utc::now(),
             due: false,
         };
@@ -110,6 +114,7 @@ impl Scheduler for Local {
             let cancel = Transition::CancelWaiting {
                 run_id,
                 at: Utc::now(),
+                error: why,
             };
             outcome = self.store.writer().transition(cancel).await?;
         }

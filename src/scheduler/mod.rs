@@ -140,8 +140,13 @@ pub trait Scheduler: Send + Sync {
     /// and reads again itself.
     async fn set_aside(&self, run_id: Uuid) -> bool;
 
-    /// A client's cancel of a run that is not live here.
-    async fn cancel_elsewhere(&self, run_id: Uuid) -> Result<Cancelled, StoreError>;
+    /// A client's cancel of a run that is not live here; `why` is the
+    /// error a run this ends ends with (`None` for a client's cancel).
+    async fn cancel_elsewhere(
+        &self,
+        run_id: Uuid,
+        why: Option<String>,
+    ) -> Result<Cancelled, StoreError>;
 
     /// Starts the scheduler's own work (claiming, renewing, sweeping,
     /// listening), once the server is bound and before it serves.

@@ -87,7 +87,7 @@ impl Runner {
             live.stop.stop(crate::harness::StopReason::Cancelled);
             return;
         }
-        if let Err(error) = self.cancel_stored(id).await {
+        if let Err(error) = self.cancel_stored(id, None).await {
             tracing::warn!(%error, child_run_id = %id, "a child's cancel could not be stored");
         }
     }

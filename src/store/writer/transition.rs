@@ -226,16 +226,18 @@ async fn decide_one(
     let mut run = rows::run_from_row(&row)?;
     let end =
         |connection, run, status, error, at| end(connection, run, owner.clone(), status, error, at);
-    if let Transition::CancelWaiting { at, .. } = transition {
+    if let Transition::CancelWaiting { at, error, .. } = transition {
         return if run.status == RunStatus::Queued && run.waiting_for.is_some() {
-            end(connection, run, Outcome::Aborted, None, *at).await
+            end(connection, run, Outcome::Aborted, error.clone(), *at).await
         } else {
             Ok(Transitioned::NotPaused(run.status))
         };
     }
-    if let Transition::Cancel { at, .. } = transition {
+    if let Transition::Cancel { at, error, .. } = transition {
         match run.status {
-            RunStatus::Queued => return end(connection, run, Outcome::Aborted, None, *at).await,
+            RunStatus::Queued => {
+                return end(connection, run, Outcome::Aborted, error.clone(), *at).await;
+            }
             RunStatus::Running => {
                 sqlx::query("UPDATE runs SET cancel_requested = TRUE WHERE id = $1")
                     .bind(run_id.to_string())
@@ -309,8 +311,8 @@ async fn decide_one(
                 tenant: owner,
             })
         }
-        Transition::Cancel { at, .. } | Transition::CancelWaiting { at, .. } => {
-            end(connection, run, Outcome::Aborted, None, *at).await
+        Transition::Cancel { at, error, .. } | Transition::CancelWaiting { at, error, .. } => {
+            end(connection, run, Outcome::Aborted, error.clone(), *at).await
         }
         // Decided before the run is read.
         Transition::Purge { .. }

@@ -36,17 +36,22 @@ pub enum Transition {
     /// A client's cancel of a run that is not live on this replica (on
     /// PostgreSQL): a paused or queued one ends `aborted`; a running one,
     /// which another replica executes, is marked, and that replica told
-    /// (see [`crate::store::cluster::CANCEL`]).
+    /// (see [`crate::store::cluster::CANCEL`]). `error` says why one that
+    /// ends here ended (an attempt another superseded); `None` for a
+    /// client's cancel.
     Cancel {
         run_id: Uuid,
         at: DateTime<Utc>,
+        error: Option<String>,
     },
     /// Cancels a run queued behind another (SQLite: it is live nowhere),
     /// only while it still waits: one let go meanwhile is in this
-    /// process's queue, where the cancel reaches it.
+    /// process's queue, where the cancel reaches it. `error` as for
+    /// [`Transition::Cancel`].
     CancelWaiting {
         run_id: Uuid,
         at: DateTime<Utc>,
+        error: Option<String>,
     },
     /// A running run whose server stops hands it over (see
     /// [`crate::harness::StopReason::HandOver`]): queued again to resume,
