@@ -23,8 +23,10 @@ async fn a_run_waiting_on_its_model_is_cancelled_promptly() {
     assert_eq!(reply.status, 202, "{}", reply.text);
     assert_eq!(reply.body["id"], id);
     let done = app.wait_terminal(id).await;
+    // Well under the model's 30 s: the call was dropped, not waited for
+    // (a bound near the expected time would fail on a loaded machine).
     assert!(
-        started.elapsed() < Duration::from_secs(1),
+        started.elapsed() < Duration::from_secs(10),
         "{:?}",
         started.elapsed()
     );
@@ -75,8 +77,9 @@ async fn a_run_in_a_command_is_cancelled_and_the_command_killed() {
     let started = Instant::now();
     assert_eq!(app.delete(&format!("/v1/runs/{id}")).await.status, 202);
     let done = app.wait_terminal(id).await;
+    // Well under the command's 41.5 s: it was killed, not waited for.
     assert!(
-        started.elapsed() < Duration::from_secs(1),
+        started.elapsed() < Duration::from_secs(10),
         "{:?}",
         started.elapsed()
     );

