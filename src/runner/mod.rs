@@ -451,11 +451,12 @@ impl Runner {
         self.runs.cancel(tenant, id)
     }
 
-    /// A client's cancel of a run that is not live here: a paused one ends
-    /// `aborted`; on PostgreSQL so does a queued one, and a running one's
-    /// replica is told to cancel it. The run as it is then; `Ok(None)` when
-    /// it is none of these (any more). `why` is the error a run this ends
-    /// ends with: `None` for a client's cancel.
+    /// A cancel (a client's, or a parent's of its attempt or child) of a
+    /// run that is not live here: a paused one ends `aborted`; on
+    /// PostgreSQL so does a queued one, and a running one's replica is told
+    /// to cancel it. The run as it is then; `Ok(None)` when it is none of
+    /// these (any more). `why` is the error a run this ends ends with:
+    /// `None` for a client's cancel.
     pub async fn cancel_stored(
         &self,
         id: Uuid,

@@ -140,8 +140,9 @@ pub trait Scheduler: Send + Sync {
     /// and reads again itself.
     async fn set_aside(&self, run_id: Uuid) -> bool;
 
-    /// A client's cancel of a run that is not live here; `why` is the
-    /// error a run this ends ends with (`None` for a client's cancel).
+    /// A cancel of a run that is not live here (a client's, or a parent's
+    /// of its attempt or child); `why` is the error a run this ends ends
+    /// with (`None` for a client's cancel).
     async fn cancel_elsewhere(
         &self,
         run_id: Uuid,
