@@ -314,19 +314,26 @@ impl RunTask {
     /// at once; one paused, queued elsewhere or running on another replica
     /// through storage (a cancel).
     async fn end_attempts(&self, attempts: &BTreeMap<u32, Attempt>, reason: &StopReason) {
+        let why = match reason {
+            StopReason::Superseded(why) => Some(why.clone()),
+            _ => None,
+        };
+        // Those not live here first, while the live ones still hold their
+        // slots: a slot freed before a queued attempt is ended in storage
+        // could claim it, and a claimed one is only told to cancel.
+        let mut live = Vec::new();
         for attempt in attempts.values().filter(|a| !a.ended()) {
             let id = attempt.run.id;
-            if let Some(live) = self.runner.live(id) {
-                live.stop.stop(reason.clone());
+            if let Some(run) = self.runner.live(id) {
+                live.push(run);
                 continue;
             }
-            let why = match reason {
-                StopReason::Superseded(why) => Some(why.clone()),
-                _ => None,
-            };
-            if let Err(error) = self.runner.cancel_stored(id, why).await {
+            if let Err(error) = self.runner.cancel_stored(id, why.clone()).await {
                 tracing::warn!(%error, attempt_run_id = %id, "an attempt's cancel could not be stored");
             }
+        }
+        for run in live {
+            run.stop.stop(reason.clone());
         }
     }
 
