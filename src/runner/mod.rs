@@ -11,6 +11,7 @@
 //! - `webhooks`, `retention`: posting ends and pauses; removing old runs.
 
 mod attempts;
+mod cancel;
 mod changes;
 mod observer;
 mod pauses;
@@ -43,7 +44,7 @@ use crate::mcp::McpServers;
 use crate::metrics::{Gauges, Metrics};
 use crate::models::ModelProfiles;
 use crate::run::{Run, RunSpec, RunStatus, Tenant};
-use crate::scheduler::{Cancelled, Host, Queued, Refused, Scheduler, Slot, Turn};
+use crate::scheduler::{Host, Queued, Refused, Scheduler, Slot, Turn};
 use crate::store::{Store, StoreError, Unfinished};
 use crate::telemetry::Telemetry;
 use crate::tools::{CommandPresets, CommandRunner, Sandbox, WorkspaceOptions, Workspaces};
@@ -444,36 +445,6 @@ impl Runner {
             .tasks
             .spawn(Box::pin(task.execute(entry)).instrument(span));
         events
-    }
-
-    /// Cancels a live run. `None` when it is not live (terminal or unknown).
-    pub fn cancel(&self, tenant: &Tenant, id: Uuid) -> Option<Arc<LiveRun>> {
-        self.runs.cancel(tenant, id)
-    }
-
-    /// A cancel (a client's, or a parent's of its attempt or child) of a
-    /// run that is not live here: a paused one ends `aborted`; on
-    /// PostgreSQL so does a queued one, and a running one's replica is told
-    /// to cancel it. The run as it is then; `Ok(None)` when it is none of
-    /// these (any more). `why` is the error a run this ends ends with:
-    /// `None` for a client's cancel.
-    pub async fn cancel_stored(
-        &self,
-        id: Uuid,
-        why: Option<String>,
-    ) -> Result<Option<Run>, StoreError> {
-        Ok(match self.scheduler.cancel_elsewhere(id, why).await? {
-            Cancelled::Ended(run) => {
-                // Ended here, not by its own task: its children are
-                // cancelled here too (a live parent cancels its own).
-                if run.subagents.is_some() || run.attempt_policy.is_some() {
-                    self.cancel_children(id);
-                }
-                Some(*run)
-            }
-            Cancelled::Forwarded(run) => Some(*run),
-            Cancelled::Not => None,
-        })
     }
 
     /// Stops the service's runs: no new run is accepted; running runs get
