@@ -27,6 +27,18 @@ pub enum StopReason {
     HandOver,
 }
 
+impl StopReason {
+    /// The error a run stopped for this reason, without its own task (a
+    /// queued or paused one), ends with: a superseded attempt's message; a
+    /// cancel's is none.
+    pub fn superseded(&self) -> Option<String> {
+        match self {
+            Self::Superseded(why) => Some(why.clone()),
+            _ => None,
+        }
+    }
+}
+
 /// A run's stop signal; clones share it. The first reason given wins; later
 /// ones only fire the token again, which is a no-op.
 #[derive(Debug, Clone, Default)]

@@ -314,10 +314,7 @@ impl RunTask {
     /// at once; one paused, queued elsewhere or running on another replica
     /// through storage (a cancel).
     async fn end_attempts(&self, attempts: &BTreeMap<u32, Attempt>, reason: &StopReason) {
-        let why = match reason {
-            StopReason::Superseded(why) => Some(why.clone()),
-            _ => None,
-        };
+        let why = reason.superseded();
         // Those not live here first, while the live ones still hold their
         // slots: a slot freed before a queued attempt is ended in storage
         // could claim it, and a claimed one is only told to cancel.

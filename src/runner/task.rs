@@ -397,10 +397,7 @@ impl RunTask {
     /// attempt superseded says so, as a running one does; a cancel says
     /// nothing.
     fn superseded(&self) -> Option<String> {
-        match self.live.stop.reason() {
-            Some(StopReason::Superseded(why)) => Some(why.clone()),
-            _ => None,
-        }
+        self.live.stop.reason().and_then(StopReason::superseded)
     }
 
     /// Ends `aborted` a run whose client cancelled it while its stored
